@@ -1,0 +1,1 @@
+"""Pure domain logic shared by infra, workloads, policies and the trainer: no Pulumi imports."""

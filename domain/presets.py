@@ -1,0 +1,140 @@
+"""Training presets: which TPU slices a model is trained on, and the MaxText overrides it runs with.
+
+The TPU presets start from the manual procedure's job commands; `tiny-cpu` is a Llama-shaped model
+small enough to train in seconds on a laptop's CPU through a local Ray cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
+
+from domain.tpu_catalog import Accelerator, SliceShape, accelerator
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A model and the hardware it is sized for.
+
+    `dcn_axis` names the MaxText parallelism axis that spans slices over the data-center network
+    (`data` or `fsdp`); its `dcn_<axis>_parallelism` is set to the slice count, so a preset keeps
+    working when a stack changes the number of slices.
+    """
+
+    name: str
+    description: str
+    accelerator_name: str | None  # None: runs on CPU (local Ray cluster), no TPU
+    topology: str | None
+    slices: int
+    dcn_axis: str | None
+    maxtext_overrides: Mapping[str, str]
+
+    @property
+    def runs_on_tpu(self) -> bool:
+        return self.accelerator_name is not None
+
+    @property
+    def accelerator(self) -> Accelerator:
+        if self.accelerator_name is None:
+            raise ValueError(f"preset {self.name!r} runs on CPU and has no TPU accelerator")
+        return accelerator(self.accelerator_name)
+
+    @property
+    def slice_shape(self) -> SliceShape:
+        return self.accelerator.shape(self.topology or "")
+
+
+def _frozen(values: dict[str, str]) -> Mapping[str, str]:
+    return MappingProxyType(dict(values))
+
+
+PRESETS: Mapping[str, Preset] = MappingProxyType(
+    {
+        "llama3-8b": Preset(
+            name="llama3-8b",
+            description="Llama 3 8B on 2 x v6e-16 (the procedure's multislice baseline).",
+            accelerator_name="v6e",
+            topology="4x4",
+            slices=2,
+            dcn_axis="data",
+            maxtext_overrides=_frozen(
+                {
+                    "model_name": "llama3-8b",
+                    "dataset_type": "synthetic",
+                    "per_device_batch_size": "4",
+                    "max_target_length": "4096",
+                    "steps": "100",
+                    "ici_fsdp_parallelism": "4",
+                    "ici_tensor_parallelism": "4",
+                }
+            ),
+        ),
+        "llama3-70b": Preset(
+            name="llama3-70b",
+            description="Llama 3 70B on 2 x v6e-16: tensor parallel + FSDP in a slice, FSDP across.",
+            accelerator_name="v6e",
+            topology="4x4",
+            slices=2,
+            dcn_axis="fsdp",
+            maxtext_overrides=_frozen(
+                {
+                    "model_name": "llama3-70b",
+                    "dataset_type": "synthetic",
+                    "per_device_batch_size": "2",
+                    "max_target_length": "4096",
+                    "steps": "100",
+                    "ici_tensor_parallelism": "4",
+                    "ici_fsdp_parallelism": "4",
+                    "remat_policy": "full",
+                }
+            ),
+        ),
+        "tiny-cpu": Preset(
+            name="tiny-cpu",
+            description="A 2-layer Llama-shaped model for local runs on CPU (seconds per step).",
+            accelerator_name=None,
+            topology=None,
+            slices=1,
+            dcn_axis=None,
+            maxtext_overrides=_frozen(
+                {
+                    "model_name": "llama3-8b",
+                    "override_model_config": "true",
+                    "hardware": "cpu",
+                    "dataset_type": "synthetic",
+                    "steps": "6",
+                    "per_device_batch_size": "1",
+                    "max_target_length": "64",
+                    "base_emb_dim": "64",
+                    "base_num_decoder_layers": "2",
+                    "base_mlp_dim": "128",
+                    "base_num_query_heads": "4",
+                    "base_num_kv_heads": "4",
+                    "head_dim": "16",
+                    "vocab_size": "256",
+                    "enable_checkpointing": "true",
+                    "checkpoint_period": "2",
+                    "skip_jax_distributed_system": "true",
+                    "attention": "dot_product",
+                }
+            ),
+        ),
+    }
+)
+
+
+def preset(name: str) -> Preset:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown preset {name!r}; valid presets: {', '.join(PRESETS)}") from None
+
+
+def maxtext_overrides(chosen: Preset, slices: int) -> dict[str, str]:
+    """The preset's MaxText overrides for `slices` slices, DCN parallelism included."""
+    overrides = dict(chosen.maxtext_overrides)
+    if chosen.dcn_axis is not None:
+        for axis in ("data", "fsdp"):
+            overrides[f"dcn_{axis}_parallelism"] = str(slices if axis == chosen.dcn_axis else 1)
+    return overrides

@@ -1,0 +1,293 @@
+"""The infra stack's settings: parsed once from raw stack config into a frozen, validated object.
+
+Every problem is reported at once, each naming the setting, the value and what would be valid,
+so a stack with bad config stops before a single resource (and a single TPU hour) is requested.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from domain import dcn, gke
+from domain.presets import PRESETS, Preset
+from domain.tpu_catalog import Accelerator, SliceShape
+
+MAX_SLICES = 64
+
+# Release counterpart of the procedure's `rayproject/ray:nightly-py312-tpu`, pinned to the Ray
+# version in requirements so the cluster and the job client speak the same protocol.
+DEFAULT_RAY_IMAGE = "rayproject/ray:2.60.0-py312-tpu"
+
+# Project settings (stack config keys without a namespace) and their defaults. `gcp:project`,
+# `gcp:region` and `gcp:zone` are read from the Google provider's own namespace.
+DEFAULTS: Mapping[str, Any] = {
+    "preset": "llama3-8b",
+    "mode": "standard",
+    "clusterName": "maxtext-tpu",
+    "gkeVersion": gke.DEFAULT_VERSION,
+    "releaseChannel": "RAPID",
+    "network": "default",
+    "slices": None,  # the preset's
+    "topology": None,  # the preset's
+    "spot": False,
+    "reservation": None,
+    "dcnSubnets": list(dcn.DEFAULT_SUBNET_RANGES),
+    "namespace": "default",
+    "serviceAccount": "maxtext-ray",
+    "bucketName": None,  # Pulumi auto-names it (a random suffix keeps it globally unique)
+    "bucketForceDestroy": True,
+    "deletionProtection": False,
+    "production": False,
+    "rayImage": DEFAULT_RAY_IMAGE,
+    "headMachineType": "n1-standard-16",
+}
+
+_DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_REGION = re.compile(r"^[a-z]+-[a-z]+\d+$")
+
+
+class SettingsError(ValueError):
+    """Stack config that cannot be deployed; the message lists every problem found."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        bullet_list = "\n".join(f"  - {problem}" for problem in problems)
+        super().__init__(f"invalid stack configuration:\n{bullet_list}")
+
+
+@dataclass(frozen=True)
+class StackSettings:
+    """Everything the infra program needs to know, validated."""
+
+    stack: str
+    project: str
+    region: str
+    zone: str
+    preset: Preset
+    mode: str
+    cluster_name: str
+    gke_version: str
+    release_channel: str
+    network: str
+    topology: str
+    slices: int
+    spot: bool
+    reservation: str | None
+    dcn_subnets: tuple[str, ...]
+    namespace: str
+    service_account: str
+    bucket_name: str | None
+    bucket_force_destroy: bool
+    deletion_protection: bool
+    production: bool
+    ray_image: str
+    head_machine_type: str
+
+    @property
+    def accelerator(self) -> Accelerator:
+        return self.preset.accelerator
+
+    @property
+    def slice_shape(self) -> SliceShape:
+        return self.accelerator.shape(self.topology)
+
+    @property
+    def is_autopilot(self) -> bool:
+        return self.mode == "autopilot"
+
+    @property
+    def cluster_location(self) -> str:
+        """Autopilot clusters are regional; the procedure's Standard cluster is zonal."""
+        return self.region if self.is_autopilot else self.zone
+
+    @property
+    def total_chips(self) -> int:
+        return self.slices * self.slice_shape.chips
+
+    @property
+    def uses_dcn_networks(self) -> bool:
+        """Standard clusters attach extra VPCs to TPU pools; Autopilot manages them itself."""
+        return not self.is_autopilot and self.accelerator.dcn_networks > 0
+
+
+class _Reader:
+    """Reads raw config values (strings, as the Pulumi engine passes them) and collects problems."""
+
+    def __init__(self, raw: Mapping[str, Any]):
+        self.raw = raw
+        self.problems: list[str] = []
+
+    def value(self, key: str) -> Any:
+        value = self.raw.get(key)
+        return DEFAULTS.get(key) if value is None else value
+
+    def text(self, key: str) -> str | None:
+        value = self.value(key)
+        return None if value is None else str(value)
+
+    def choice(self, key: str, valid: tuple[str, ...] | list[str]) -> str | None:
+        value = self.text(key)
+        if value not in valid:
+            self.problems.append(f"{key} = {value!r} is not valid; choose one of: {', '.join(valid)}")
+            return None
+        return value
+
+    def boolean(self, key: str) -> bool:
+        value = self.value(key)
+        if isinstance(value, bool):
+            return value
+        if str(value).lower() in ("true", "false"):
+            return str(value).lower() == "true"
+        self.problems.append(f"{key} = {value!r} is not a boolean; use true or false")
+        return bool(DEFAULTS[key])
+
+    def integer(self, key: str) -> int | None:
+        value = self.value(key)
+        if value is None:
+            return None
+        try:
+            return int(str(value))
+        except ValueError:
+            self.problems.append(f"{key} = {value!r} is not a whole number")
+            return None
+
+    def string_list(self, key: str) -> tuple[str, ...]:
+        value = self.value(key)
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                value = [part.strip() for part in value.split(",") if part.strip()]
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            self.problems.append(f"{key} = {value!r} is not a list of strings")
+            return ()
+        return tuple(value)
+
+    def dns_label(self, key: str, max_length: int) -> str:
+        value = self.text(key) or ""
+        if len(value) > max_length or not _DNS_LABEL.match(value):
+            self.problems.append(
+                f"{key} = {value!r} is not valid; use lowercase letters, digits and '-', "
+                f"starting with a letter, at most {max_length} characters"
+            )
+        return value
+
+
+def parse_settings(raw: Mapping[str, Any], *, stack: str, project_name: str) -> StackSettings:
+    """Validates raw stack config (`project_name:key` keys already stripped to `key`).
+
+    `raw` also carries `project`, `region` and `zone` from the Google provider's config. Raises
+    SettingsError listing every problem when anything is wrong.
+    """
+    reader = _Reader(raw)
+    problems = reader.problems
+
+    unknown = sorted(set(raw) - set(DEFAULTS) - {"project", "region", "zone"})
+    for key in unknown:
+        problems.append(
+            f"{project_name}:{key} is not a setting of this project; valid settings: "
+            f"{', '.join(DEFAULTS)}"
+        )
+
+    project = reader.text("project") or ""
+    region = reader.text("region") or ""
+    zone = reader.text("zone") or ""
+    if not project:
+        problems.append("gcp:project is not set; run `pulumi config set gcp:project <project-id>`")
+    if not _REGION.match(region):
+        problems.append(
+            f"gcp:region = {region!r} is not a Google Cloud region (for example us-east5); "
+            "run `pulumi config set gcp:region <region>`"
+        )
+    if not zone.startswith(f"{region}-") or len(zone) != len(region) + 2:
+        problems.append(
+            f"gcp:zone = {zone!r} is not a zone of region {region!r}; use {region}-a, "
+            f"{region}-b, ... (one with capacity for the preset's TPUs)"
+        )
+
+    preset_name = reader.choice("preset", list(PRESETS))
+    chosen = PRESETS[preset_name] if preset_name else None
+    if chosen is not None and not chosen.runs_on_tpu:
+        problems.append(
+            f"preset = {chosen.name!r} runs on CPU through a local Ray cluster, not on GKE; "
+            f"choose a TPU preset: {', '.join(p.name for p in PRESETS.values() if p.runs_on_tpu)}"
+        )
+        chosen = None
+
+    mode = reader.choice("mode", gke.MODES)
+    topology = reader.text("topology") or (chosen.topology if chosen else None) or ""
+    if chosen is not None and topology not in chosen.accelerator.shapes:
+        problems.append(
+            f"topology = {topology!r} is not a topology of TPU {chosen.accelerator.name}; valid "
+            f"topologies: {', '.join(chosen.accelerator.shapes)}"
+        )
+    slices = reader.integer("slices")
+    if slices is None and chosen is not None:
+        slices = chosen.slices
+    if slices is not None and not 1 <= slices <= MAX_SLICES:
+        problems.append(f"slices = {slices} is out of range; use 1 to {MAX_SLICES}")
+
+    gke_version = reader.text("gkeVersion") or ""
+    try:
+        if mode is not None and not gke.supports_dranet(gke_version, mode):
+            problems.append(
+                f"gkeVersion = {gke_version!r} is below the managed DRANET minimum for {mode} "
+                f"clusters; use {gke.DRANET_MINIMUM_VERSION[mode]} or later"
+            )
+    except ValueError as error:
+        problems.append(f"gkeVersion: {error}")
+    release_channel = reader.choice("releaseChannel", gke.RELEASE_CHANNELS)
+
+    dcn_subnets = reader.string_list("dcnSubnets")
+    for problem in dcn.subnet_range_problems(dcn_subnets):
+        problems.append(f"dcnSubnets: {problem}; use non-overlapping private ranges")
+    needed_networks = chosen.accelerator.dcn_networks if chosen else 0
+    if mode == "standard" and len(dcn_subnets) != needed_networks:
+        problems.append(
+            f"dcnSubnets has {len(dcn_subnets)} ranges but TPU "
+            f"{chosen.accelerator.name if chosen else '?'} needs {needed_networks} DCN networks; "
+            f"give exactly {needed_networks} (default: {', '.join(dcn.DEFAULT_SUBNET_RANGES)})"
+        )
+
+    spot = reader.boolean("spot")
+    reservation = reader.text("reservation")
+
+    settings_kwargs = dict(
+        cluster_name=reader.dns_label("clusterName", 40),
+        namespace=reader.dns_label("namespace", 63),
+        service_account=reader.dns_label("serviceAccount", 63),
+        network=reader.text("network") or "",
+        bucket_name=reader.text("bucketName"),
+        bucket_force_destroy=reader.boolean("bucketForceDestroy"),
+        deletion_protection=reader.boolean("deletionProtection"),
+        production=reader.boolean("production"),
+        ray_image=reader.text("rayImage") or "",
+        head_machine_type=reader.text("headMachineType") or "",
+    )
+    image = settings_kwargs["ray_image"]
+    if ":" not in image.rsplit("/", 1)[-1] and "@sha256:" not in image:
+        problems.append(f"rayImage = {image!r} has no tag; pin a version (for example {DEFAULT_RAY_IMAGE})")
+
+    if problems:
+        raise SettingsError(problems)
+    assert chosen is not None and mode is not None and slices is not None
+    assert release_channel is not None
+    return StackSettings(
+        stack=stack,
+        project=project,
+        region=region,
+        zone=zone,
+        preset=chosen,
+        mode=mode,
+        gke_version=gke_version,
+        release_channel=release_channel,
+        topology=topology,
+        slices=slices,
+        spot=spot,
+        reservation=reservation,
+        dcn_subnets=dcn_subnets,
+        **settings_kwargs,
+    )

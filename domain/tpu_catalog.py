@@ -1,0 +1,148 @@
+"""One table of every TPU accelerator the project can provision; everything else derives from it.
+
+Like xpk's system characteristics, the rest of the code (node pools, RayCluster shapes, Ray Train
+scaling, policies) asks this table instead of hard-coding "4x4", "ct6e-standard-4t" or "4 chips".
+Numbers are Google's published figures for each generation (per chip: HBM, peak bf16 FLOP/s).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
+
+
+@dataclass(frozen=True)
+class SliceShape:
+    """One topology of an accelerator: how many chips and VMs a slice of it has."""
+
+    topology: str
+    machine_type: str
+    chips_per_vm: int
+
+    @property
+    def chips(self) -> int:
+        return math.prod(int(dim) for dim in self.topology.split("x"))
+
+    @property
+    def vms(self) -> int:
+        return self.chips // self.chips_per_vm
+
+    @property
+    def is_multi_host(self) -> bool:
+        return self.vms > 1
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """A TPU generation as GKE, Ray and MaxText name it, with its per-chip capacity."""
+
+    name: str
+    gke_accelerator: str  # node label cloud.google.com/gke-tpu-accelerator
+    ray_accelerator_type: str  # Ray's accelerator_type resource, e.g. TPU-V6E
+    maxtext_prefix: str  # MaxText compile_topology prefix, e.g. v6e -> v6e-16
+    hbm_gb_per_chip: float
+    peak_bf16_tflops_per_chip: float
+    # Extra VPC networks the multi-host machine type can attach for cross-slice (DCN) traffic.
+    # Only ct6e has been measured with DRANET; other generations use the primary NIC.
+    dcn_networks: int
+    shapes: Mapping[str, SliceShape]
+
+    def shape(self, topology: str) -> SliceShape:
+        try:
+            return self.shapes[topology]
+        except KeyError:
+            raise ValueError(
+                f"topology {topology!r} is not offered for TPU {self.name}; valid topologies: "
+                f"{', '.join(self.shapes)}"
+            ) from None
+
+    def slice_type(self, topology: str) -> str:
+        """The slice name MaxText and Ray use, e.g. `v6e-16` for a 4x4 v6e slice."""
+        return f"{self.maxtext_prefix}-{self.shape(topology).chips}"
+
+
+def _shapes(*entries: tuple[str, str, int]) -> Mapping[str, SliceShape]:
+    return MappingProxyType(
+        {topology: SliceShape(topology, machine, chips) for topology, machine, chips in entries}
+    )
+
+
+_V6E_MULTI_HOST = "ct6e-standard-4t"
+_V5E_MULTI_HOST = "ct5lp-hightpu-4t"
+_V5P = "ct5p-hightpu-4t"
+
+ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType(
+    {
+        "v6e": Accelerator(
+            name="v6e",
+            gke_accelerator="tpu-v6e-slice",
+            ray_accelerator_type="TPU-V6E",
+            maxtext_prefix="v6e",
+            hbm_gb_per_chip=32.0,
+            peak_bf16_tflops_per_chip=918.0,
+            dcn_networks=2,
+            shapes=_shapes(
+                ("1x1", "ct6e-standard-1t", 1),
+                ("2x2", "ct6e-standard-4t", 4),
+                ("2x4", "ct6e-standard-8t", 8),
+                ("4x4", _V6E_MULTI_HOST, 4),
+                ("4x8", _V6E_MULTI_HOST, 4),
+                ("8x8", _V6E_MULTI_HOST, 4),
+                ("8x16", _V6E_MULTI_HOST, 4),
+                ("16x16", _V6E_MULTI_HOST, 4),
+            ),
+        ),
+        "v5e": Accelerator(
+            name="v5e",
+            gke_accelerator="tpu-v5-lite-podslice",
+            ray_accelerator_type="TPU-V5LITEPOD",
+            maxtext_prefix="v5e",
+            hbm_gb_per_chip=16.0,
+            peak_bf16_tflops_per_chip=197.0,
+            dcn_networks=0,
+            shapes=_shapes(
+                ("1x1", "ct5lp-hightpu-1t", 1),
+                ("2x2", "ct5lp-hightpu-4t", 4),
+                ("2x4", "ct5lp-hightpu-8t", 8),
+                ("4x4", _V5E_MULTI_HOST, 4),
+                ("4x8", _V5E_MULTI_HOST, 4),
+                ("8x8", _V5E_MULTI_HOST, 4),
+                ("8x16", _V5E_MULTI_HOST, 4),
+                ("16x16", _V5E_MULTI_HOST, 4),
+            ),
+        ),
+        "v5p": Accelerator(
+            name="v5p",
+            gke_accelerator="tpu-v5p-slice",
+            ray_accelerator_type="TPU-V5P",
+            maxtext_prefix="v5p",
+            hbm_gb_per_chip=95.0,
+            peak_bf16_tflops_per_chip=459.0,
+            dcn_networks=0,
+            shapes=_shapes(
+                ("2x2x1", _V5P, 4),
+                ("2x2x2", _V5P, 4),
+                ("2x2x4", _V5P, 4),
+                ("2x4x4", _V5P, 4),
+                ("4x4x4", _V5P, 4),
+                ("4x4x8", _V5P, 4),
+                ("4x8x8", _V5P, 4),
+                ("8x8x8", _V5P, 4),
+                ("8x8x16", _V5P, 4),
+                ("8x16x16", _V5P, 4),
+            ),
+        ),
+    }
+)
+
+
+def accelerator(name: str) -> Accelerator:
+    """Looks up an accelerator by its short name (`v6e`, `v5e`, `v5p`)."""
+    try:
+        return ACCELERATORS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown TPU accelerator {name!r}; valid accelerators: {', '.join(ACCELERATORS)}"
+        ) from None

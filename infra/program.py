@@ -1,0 +1,57 @@
+"""The infra program: validated settings in, components wired, stack outputs out.
+
+Settings are parsed before the first resource is registered, so bad config never leaves a
+half-created stack behind.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+
+from domain import kuberay
+from domain.settings import StackSettings
+from infra.components.apis import ProjectApis
+from infra.components.cluster import GkeCluster
+from infra.components.kuberay import KubeRay
+from infra.components.network import DcnNetworks
+from infra.components.storage import CheckpointStorage
+from infra.components.tpu_slices import TpuSlices
+
+
+def build(settings: StackSettings) -> dict[str, Any]:
+    """Creates every resource of the procedure; returns the stack outputs by their stable names."""
+    apis = ProjectApis("apis", settings)
+    after_apis = pulumi.ResourceOptions(depends_on=[apis])
+    networks = DcnNetworks("dcn", settings, opts=after_apis) if settings.uses_dcn_networks else None
+    cluster = GkeCluster(settings.cluster_name, settings, opts=after_apis)
+    slices = TpuSlices("tpu", settings, cluster, networks)
+    storage = CheckpointStorage("checkpoints", settings, cluster, opts=after_apis)
+    ray = KubeRay("ray", settings, cluster, storage, slices)
+    shape = settings.slice_shape
+    return {
+        "clusterName": cluster.name,
+        "clusterLocation": settings.cluster_location,
+        "clusterEndpoint": cluster.endpoint,
+        "clusterCaCertificate": cluster.ca_certificate,
+        "kubeconfig": cluster.kubeconfig,
+        "mode": settings.mode,
+        "namespace": settings.namespace,
+        "serviceAccount": storage.service_account_name,
+        "rayClusterName": ray.ray_cluster_name,
+        "headServiceName": ray.head_service_name,
+        "dashboardPort": ray.dashboard_port,
+        "bucketName": storage.bucket_name,
+        "checkpointRoot": kuberay.CHECKPOINT_MOUNT,
+        "checkpointBucketUrl": storage.bucket_name.apply(lambda bucket: f"gs://{bucket}"),
+        "preset": settings.preset.name,
+        "accelerator": settings.accelerator.name,
+        "topology": settings.topology,
+        "slices": settings.slices,
+        "hostsPerSlice": shape.vms,
+        "chipsPerHost": shape.chips_per_vm,
+        "totalChips": settings.total_chips,
+        "tpuPools": slices.pool_names,
+        "dcnNetworks": networks.network_names if networks else [],
+    }

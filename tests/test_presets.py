@@ -1,0 +1,49 @@
+"""Presets: the procedure's job overrides, sized so parallelism matches the slices."""
+
+import math
+
+import pytest
+
+from domain.presets import PRESETS, maxtext_overrides, preset
+
+
+def test_procedure_8b_overrides():
+    overrides = maxtext_overrides(preset("llama3-8b"), slices=2)
+    assert overrides["model_name"] == "llama3-8b"
+    assert overrides["per_device_batch_size"] == "4"
+    assert overrides["max_target_length"] == "4096"
+    assert (overrides["ici_fsdp_parallelism"], overrides["ici_tensor_parallelism"]) == ("4", "4")
+    assert overrides["dcn_data_parallelism"] == "2"
+
+
+def test_procedure_70b_shards_fsdp_across_slices():
+    overrides = maxtext_overrides(preset("llama3-70b"), slices=2)
+    assert overrides["dcn_fsdp_parallelism"] == "2"
+    assert overrides["dcn_data_parallelism"] == "1"
+    assert overrides["remat_policy"] == "full"
+
+
+def test_dcn_axis_follows_the_slice_count():
+    assert maxtext_overrides(preset("llama3-70b"), slices=4)["dcn_fsdp_parallelism"] == "4"
+    assert maxtext_overrides(preset("llama3-8b"), slices=1)["dcn_data_parallelism"] == "1"
+
+
+@pytest.mark.parametrize("name", [name for name, p in PRESETS.items() if p.runs_on_tpu])
+def test_ici_parallelism_fills_one_slice(name):
+    chosen = preset(name)
+    ici = [int(value) for key, value in chosen.maxtext_overrides.items() if key.startswith("ici_")]
+    assert math.prod(ici) == chosen.slice_shape.chips
+
+
+def test_tiny_preset_runs_on_cpu():
+    tiny = preset("tiny-cpu")
+    assert not tiny.runs_on_tpu
+    assert tiny.maxtext_overrides["hardware"] == "cpu"
+    assert "dcn_data_parallelism" not in maxtext_overrides(tiny, slices=1)
+    with pytest.raises(ValueError, match="runs on CPU"):
+        tiny.accelerator
+
+
+def test_unknown_preset_lists_valid_ones():
+    with pytest.raises(ValueError, match="unknown preset 'llama3-405b'; valid presets: llama3-8b, llama3-70b, tiny-cpu"):
+        preset("llama3-405b")

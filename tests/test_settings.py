@@ -1,0 +1,105 @@
+"""Stack settings: defaults, and bad input that must stop the program with a useful message."""
+
+import pytest
+
+from domain.settings import MAX_SLICES, SettingsError, parse_settings
+
+PROJECT = "maxtext-tpu-infra"
+VALID = {"project": "my-project", "region": "us-east5", "zone": "us-east5-b"}
+
+
+def parse(**overrides):
+    return parse_settings({**VALID, **overrides}, stack="dev", project_name=PROJECT)
+
+
+def problems_of(**overrides) -> list[str]:
+    with pytest.raises(SettingsError) as caught:
+        parse(**overrides)
+    return caught.value.problems
+
+
+def test_defaults_are_the_procedure():
+    settings = parse()
+    assert settings.preset.name == "llama3-8b"
+    assert (settings.accelerator.name, settings.topology, settings.slices) == ("v6e", "4x4", 2)
+    assert settings.mode == "standard"
+    assert settings.cluster_location == "us-east5-b"
+    assert settings.dcn_subnets == ("10.50.0.0/16", "10.60.0.0/16")
+    assert settings.total_chips == 32
+    assert settings.deletion_protection is False
+    assert settings.bucket_force_destroy is True
+
+
+def test_autopilot_is_regional():
+    settings = parse(mode="autopilot")
+    assert settings.cluster_location == "us-east5"
+    assert not settings.uses_dcn_networks
+
+
+def test_engine_strings_are_parsed():
+    settings = parse(slices="4", spot="true", dcnSubnets='["10.1.0.0/16", "10.2.0.0/16"]')
+    assert (settings.slices, settings.spot, settings.dcn_subnets) == (4, True, ("10.1.0.0/16", "10.2.0.0/16"))
+
+
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        ({"preset": "llama3-405b"}, "preset = 'llama3-405b' is not valid; choose one of: llama3-8b, llama3-70b, tiny-cpu"),
+        ({"preset": "tiny-cpu"}, "preset = 'tiny-cpu' runs on CPU through a local Ray cluster, not on GKE; choose a TPU preset: llama3-8b, llama3-70b"),
+        ({"mode": "serverless"}, "mode = 'serverless' is not valid; choose one of: standard, autopilot"),
+        ({"topology": "3x3"}, "topology = '3x3' is not a topology of TPU v6e; valid topologies: 1x1, 2x2, 2x4, 4x4, 4x8, 8x8, 8x16, 16x16"),
+        ({"slices": "0"}, f"slices = 0 is out of range; use 1 to {MAX_SLICES}"),
+        ({"slices": "65"}, f"slices = 65 is out of range; use 1 to {MAX_SLICES}"),
+        ({"slices": "two"}, "slices = 'two' is not a whole number"),
+        ({"zone": "us-central1-a"}, "gcp:zone = 'us-central1-a' is not a zone of region 'us-east5'; use us-east5-a"),
+        ({"region": "eastus"}, "gcp:region = 'eastus' is not a Google Cloud region"),
+        ({"project": None}, "gcp:project is not set; run `pulumi config set gcp:project <project-id>`"),
+        (
+            {"dcnSubnets": '["10.50.0.0/16", "10.50.128.0/17"]'},
+            "dcnSubnets: 10.50.0.0/16 overlaps 10.50.128.0/17; use non-overlapping private ranges",
+        ),
+        ({"dcnSubnets": '["10.50.0.0/16"]'}, "dcnSubnets has 1 ranges but TPU v6e needs 2 DCN networks; give exactly 2"),
+        ({"dcnSubnets": '["8.8.0.0/16", "10.60.0.0/16"]'}, "dcnSubnets: 8.8.0.0/16 is not a private (RFC 1918) range"),
+        ({"dcnSubnets": '["10.50.0.1/16", "10.60.0.0/16"]'}, "dcnSubnets: '10.50.0.1/16' is not an IPv4 network in CIDR form"),
+        (
+            {"mode": "autopilot", "gkeVersion": "1.34.1-gke.1829001"},
+            "gkeVersion = '1.34.1-gke.1829001' is below the managed DRANET minimum for autopilot clusters; use 1.35.2-gke.1842000 or later",
+        ),
+        (
+            {"gkeVersion": "1.33.5-gke.1000"},
+            "gkeVersion = '1.33.5-gke.1000' is below the managed DRANET minimum for standard clusters; use 1.34.1-gke.1829001 or later",
+        ),
+        ({"gkeVersion": "latest"}, "gkeVersion: GKE version 'latest' is not of the form MAJOR.MINOR.PATCH-gke.BUILD"),
+        ({"releaseChannel": "BETA"}, "releaseChannel = 'BETA' is not valid; choose one of: RAPID, REGULAR, STABLE, EXTENDED"),
+        ({"spot": "yes"}, "spot = 'yes' is not a boolean; use true or false"),
+        ({"clusterName": "My_Cluster"}, "clusterName = 'My_Cluster' is not valid; use lowercase letters"),
+        ({"rayImage": "rayproject/ray"}, "rayImage = 'rayproject/ray' has no tag; pin a version"),
+        ({"slicse": "4"}, "maxtext-tpu-infra:slicse is not a setting of this project; valid settings: preset, mode"),
+    ],
+)
+def test_bad_input_names_setting_value_and_fix(overrides, expected):
+    problems = problems_of(**overrides)
+    assert any(expected in problem for problem in problems), problems
+
+
+def test_standard_minimum_version_is_accepted():
+    assert parse(gkeVersion="1.34.1-gke.1829001").gke_version == "1.34.1-gke.1829001"
+
+
+def test_every_problem_is_reported_at_once():
+    problems = problems_of(preset="nope", mode="nope", slices="0")
+    assert len(problems) == 3
+    message = str(SettingsError(problems))
+    assert message.startswith("invalid stack configuration:\n  - preset")
+
+
+def test_slice_limit_bounds_are_accepted():
+    assert parse(slices="1").slices == 1
+    assert parse(slices=str(MAX_SLICES)).slices == MAX_SLICES
+
+
+def test_other_accelerator_topologies_are_checked_against_their_catalog():
+    # A v6e preset with a v5p-style 3-D topology is rejected, naming v6e's valid ones.
+    problems = problems_of(topology="2x2x2")
+    assert any("not a topology of TPU v6e" in problem for problem in problems)
+
