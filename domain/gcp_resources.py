@@ -105,7 +105,7 @@ def node_service_account_args(settings: StackSettings) -> dict[str, Any]:
     }
 
 
-def cluster_args(settings: StackSettings) -> dict[str, Any]:
+def cluster_args(settings: StackSettings, node_service_account_email: Any) -> dict[str, Any]:
     """The GKE cluster with the procedure's settings, in Standard or Autopilot mode."""
     args: dict[str, Any] = {
         "name": settings.cluster_name,
@@ -122,8 +122,12 @@ def cluster_args(settings: StackSettings) -> dict[str, Any]:
         "ip_allocation_policy": {},
     }
     if settings.is_autopilot:
-        # Autopilot always runs Dataplane V2 and Workload Identity and manages its own nodes.
+        # Autopilot always runs Dataplane V2 and Workload Identity and manages its own nodes;
+        # the nodes it creates run as the least-privilege account.
         args["enable_autopilot"] = True
+        args["cluster_autoscaling"] = {
+            "auto_provisioning_defaults": {"service_account": node_service_account_email}
+        }
         return args
     args.update(
         {
@@ -152,14 +156,19 @@ def _node_config(service_account_email: Any, machine_type: str) -> dict[str, Any
 def head_pool_args(
     settings: StackSettings, cluster_name: Any, service_account_email: Any
 ) -> dict[str, Any]:
-    """On-demand CPU nodes for the Ray head (the procedure's default pool, n1-standard-16)."""
+    """On-demand CPU nodes for the Ray head (the procedure's default pool, n1-standard-16).
+
+    Never Spot: losing the head ends the job and every worker's progress since the checkpoint.
+    """
+    node_config = _node_config(service_account_email, settings.head_machine_type)
+    node_config["spot"] = False
     return {
         "name": HEAD_POOL_NAME,
         "project": settings.project,
         "cluster": cluster_name,
         "location": settings.zone,
         "node_count": 1,
-        "node_config": _node_config(service_account_email, settings.head_machine_type),
+        "node_config": node_config,
         "management": {"auto_repair": True, "auto_upgrade": True},
     }
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pulumi
-
 from domain import kuberay
 from domain.settings import StackSettings
 from infra.components.apis import ProjectApis
@@ -23,11 +21,10 @@ from infra.components.tpu_slices import TpuSlices
 def build(settings: StackSettings) -> dict[str, Any]:
     """Creates every resource of the procedure; returns the stack outputs by their stable names."""
     apis = ProjectApis("apis", settings)
-    after_apis = pulumi.ResourceOptions(depends_on=[apis])
-    networks = DcnNetworks("dcn", settings, opts=after_apis) if settings.uses_dcn_networks else None
-    cluster = GkeCluster(settings.cluster_name, settings, opts=after_apis)
+    networks = DcnNetworks("dcn", settings, apis) if settings.uses_dcn_networks else None
+    cluster = GkeCluster(settings.cluster_name, settings, apis)
     slices = TpuSlices("tpu", settings, cluster, networks)
-    storage = CheckpointStorage("checkpoints", settings, cluster, opts=after_apis)
+    storage = CheckpointStorage("checkpoints", settings, apis, cluster)
     ray = KubeRay("ray", settings, cluster, storage, slices)
     shape = settings.slice_shape
     return {

@@ -13,6 +13,7 @@ import pulumi_kubernetes as k8s
 from domain import gcp_resources
 from domain.kubeconfig import gke_kubeconfig
 from domain.settings import StackSettings
+from infra.components.apis import ProjectApis
 
 
 class GkeCluster(pulumi.ComponentResource):
@@ -27,12 +28,20 @@ class GkeCluster(pulumi.ComponentResource):
     # What Kubernetes objects must wait for: the cluster and, on Standard, the head's node pool.
     ready: list[pulumi.Resource]
 
-    def __init__(self, name: str, settings: StackSettings, opts: pulumi.ResourceOptions | None = None):
+    def __init__(
+        self,
+        name: str,
+        settings: StackSettings,
+        apis: ProjectApis,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
         super().__init__("maxtext-tpu:cluster:GkeCluster", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
 
         node_account = gcp.serviceaccount.Account(
-            f"{name}-nodes", **gcp_resources.node_service_account_args(settings), opts=child
+            f"{name}-nodes",
+            **gcp_resources.node_service_account_args(settings),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[apis]),
         )
         node_roles = [
             gcp.projects.IAMMember(
@@ -44,13 +53,10 @@ class GkeCluster(pulumi.ComponentResource):
             )
             for role in gcp_resources.NODE_SERVICE_ACCOUNT_ROLES
         ]
-        cluster_args = gcp_resources.cluster_args(settings)
-        if settings.is_autopilot:
-            cluster_args["cluster_autoscaling"] = {
-                "auto_provisioning_defaults": {"service_account": node_account.email}
-            }
         self.cluster = gcp.container.Cluster(
-            name, **cluster_args, opts=pulumi.ResourceOptions(parent=self, depends_on=node_roles)
+            name,
+            **gcp_resources.cluster_args(settings, node_account.email),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[apis, *node_roles]),
         )
         self.ready = [self.cluster]
         if not settings.is_autopilot:

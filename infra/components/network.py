@@ -8,6 +8,7 @@ import pulumi_gcp as gcp
 
 from domain import gcp_resources
 from domain.settings import StackSettings
+from infra.components.apis import ProjectApis
 
 
 class DcnNetworks(pulumi.ComponentResource):
@@ -16,7 +17,13 @@ class DcnNetworks(pulumi.ComponentResource):
     # (network, subnetwork) name pairs, in NIC order, for the TPU node pools.
     attachments: list[tuple[pulumi.Output[str], pulumi.Output[str]]]
 
-    def __init__(self, name: str, settings: StackSettings, opts: pulumi.ResourceOptions | None = None):
+    def __init__(
+        self,
+        name: str,
+        settings: StackSettings,
+        apis: ProjectApis,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
         super().__init__("maxtext-tpu:network:DcnNetworks", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.attachments = []
@@ -24,7 +31,9 @@ class DcnNetworks(pulumi.ComponentResource):
         networks = []
         for index in range(len(settings.dcn_subnets)):
             network = gcp.compute.Network(
-                f"{name}-net-{index + 1}", **gcp_resources.dcn_network_args(settings, index), opts=child
+                f"{name}-net-{index + 1}",
+                **gcp_resources.dcn_network_args(settings, index),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[apis]),
             )
             subnet = gcp.compute.Subnetwork(
                 f"{name}-subnet-{index + 1}",

@@ -10,6 +10,7 @@ import pulumi_kubernetes as k8s
 
 from domain import gcp_resources
 from domain.settings import StackSettings
+from infra.components.apis import ProjectApis
 from infra.components.cluster import GkeCluster
 
 
@@ -24,12 +25,16 @@ class CheckpointStorage(pulumi.ComponentResource):
         self,
         name: str,
         settings: StackSettings,
+        apis: ProjectApis,
         cluster: GkeCluster,
         opts: pulumi.ResourceOptions | None = None,
     ):
         super().__init__("maxtext-tpu:storage:CheckpointStorage", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
-        bucket = gcp.storage.Bucket(f"{name}-bucket", **gcp_resources.bucket_args(settings), opts=child)
+        bucket = gcp.storage.Bucket(
+            f"{name}-bucket",
+            **gcp_resources.bucket_args(settings),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[apis]),
+        )
 
         k8s_opts = pulumi.ResourceOptions(
             parent=self, provider=cluster.provider, depends_on=cluster.ready

@@ -134,9 +134,13 @@ def run_program(
     *,
     project: str = INFRA_PROJECT,
     stack: str = "dev",
+    monitor: RecordingMonitor | None = None,
 ) -> ProgramRun:
-    """Runs `program` (which returns its stack outputs) under mocks with `config` set."""
-    monitor = RecordingMonitor()
+    """Runs `program` (which returns its stack outputs) under mocks with `config` set.
+
+    Pass a `monitor` to inspect what was registered even when the program raises.
+    """
+    monitor = monitor or RecordingMonitor()
     pulumi.runtime.set_mocks(monitor.mocks, project=project, stack=stack, preview=False, monitor=monitor)
     pulumi.runtime.set_all_config({key: _as_engine_value(value) for key, value in config.items()})
     captured: dict[str, Any] = {}

@@ -1,0 +1,79 @@
+"""Every Google Cloud resource's arguments, nested dicts included, against the SDK's typed Args."""
+
+import pulumi_gcp as gcp
+import pytest
+
+from domain import gcp_resources
+from domain.settings import parse_settings
+from tests.support.typed_args import to_typed_args
+
+BASE = {"project": "my-project", "region": "us-east5", "zone": "us-east5-b"}
+NETWORKS = [("net-1", "tpu-subnet-1"), ("net-2", "tpu-subnet-2")]
+EMAIL = "nodes@my-project.iam.gserviceaccount.com"
+
+
+def settings(**overrides):
+    return parse_settings({**BASE, **overrides}, stack="dev", project_name="maxtext-tpu-infra")
+
+
+VARIANTS = {
+    "standard": settings(),
+    "standard-spot": settings(spot="true"),
+    "standard-reserved": settings(reservation="v6e-reservation", bucketName="ckpt-bucket"),
+    "autopilot": settings(mode="autopilot", spot="true", reservation="r"),
+}
+
+
+def all_resource_args(s):
+    yield gcp.container.ClusterArgs, gcp_resources.cluster_args(s, EMAIL)
+    yield gcp.container.NodePoolArgs, gcp_resources.head_pool_args(s, "cluster", EMAIL)
+    for index in range(s.slices):
+        yield gcp.container.NodePoolArgs, gcp_resources.tpu_pool_args(s, index, "cluster", EMAIL, NETWORKS)
+    for index in range(len(s.dcn_subnets)):
+        yield gcp.compute.NetworkArgs, gcp_resources.dcn_network_args(s, index)
+        yield gcp.compute.SubnetworkArgs, gcp_resources.dcn_subnet_args(s, index, "net-id")
+        yield gcp.compute.FirewallArgs, gcp_resources.dcn_firewall_args(s, index, "net-id")
+    yield gcp.storage.BucketArgs, gcp_resources.bucket_args(s)
+    yield gcp.serviceaccount.AccountArgs, gcp_resources.node_service_account_args(s)
+    for api in gcp_resources.REQUIRED_APIS:
+        yield gcp.projects.ServiceArgs, gcp_resources.project_service_args(s, api)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_every_nested_input_converts_to_typed_args(variant):
+    converted = [to_typed_args(args_class, args) for args_class, args in all_resource_args(VARIANTS[variant])]
+    assert len(converted) >= 10
+
+
+def test_typed_conversion_reaches_nested_values():
+    pool = to_typed_args(gcp.container.NodePoolArgs, gcp_resources.tpu_pool_args(VARIANTS["standard"], 0, "c", EMAIL, NETWORKS))
+    assert isinstance(pool.node_config, gcp.container.NodePoolNodeConfigArgs)
+    assert pool.node_config.advanced_machine_features.threads_per_core == 1
+    attached = pool.network_config.additional_node_network_configs
+    assert [(a.network, a.subnetwork) for a in attached] == NETWORKS
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        ("node_config", "machine_typ"),
+        ("placement_policy", "tpu_topolgy"),
+        ("node_config", "advanced_machine_features", "threads_per_cor"),
+        ("network_config", "additional_node_network_configs", 0, "subnetwrk"),
+    ],
+)
+def test_a_misspelt_nested_key_fails(path):
+    args = gcp_resources.tpu_pool_args(VARIANTS["standard"], 0, "cluster", EMAIL, NETWORKS)
+    node = args
+    for step in path[:-1]:
+        node = node[step]
+    node[path[-1]] = "oops"
+    with pytest.raises(TypeError, match=path[-1]):
+        to_typed_args(gcp.container.NodePoolArgs, args)
+
+
+def test_misspelt_cluster_addon_fails():
+    args = gcp_resources.cluster_args(VARIANTS["standard"], EMAIL)
+    args["addons_config"]["ray_operator_config"] = [{"enabled": True}]  # the singular is wrong
+    with pytest.raises(TypeError, match="ray_operator_config"):
+        to_typed_args(gcp.container.ClusterArgs, args)

@@ -1,0 +1,320 @@
+"""The infra program under Pulumi mocks: every flag of the manual procedure on the right resource,
+scaling with the slice count, wiring and ordering, and bad config stopping everything."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from domain.settings import SettingsError
+from tests.conftest import run_infra
+from infra.config import read_settings
+from infra.program import build
+from tests.support.pulumi_harness import FAKE_PROJECT_NUMBER, RecordingMonitor, run_program, stack_config
+
+PROJECT = "my-gcp-project"  # Pulumi.dev.yaml
+ZONE, REGION = "us-east5-b", "us-east5"
+
+NETWORK = "gcp:compute/network:Network"
+SUBNET = "gcp:compute/subnetwork:Subnetwork"
+FIREWALL = "gcp:compute/firewall:Firewall"
+CLUSTER = "gcp:container/cluster:Cluster"
+POOL = "gcp:container/nodePool:NodePool"
+BUCKET = "gcp:storage/bucket:Bucket"
+BUCKET_IAM = "gcp:storage/bucketIAMMember:BucketIAMMember"
+KSA = "kubernetes:core/v1:ServiceAccount"
+RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
+CLAIM_TEMPLATE = "kubernetes:resource.k8s.io/v1:ResourceClaimTemplate"
+COMPUTE_CLASS = "kubernetes:cloud.google.com/v1:ComputeClass"
+CRD_WAIT = "pulumi-python:dynamic/kubernetes:CrdEstablished"
+
+
+def value_at(inputs: dict[str, Any], path: str) -> Any:
+    """`a.b[0].c` into nested dicts and lists."""
+    node: Any = inputs
+    for part in re.findall(r"[^.\[\]]+|\[\d+\]", path):
+        node = node[int(part[1:-1])] if part.startswith("[") else node[part]
+    return node
+
+
+def find(run, type_token: str, name: str | None = None):
+    candidates = [r for r in run.of_type(type_token) if name is None or r.inputs.get("name") == name]
+    assert len(candidates) == 1, f"{type_token} named {name}: found {[c.inputs.get('name') for c in candidates]}"
+    return candidates[0]
+
+
+PRINCIPAL = (
+    f"principal://iam.googleapis.com/projects/{FAKE_PROJECT_NUMBER}/locations/global/workloadIdentityPools/"
+    f"{PROJECT}.svc.id.goog/subject/ns/default/sa/maxtext-ray"
+)
+
+# (procedure step and flag, resource type, resource name, input path, expected value)
+STANDARD_PROCEDURE = [
+    ("net create --subnet-mode=custom", NETWORK, "maxtext-tpu-net-1", "autoCreateSubnetworks", False),
+    ("net create --mtu=8896", NETWORK, "maxtext-tpu-net-1", "mtu", 8896),
+    ("net create --subnet-mode=custom", NETWORK, "maxtext-tpu-net-2", "autoCreateSubnetworks", False),
+    ("net create --mtu=8896", NETWORK, "maxtext-tpu-net-2", "mtu", 8896),
+    ("subnets create tpu-subnet-1 --range", SUBNET, "tpu-subnet-1", "ipCidrRange", "10.50.0.0/16"),
+    ("subnets create tpu-subnet-1 --region", SUBNET, "tpu-subnet-1", "region", REGION),
+    ("subnets create tpu-subnet-2 --range", SUBNET, "tpu-subnet-2", "ipCidrRange", "10.60.0.0/16"),
+    ("subnets create tpu-subnet-2 --region", SUBNET, "tpu-subnet-2", "region", REGION),
+    ("(missing in procedure) DCN ingress", FIREWALL, "maxtext-tpu-net-1-allow-internal", "sourceRanges", ["10.50.0.0/16"]),
+    ("(missing in procedure) DCN ingress", FIREWALL, "maxtext-tpu-net-2-allow-internal", "sourceRanges", ["10.60.0.0/16"]),
+    ("clusters create --location=ZONE", CLUSTER, "maxtext-tpu", "location", ZONE),
+    ("clusters create --cluster-version", CLUSTER, "maxtext-tpu", "minMasterVersion", "1.35.2-gke.1842000"),
+    ("clusters create --addons=RayOperator", CLUSTER, "maxtext-tpu", "addonsConfig.rayOperatorConfigs[0].enabled", True),
+    ("clusters create --addons=GcsFuseCsiDriver", CLUSTER, "maxtext-tpu", "addonsConfig.gcsFuseCsiDriverConfig.enabled", True),
+    ("clusters create --enable-dataplane-v2", CLUSTER, "maxtext-tpu", "datapathProvider", "ADVANCED_DATAPATH"),
+    ("clusters create --workload-pool", CLUSTER, "maxtext-tpu", "workloadIdentityConfig.workloadPool", f"{PROJECT}.svc.id.goog"),
+    ("teardown works by default", CLUSTER, "maxtext-tpu", "deletionProtection", False),
+    ("clusters create --machine-type=n1-standard-16", POOL, "ray-head-pool", "nodeConfig.machineType", "n1-standard-16"),
+    ("head pool on-demand (not Spot)", POOL, "ray-head-pool", "nodeConfig.spot", False),
+    *[
+        row
+        for pool in ("v6e-16-0", "v6e-16-1")
+        for row in [
+            ("node-pools create --location", POOL, pool, "location", ZONE),
+            ("node-pools create --node-locations", POOL, pool, "nodeLocations", [ZONE]),
+            ("node-pools create --machine-type", POOL, pool, "nodeConfig.machineType", "ct6e-standard-4t"),
+            ("node-pools create --threads-per-core=1", POOL, pool, "nodeConfig.advancedMachineFeatures.threadsPerCore", 1),
+            ("node-pools create --tpu-topology=4x4", POOL, pool, "placementPolicy.tpuTopology", "4x4"),
+            ("node-pools create (multi-host slice placement)", POOL, pool, "placementPolicy.type", "COMPACT"),
+            ("node-pools create --num-nodes=4", POOL, pool, "nodeCount", 4),
+            ("node-pools create --additional-node-network net-1", POOL, pool,
+             "networkConfig.additionalNodeNetworkConfigs[0]", {"network": "maxtext-tpu-net-1", "subnetwork": "tpu-subnet-1"}),
+            ("node-pools create --additional-node-network net-2", POOL, pool,
+             "networkConfig.additionalNodeNetworkConfigs[1]", {"network": "maxtext-tpu-net-2", "subnetwork": "tpu-subnet-2"}),
+            ("node-pools create --node-labels (DRANET)", POOL, pool,
+             "nodeConfig.labels", {"cloud.google.com/gke-networking-dra-driver": "true"}),
+            ("node-pools create --enable-gvnic", POOL, pool, "nodeConfig.gvnic.enabled", True),
+            ("node-pools create --scopes", POOL, pool, "nodeConfig.oauthScopes", ["https://www.googleapis.com/auth/cloud-platform"]),
+            ("Workload Identity on TPU nodes", POOL, pool, "nodeConfig.workloadMetadataConfig.mode", "GKE_METADATA"),
+            ("on-demand unless spot is set", POOL, pool, "nodeConfig.spot", False),
+        ]
+    ],
+    ("buckets create --default-storage-class=STANDARD", BUCKET, None, "storageClass", "STANDARD"),
+    ("buckets create --location=REGION", BUCKET, None, "location", "US-EAST5"),
+    ("buckets create (uniform access)", BUCKET, None, "uniformBucketLevelAccess", True),
+    ("buckets create (no public access)", BUCKET, None, "publicAccessPrevention", "enforced"),
+    ("add-iam-policy-binding --role", BUCKET_IAM, None, "role", "roles/storage.objectUser"),
+    ("add-iam-policy-binding --member", BUCKET_IAM, None, "member", PRINCIPAL),
+    ("kubectl create serviceaccount", KSA, None, "metadata", {"name": "maxtext-ray", "namespace": "default"}),
+]
+
+
+@pytest.fixture(scope="module")
+def standard_run():
+    return run_infra(stack_config("dev"))
+
+
+@pytest.fixture(scope="module")
+def autopilot_run():
+    config = stack_config("dev")
+    config["maxtext-tpu-infra:mode"] = "autopilot"
+    return run_infra(config)
+
+
+@pytest.mark.parametrize("step, type_token, name, path, expected", STANDARD_PROCEDURE, ids=[
+    f"{row[0]}:{row[2]}" for row in STANDARD_PROCEDURE
+])
+def test_standard_mode_has_every_flag_of_the_procedure(standard_run, step, type_token, name, path, expected):
+    assert value_at(find(standard_run, type_token, name).inputs, path) == expected, step
+
+
+AUTOPILOT_PROCEDURE = [
+    ("clusters create-auto", CLUSTER, "maxtext-tpu", "enableAutopilot", True),
+    ("clusters create-auto --location=REGION", CLUSTER, "maxtext-tpu", "location", REGION),
+    ("clusters create-auto --cluster-version", CLUSTER, "maxtext-tpu", "minMasterVersion", "1.35.2-gke.1842000"),
+    ("clusters create-auto --enable-ray-operator", CLUSTER, "maxtext-tpu", "addonsConfig.rayOperatorConfigs[0].enabled", True),
+    ("teardown works by default", CLUSTER, "maxtext-tpu", "deletionProtection", False),
+    ("buckets create --default-storage-class=STANDARD", BUCKET, None, "storageClass", "STANDARD"),
+    ("add-iam-policy-binding --member", BUCKET_IAM, None, "member", PRINCIPAL),
+]
+
+
+@pytest.mark.parametrize("step, type_token, name, path, expected", AUTOPILOT_PROCEDURE, ids=[
+    row[0] for row in AUTOPILOT_PROCEDURE
+])
+def test_autopilot_mode_has_every_flag_of_the_procedure(autopilot_run, step, type_token, name, path, expected):
+    assert value_at(find(autopilot_run, type_token, name).inputs, path) == expected, step
+
+
+def test_autopilot_has_no_node_pools_or_extra_networks_but_a_dranet_compute_class(autopilot_run):
+    assert autopilot_run.of_type(POOL) == []
+    assert autopilot_run.of_type(NETWORK) == []
+    cluster = find(autopilot_run, CLUSTER).inputs
+    for standard_only in ("datapathProvider", "removeDefaultNodePool", "initialNodeCount", "workloadIdentityConfig"):
+        assert standard_only not in cluster, standard_only
+    compute_class = autopilot_run.one(COMPUTE_CLASS).inputs
+    assert compute_class["spec"]["nodePoolConfig"] == {"dra": {"networking": {"enabled": True}}}
+    assert compute_class["spec"]["priorities"][0]["machineType"] == "ct6e-standard-4t"
+
+
+def test_autopilot_workers_are_not_privileged_and_use_the_compute_class(autopilot_run):
+    worker = autopilot_run.one(RAY_CLUSTER).inputs["spec"]["workerGroupSpecs"][0]["template"]["spec"]
+    assert "securityContext" not in worker["containers"][0]
+    assert worker["nodeSelector"]["cloud.google.com/compute-class"] == "dranet-compute-class"
+    claim = autopilot_run.one(CLAIM_TEMPLATE).inputs["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+    assert claim["allocationMode"] == "All"
+
+
+@pytest.mark.parametrize("slices", [1, 2, 4, 16])
+def test_standard_scales_one_pool_and_one_replica_per_slice(slices):
+    config = stack_config("dev")
+    config["maxtext-tpu-infra:slices"] = slices
+    run = run_infra(config)
+    tpu_pools = sorted(r.inputs["name"] for r in run.of_type(POOL) if r.inputs["name"] != "ray-head-pool")
+    assert tpu_pools == sorted(f"v6e-16-{index}" for index in range(slices))
+    assert all(find(run, POOL, name).inputs["nodeCount"] == 4 for name in tpu_pools)
+    group = run.one(RAY_CLUSTER).inputs["spec"]["workerGroupSpecs"][0]
+    assert (group["replicas"], group["numOfHosts"]) == (slices, 4)
+    env = {item["name"]: item["value"] for item in group["template"]["spec"]["containers"][0]["env"]}
+    assert env["MEGASCALE_NUM_SLICES"] == str(slices)
+    assert run.outputs["totalChips"] == 16 * slices
+    assert run.outputs["tpuPools"] == [f"v6e-16-{index}" for index in range(slices)]
+    # The DCN networks are per NIC, not per slice.
+    assert len(run.of_type(NETWORK)) == 2
+
+
+@pytest.mark.parametrize("slices", [1, 2, 4, 16])
+def test_autopilot_scales_replicas_without_pools(slices):
+    config = stack_config("dev")
+    config.update({"maxtext-tpu-infra:mode": "autopilot", "maxtext-tpu-infra:slices": slices})
+    run = run_infra(config)
+    assert run.of_type(POOL) == []
+    assert run.one(RAY_CLUSTER).inputs["spec"]["workerGroupSpecs"][0]["replicas"] == slices
+
+
+def test_larger_topology_changes_hosts_per_slice():
+    config = stack_config("dev")
+    config["maxtext-tpu-infra:topology"] = "4x8"
+    run = run_infra(config)
+    pool = find(run, POOL, "v6e-32-0").inputs
+    assert (pool["nodeCount"], pool["placementPolicy"]["tpuTopology"]) == (8, "4x8")
+    assert run.one(RAY_CLUSTER).inputs["spec"]["workerGroupSpecs"][0]["numOfHosts"] == 8
+
+
+def test_spot_and_reservation_reach_the_tpu_pools():
+    config = stack_config("dev")
+    config.update({"maxtext-tpu-infra:spot": True})
+    spot_pool = find(run_infra(config), POOL, "v6e-16-0").inputs
+    assert spot_pool["nodeConfig"]["spot"] is True
+    config = stack_config("dev")
+    config.update({"maxtext-tpu-infra:reservation": "my-v6e-reservation"})
+    reserved = find(run_infra(config), POOL, "v6e-16-0").inputs["nodeConfig"]["reservationAffinity"]
+    assert reserved == {
+        "consumeReservationType": "SPECIFIC_RESERVATION",
+        "key": "compute.googleapis.com/reservation-name",
+        "values": ["my-v6e-reservation"],
+    }
+
+
+def test_every_resource_is_parented_to_a_component(standard_run):
+    components = {r.urn: r for r in standard_run.registrations if not r.custom}
+    for component in components.values():
+        assert len(component.type.split(":")) == 3 and component.type.startswith("maxtext-tpu:")
+    for resource in standard_run.registrations:
+        if resource.custom:
+            assert resource.parent in components, f"{resource.type} {resource.name} is not in a component"
+
+
+def test_children_are_named_after_their_component(standard_run):
+    for resource in standard_run.registrations:
+        if resource.custom:
+            assert resource.name.startswith(standard_run.by_urn(resource.parent).name), resource.name
+
+
+def test_bucket_binding_waits_for_the_cluster(standard_run):
+    cluster = find(standard_run, CLUSTER)
+    assert cluster.urn in find(standard_run, BUCKET_IAM).dependencies
+
+
+def test_tpu_pools_replace_delete_first_and_wait_for_stockouts(standard_run):
+    cluster = find(standard_run, CLUSTER)
+    for pool in ("v6e-16-0", "v6e-16-1"):
+        registration = find(standard_run, POOL, pool)
+        assert registration.delete_before_replace
+        assert cluster.urn in registration.dependencies
+        assert registration.custom_timeouts["create"] == "150m"
+
+
+def test_ray_cluster_waits_for_crd_identity_capacity_and_claims(standard_run):
+    ray_cluster = standard_run.one(RAY_CLUSTER)
+    for dependency in (CRD_WAIT, KSA, BUCKET_IAM, CLAIM_TEMPLATE):
+        assert standard_run.one(dependency).urn in ray_cluster.dependencies, dependency
+    for pool in ("v6e-16-0", "v6e-16-1"):
+        assert find(standard_run, POOL, pool).urn in ray_cluster.dependencies
+
+
+def test_kubernetes_objects_use_the_explicit_provider(standard_run):
+    provider = standard_run.one("pulumi:providers:kubernetes")
+    for resource in standard_run.registrations:
+        if resource.type.startswith("kubernetes:"):
+            assert resource.provider.startswith(provider.urn + "::"), resource.type
+
+
+def test_kubeconfig_holds_no_credential(standard_run):
+    kubeconfig = standard_run.outputs["kubeconfig"]
+    user = kubeconfig["users"][0]["user"]
+    assert set(user) == {"exec"} and user["exec"]["command"] == "gke-gcloud-auth-plugin"
+    assert kubeconfig["clusters"][0]["cluster"]["server"].startswith("https://")
+    crd_wait = standard_run.one(CRD_WAIT).inputs
+    assert crd_wait["kubeconfig"] == kubeconfig and crd_wait["crd_name"] == "rayclusters.ray.io"
+
+
+def test_apis_are_enabled_and_never_disabled_on_destroy(standard_run):
+    services = standard_run.of_type("gcp:projects/service:Service")
+    assert {s.inputs["service"] for s in services} >= {"container.googleapis.com", "compute.googleapis.com"}
+    assert all(s.inputs["disableOnDestroy"] is False for s in services)
+    # The first resources to call each API wait for every API to be enabled (the SDK expands a
+    # dependency on the ProjectApis component into its children).
+    for type_token in (CLUSTER, NETWORK, BUCKET, "gcp:serviceaccount/account:Account"):
+        for resource in standard_run.of_type(type_token):
+            assert {s.urn for s in services} <= set(resource.dependencies), resource.name
+
+
+STABLE_OUTPUTS = {
+    "clusterName": "maxtext-tpu",
+    "namespace": "default",
+    "rayClusterName": "maxtext-tpu-cluster",
+    "headServiceName": "maxtext-tpu-cluster-head-svc",
+    "dashboardPort": 8265,
+    "checkpointRoot": "/data",
+    "preset": "llama3-8b",
+    "slices": 2,
+    "topology": "4x4",
+    "accelerator": "v6e",
+    "totalChips": 32,
+}
+
+
+def test_stack_outputs_for_the_workloads_project(standard_run):
+    for name, expected in STABLE_OUTPUTS.items():
+        assert standard_run.outputs[name] == expected, name
+    for name in ("clusterEndpoint", "clusterCaCertificate", "bucketName", "serviceAccount", "clusterLocation"):
+        assert standard_run.outputs[name], name
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"maxtext-tpu-infra:preset": "llama3-405b"},
+        {"maxtext-tpu-infra:mode": "hybrid"},
+        {"maxtext-tpu-infra:topology": "3x3"},
+        {"maxtext-tpu-infra:slices": 0},
+        {"maxtext-tpu-infra:slices": 65},
+        {"gcp:zone": "europe-west4-a"},
+        {"maxtext-tpu-infra:dcnSubnets": ["10.50.0.0/16", "10.50.0.0/20"]},
+        {"maxtext-tpu-infra:gkeVersion": "1.33.0-gke.100"},
+        {"maxtext-tpu-infra:mode": "autopilot", "maxtext-tpu-infra:gkeVersion": "1.35.1-gke.1"},
+    ],
+)
+def test_bad_config_stops_before_any_resource(overrides):
+    config = stack_config("dev")
+    config.update(overrides)
+    monitor = RecordingMonitor()
+    with pytest.raises(SettingsError):
+        run_program(lambda: build(read_settings()), config, monitor=monitor)
+    assert monitor.registrations == []
