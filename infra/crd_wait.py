@@ -84,6 +84,7 @@ class CrdEstablishedProvider(ResourceProvider):
             props["kubeconfig"],
             props["crd_name"],
             float(props.get("timeout_seconds") or DEFAULT_TIMEOUT_SECONDS),
+            POLL_SECONDS,
         )
         return CreateResult(id_=props["crd_name"], outs=dict(props))
 

@@ -1,0 +1,141 @@
+"""The wait for the Ray operator's CRD, against a small fake Kubernetes API server on loopback."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import dill
+import pytest
+from pulumi.dynamic.dynamic import serialize_provider
+
+from infra.crd_wait import CrdEstablishedProvider, CrdNotReadyError, RAY_CLUSTER_CRD, wait_for_crd
+
+CRD_PATH = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{RAY_CLUSTER_CRD}"
+
+
+class FakeApiServer:
+    """Answers 404 for the CRD `missing_for` times, then `final_status` with the CRD."""
+
+    def __init__(self, missing_for: int = 0, final_status: int = 200, established: bool = True):
+        self.requests: list[str] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (http.server's naming)
+                outer.requests.append(self.path)
+                if self.path != CRD_PATH or len(outer.requests) <= missing_for:
+                    self._reply(404, {"kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404})
+                elif final_status != 200:
+                    self._reply(final_status, {"kind": "Status", "status": "Failure", "code": final_status})
+                else:
+                    condition = {"type": "Established", "status": "True" if established else "False"}
+                    self._reply(200, {
+                        "apiVersion": "apiextensions.k8s.io/v1",
+                        "kind": "CustomResourceDefinition",
+                        "metadata": {"name": RAY_CLUSTER_CRD},
+                        "spec": {"group": "ray.io", "names": {"kind": "RayCluster", "plural": "rayclusters"},
+                                 "scope": "Namespaced", "versions": []},
+                        "status": {"conditions": [condition]},
+                    })
+
+            def _reply(self, status, body):
+                payload = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def kubeconfig(self) -> dict:
+        server = f"http://127.0.0.1:{self.server.server_address[1]}"
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "fake", "cluster": {"server": server}}],
+            "users": [{"name": "fake", "user": {}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+            "current-context": "fake",
+        }
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_returns_once_the_crd_appears():
+    with FakeApiServer(missing_for=3) as api:
+        wait_for_crd(api.kubeconfig, RAY_CLUSTER_CRD, timeout_seconds=10, poll_seconds=0.05)
+    assert len(api.requests) == 4
+
+
+def test_times_out_with_what_to_check_and_to_rerun():
+    with FakeApiServer(missing_for=10_000) as api:
+        started = time.monotonic()
+        with pytest.raises(CrdNotReadyError) as caught:
+            wait_for_crd(api.kubeconfig, RAY_CLUSTER_CRD, timeout_seconds=0.5, poll_seconds=0.05)
+    assert time.monotonic() - started < 5
+    message = str(caught.value)
+    assert "rayclusters.ray.io was not Established" in message
+    assert "the CRD does not exist yet" in message
+    assert "Ray operator add-on" in message and "run `pulumi up` again" in message
+
+
+def test_an_unestablished_crd_is_not_ready():
+    with FakeApiServer(established=False) as api:
+        with pytest.raises(CrdNotReadyError, match="exists but is not Established"):
+            wait_for_crd(api.kubeconfig, RAY_CLUSTER_CRD, timeout_seconds=0.3, poll_seconds=0.05)
+
+
+def test_forbidden_fails_at_once_naming_the_permission():
+    with FakeApiServer(final_status=403) as api:
+        with pytest.raises(CrdNotReadyError, match=r"HTTP 403.*roles/container"):
+            wait_for_crd(api.kubeconfig, RAY_CLUSTER_CRD, timeout_seconds=30, poll_seconds=0.05)
+    assert len(api.requests) == 1
+
+
+def test_unreachable_server_times_out_without_hanging():
+    config = FakeApiServer().kubeconfig  # never started: nothing listens on that port
+    config["clusters"][0]["cluster"]["server"] = "http://127.0.0.1:9"
+    started = time.monotonic()
+    with pytest.raises(CrdNotReadyError, match="did not answer"):
+        wait_for_crd(config, RAY_CLUSTER_CRD, timeout_seconds=0.5, poll_seconds=0.05)
+    assert time.monotonic() - started < 15
+
+
+def test_provider_create_waits_and_uses_the_crd_name_as_id(monkeypatch):
+    monkeypatch.setattr("infra.crd_wait.POLL_SECONDS", 0.05)
+    with FakeApiServer(missing_for=1) as api:
+        result = CrdEstablishedProvider().create(
+            {"kubeconfig": api.kubeconfig, "crd_name": RAY_CLUSTER_CRD, "timeout_seconds": 10}
+        )
+    assert result.id == RAY_CLUSTER_CRD
+
+
+def test_diff_replaces_only_for_a_new_cluster_or_crd():
+    provider = CrdEstablishedProvider()
+    olds = {"kubeconfig": {"a": 1}, "crd_name": RAY_CLUSTER_CRD, "timeout_seconds": 900}
+    assert not provider.diff("id", olds, {**olds, "timeout_seconds": 60}).changes
+    assert provider.diff("id", olds, {**olds, "kubeconfig": {"a": 2}}).replaces == ["kubeconfig"]
+
+
+def test_provider_is_pickled_by_reference():
+    """Pulumi stores the provider in state with dill: a reference survives code changes."""
+    serialized = base64.b64decode(serialize_provider(CrdEstablishedProvider()))
+    assert b"infra.crd_wait" in serialized and b"CrdEstablishedProvider" in serialized
+    assert isinstance(dill.loads(serialized), CrdEstablishedProvider)
+    assert len(serialized) < 200
