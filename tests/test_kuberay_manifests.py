@@ -1,0 +1,174 @@
+"""The Kubernetes objects the infra program creates, as the API server would judge them, and the
+RayCluster compared field by field with the manual procedure's own manifest."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import run_infra
+from tests.support.k8s_conformance import (
+    normalize_numbers,
+    require_schema,
+    validate_against_schema,
+    validate_builtin,
+    validate_custom_resource,
+    validate_pod_template,
+)
+from tests.support.pulumi_harness import stack_config
+from tests.support.shared import require_shared
+
+VARIANTS = {
+    "standard": {},
+    "standard-1-slice": {"slices": 1},
+    "standard-16-slices-spot": {"slices": 16, "spot": True},
+    "standard-namespace": {"namespace": "training", "serviceAccount": "trainer"},
+    "autopilot": {"mode": "autopilot"},
+    "autopilot-spot-reserved": {"mode": "autopilot", "spot": True, "reservation": "v6e-res"},
+}
+
+
+def manifests(run, kind: str) -> list[dict[str, Any]]:
+    """Objects as the Kubernetes provider would send them (mock numbers back to ints)."""
+    return [normalize_numbers(r.inputs) for r in run.custom_resources(kind)]
+
+
+@pytest.fixture(scope="module", params=list(VARIANTS))
+def variant_run(request):
+    config = stack_config("dev")
+    config.update({f"maxtext-tpu-infra:{key}": value for key, value in VARIANTS[request.param].items()})
+    return run_infra(config)
+
+
+def test_ray_cluster_is_accepted_by_the_kuberay_crd(variant_run):
+    crd = require_schema("ray.io_rayclusters.yaml")
+    [ray_cluster] = manifests(variant_run, "RayCluster")
+    assert validate_custom_resource(ray_cluster, crd) == []
+
+
+def test_pod_templates_are_valid_kubernetes_1_34(variant_run):
+    [ray_cluster] = manifests(variant_run, "RayCluster")
+    spec = ray_cluster["spec"]
+    assert validate_pod_template(spec["headGroupSpec"]["template"]) == []
+    for group in spec["workerGroupSpecs"]:
+        assert validate_pod_template(group["template"]) == []
+
+
+def test_builtin_objects_are_valid_kubernetes_1_34(variant_run):
+    objects = manifests(variant_run, "ResourceClaimTemplate") + manifests(variant_run, "ServiceAccount")
+    objects += manifests(variant_run, "Namespace")
+    assert objects
+    for obj in objects:
+        obj = {"apiVersion": obj.get("apiVersion", "v1"), "kind": obj.get("kind"), **obj}
+        assert validate_builtin(obj) == [], obj
+
+
+def test_compute_class_matches_its_schema():
+    schema = yaml.safe_load(require_schema("computeclass_v1.json").read_text())
+    config = stack_config("dev")
+    config.update({"maxtext-tpu-infra:mode": "autopilot", "maxtext-tpu-infra:spot": True,
+                   "maxtext-tpu-infra:reservation": "v6e-res"})
+    [compute_class] = manifests(run_infra(config), "ComputeClass")
+    assert validate_against_schema(compute_class, schema) == []
+
+
+def test_broken_generated_objects_are_rejected():
+    """The checks bite on our own output, not only on hand-made examples."""
+    crd = require_schema("ray.io_rayclusters.yaml")
+    run = run_infra(stack_config("dev"))
+    [ray_cluster] = manifests(run, "RayCluster")
+    worker = ray_cluster["spec"]["workerGroupSpecs"][0]
+    worker["numHosts"] = 4  # misspelt numOfHosts
+    worker["replicas"] = 2**31
+    errors = validate_custom_resource(ray_cluster, crd)
+    assert any("workerGroupSpecs[0].numHosts" in error for error in errors), errors
+    assert any("workerGroupSpecs[0].replicas" in error for error in errors), errors
+
+    [claim] = manifests(run, "ResourceClaimTemplate")
+    claim["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] = "two"
+    assert validate_builtin(claim) != []
+
+    [ray_cluster] = manifests(run, "RayCluster")
+    ray_cluster["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["resources"]["claim"] = []
+    assert validate_pod_template(ray_cluster["spec"]["workerGroupSpecs"][0]["template"]) != []
+
+
+# ---------------------------------------------------------------- comparison with the procedure
+
+# Every way the generated RayCluster and claim template differ from the procedure's manifest
+# (`reference/ray-cluster.tpu-multi-slice.yaml`), by path prefix, with the reason.
+DELIBERATE_DIFFERENCES = {
+    "ResourceClaimTemplate.metadata.name": "named for its purpose (DCN NICs), not its count: "
+    "the count follows the accelerator's DCN network count",
+    "ResourceClaimTemplate.metadata.namespace": "explicit namespace from stack config",
+    "RayCluster.metadata.namespace": "explicit namespace from stack config",
+    "RayCluster.spec.headGroupSpec.serviceType": "ClusterIP stated explicitly: the Jobs API on "
+    "8265 runs arbitrary commands and must never get a public LoadBalancer",
+    "RayCluster.spec.headGroupSpec.template.spec.containers[0].image": "pinned release image "
+    "instead of the moving nightly tag",
+    "RayCluster.spec.headGroupSpec.template.spec.containers[0].imagePullPolicy": "IfNotPresent: "
+    "the tag is pinned, so re-pulling on every pod start only adds latency",
+    "RayCluster.spec.headGroupSpec.template.spec.affinity": "the head must not land on Spot "
+    "capacity, whose preemption would end the job",
+    "RayCluster.spec.workerGroupSpecs[0].minReplicas": "pinned to the slice count so the "
+    "autoscaler never scales a multi-host slice partially",
+    "RayCluster.spec.workerGroupSpecs[0].maxReplicas": "pinned to the slice count (see minReplicas)",
+    "RayCluster.spec.workerGroupSpecs[0].template.spec.containers[0].image": "pinned release "
+    "image instead of the moving nightly tag",
+    "RayCluster.spec.workerGroupSpecs[0].template.spec.containers[0].imagePullPolicy": "IfNotPresent "
+    "for the pinned tag",
+    "RayCluster.spec.workerGroupSpecs[0].template.spec.resourceClaims[0].resourceClaimTemplateName":
+    "follows the claim template's name",
+}
+
+KSA, BUCKET = "maxtext-ray", "checkpoints-bucket"  # the dev stack's service account; the mock bucket
+
+
+def flatten(value: Any, prefix: str) -> dict[str, Any]:
+    if isinstance(value, dict):
+        flat: dict[str, Any] = {}
+        for key, item in value.items():
+            flat.update(flatten(item, f"{prefix}.{key}"))
+        return flat
+    if isinstance(value, list):
+        flat = {}
+        for index, item in enumerate(value):
+            flat.update(flatten(item, f"{prefix}[{index}]"))
+        return flat
+    return {prefix: value}
+
+
+def reference_objects() -> dict[str, dict[str, Any]]:
+    text = require_shared("reference/ray-cluster.tpu-multi-slice.yaml").read_text()
+    text = text.replace("${KSA_NAME}", KSA).replace("${GS_BUCKET}", BUCKET)
+    return {doc["kind"]: doc for doc in yaml.safe_load_all(text) if doc}
+
+
+def test_ray_cluster_matches_the_procedure_but_for_listed_reasons():
+    run = run_infra(stack_config("dev"))
+    ours = {
+        "ResourceClaimTemplate": manifests(run, "ResourceClaimTemplate")[0],
+        "RayCluster": manifests(run, "RayCluster")[0],
+    }
+    reference = reference_objects()
+    ours_flat: dict[str, Any] = {}
+    reference_flat: dict[str, Any] = {}
+    for kind in ours:
+        ours_flat.update(flatten(ours[kind], kind))
+        reference_flat.update(flatten(reference[kind], kind))
+    differing = {
+        path
+        for path in set(ours_flat) | set(reference_flat)
+        if ours_flat.get(path, "<absent>") != reference_flat.get(path, "<absent>")
+    }
+
+    def explained_by(path: str) -> str | None:
+        return next((prefix for prefix in DELIBERATE_DIFFERENCES if path == prefix or path.startswith(prefix + ".")
+                     or path.startswith(prefix + "[")), None)
+
+    unexplained = sorted(path for path in differing if explained_by(path) is None)
+    assert unexplained == [], {path: (ours_flat.get(path), reference_flat.get(path)) for path in unexplained}
+    stale = sorted(set(DELIBERATE_DIFFERENCES) - {explained_by(path) for path in differing})
+    assert stale == [], f"listed differences that no longer differ: {stale}"
