@@ -309,6 +309,7 @@ def test_stack_outputs_for_the_workloads_project(standard_run):
         {"maxtext-tpu-infra:dcnSubnets": ["10.50.0.0/16", "10.50.0.0/20"]},
         {"maxtext-tpu-infra:gkeVersion": "1.33.0-gke.100"},
         {"maxtext-tpu-infra:mode": "autopilot", "maxtext-tpu-infra:gkeVersion": "1.35.1-gke.1"},
+        {"maxtext-tpu-infra:slicse": 4},  # a misspelt key is reported, not ignored
     ],
 )
 def test_bad_config_stops_before_any_resource(overrides):
