@@ -25,3 +25,13 @@ def infra_run() -> Callable[..., ProgramRun]:
         return run_infra(config, stack=stack)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def local_ray_head():
+    """One loopback-only Ray head for the whole test session, from the trainer environment;
+    stopped by its pid at the end."""
+    from workloads.local_ray import LocalRayHead
+
+    with LocalRayHead() as head:
+        yield head

@@ -1,0 +1,153 @@
+"""The resolved description of one training job: what the trainer program on the Ray cluster
+needs, and nothing it would have to look up.
+
+The workloads stack resolves it from a preset, the infra stack's shape and the user's MaxText
+overrides, checks it, and passes it to the trainer as JSON on the command line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+from domain import maxtext_config
+from domain.presets import PRESETS, maxtext_overrides
+
+# Ray Train retries after a worker error (a Spot preemption is counted apart, without limit).
+DEFAULT_MAX_FAILURES = {"multislice": 0, "elastic": 3}
+
+_RUN_NAME = re.compile(r"^[a-z0-9]([-a-z0-9_.]{0,62}[a-z0-9])?$")
+
+
+class JobError(ValueError):
+    """A job that must not be submitted; the message lists every problem."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("invalid training job:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    run_name: str
+    checkpoint_root: str
+    preset: str
+    use_tpu: bool
+    accelerator_type: str | None  # Ray's name, e.g. TPU-V6E
+    topology: str | None
+    slices: int
+    hosts_per_slice: int
+    chips_per_host: int
+    elastic: bool
+    min_slices: int
+    max_failures: int
+    maxtext_overrides: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def max_workers(self) -> int:
+        return self.slices * self.hosts_per_slice
+
+    @property
+    def num_workers(self) -> int | tuple[int, int]:
+        """One Ray Train worker per TPU VM; elastic jobs run on any whole number of slices in
+        [min_slices, slices]. A CPU job has one worker: JAX on CPU runs without
+        jax.distributed, so more workers would train the same model twice."""
+        if self.elastic:
+            return (self.min_slices * self.hosts_per_slice, self.max_workers)
+        return self.max_workers
+
+    @property
+    def run_directory(self) -> str:
+        return f"{self.checkpoint_root.rstrip('/')}/{self.run_name}"
+
+    def maxtext_args(self) -> list[str]:
+        """`key=value` arguments after the base config: where to write, then the overrides."""
+        pinned = {"run_name": self.run_name, "base_output_directory": self.checkpoint_root}
+        return [f"{key}={value}" for key, value in {**pinned, **self.maxtext_overrides}.items()]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "JobSpec":
+        data: dict[str, Any] = json.loads(text)
+        data["maxtext_overrides"] = dict(data.get("maxtext_overrides") or {})
+        return cls(**data)
+
+
+def resolve_job(
+    preset_name: str,
+    *,
+    run_name: str,
+    checkpoint_root: str,
+    slices: int | None = None,
+    topology: str | None = None,
+    elastic: bool = False,
+    min_slices: int = 1,
+    max_failures: int | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> JobSpec:
+    """Checks everything a submission would otherwise discover on the cluster, then returns the
+    job. Raises JobError listing every problem."""
+    problems: list[str] = []
+    chosen = PRESETS.get(preset_name)
+    if chosen is None:
+        raise JobError([f"preset = {preset_name!r} is not valid; choose one of: {', '.join(PRESETS)}"])
+    if not _RUN_NAME.match(run_name):
+        problems.append(
+            f"runName = {run_name!r} is not valid; use lowercase letters, digits, '-', '_' or '.', "
+            "at most 64 characters (it names the checkpoint directory)"
+        )
+    if not checkpoint_root:
+        problems.append("the checkpoint root is empty; it is the infra stack's checkpointRoot output")
+
+    if chosen.runs_on_tpu:
+        accelerator = chosen.accelerator
+        topology = topology or chosen.topology
+        slices = chosen.slices if slices is None else slices
+        shape = accelerator.shapes.get(topology or "")
+        if shape is None:
+            problems.append(f"topology = {topology!r} is not a topology of TPU {accelerator.name}")
+    else:
+        accelerator, shape, slices = None, None, 1
+    if slices < 1:
+        problems.append(f"slices = {slices} must be at least 1")
+    if elastic and not 1 <= min_slices <= slices:
+        problems.append(f"minSlices = {min_slices} must be between 1 and slices ({slices})")
+    failures = DEFAULT_MAX_FAILURES["elastic" if elastic else "multislice"] if max_failures is None else max_failures
+    if failures < -1:
+        problems.append(f"maxFailures = {failures} is not valid; use -1 (no limit), 0 or more")
+
+    resolved = maxtext_overrides(chosen, max(slices, 1))
+    if elastic and chosen.dcn_axis:
+        # The slice count changes under an elastic job: let MaxText size the DCN axis itself.
+        resolved[f"dcn_{chosen.dcn_axis}_parallelism"] = "-1"
+    user = {str(key): str(value) for key, value in (overrides or {}).items()}
+    resolved.update(user)
+    problems += maxtext_config.override_problems(
+        user, chips_per_slice=None, slices=max(slices, 1)
+    )
+    if not problems and shape is not None:
+        for check_slices in ({min_slices, slices} if elastic else {slices}):
+            problems += maxtext_config.override_problems(
+                resolved, chips_per_slice=shape.chips, slices=check_slices
+            )
+    if problems:
+        raise JobError(sorted(set(problems), key=problems.index))
+    return JobSpec(
+        run_name=run_name,
+        checkpoint_root=checkpoint_root,
+        preset=chosen.name,
+        use_tpu=chosen.runs_on_tpu,
+        accelerator_type=accelerator.ray_accelerator_type if accelerator else None,
+        topology=topology if chosen.runs_on_tpu else None,
+        slices=slices,
+        hosts_per_slice=shape.vms if shape else 1,
+        chips_per_host=shape.chips_per_vm if shape else 0,
+        elastic=elastic,
+        min_slices=min_slices if elastic else slices,
+        max_failures=failures,
+        maxtext_overrides=resolved,
+    )

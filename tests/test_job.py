@@ -1,0 +1,83 @@
+"""Resolving a job: presets, user overrides and every check that must happen before submission."""
+
+import pytest
+
+from domain.job import JobError, JobSpec, resolve_job
+
+
+def resolve(preset="llama3-8b", **kwargs):
+    kwargs.setdefault("run_name", "run-1")
+    kwargs.setdefault("checkpoint_root", "/data/")
+    return resolve_job(preset, **kwargs)
+
+
+def problems(**kwargs) -> list[str]:
+    with pytest.raises(JobError) as caught:
+        resolve(**kwargs)
+    return caught.value.problems
+
+
+def test_procedure_8b_job():
+    job = resolve()
+    assert (job.use_tpu, job.accelerator_type, job.topology) == (True, "TPU-V6E", "4x4")
+    assert (job.slices, job.hosts_per_slice, job.chips_per_host, job.num_workers) == (2, 4, 4, 8)
+    assert job.max_failures == 0
+    assert job.maxtext_args()[:2] == ["run_name=run-1", "base_output_directory=/data/"]
+    assert "per_device_batch_size=4" in job.maxtext_args()
+    assert job.run_directory == "/data/run-1"
+
+
+def test_user_overrides_win_over_the_preset():
+    job = resolve(overrides={"per_device_batch_size": 2, "learning_rate": "1e-4"})
+    assert job.maxtext_overrides["per_device_batch_size"] == "2"
+    assert job.maxtext_overrides["learning_rate"] == "1e-4"
+
+
+def test_elastic_job_spans_one_to_all_slices_and_lets_maxtext_size_dcn():
+    job = resolve("llama3-70b", elastic=True, min_slices=1)
+    assert job.num_workers == (4, 8)
+    assert job.max_failures == 3
+    assert job.maxtext_overrides["dcn_fsdp_parallelism"] == "-1"
+
+
+def test_cpu_job_has_one_worker():
+    job = resolve("tiny-cpu", checkpoint_root="/tmp/out")
+    assert (job.use_tpu, job.num_workers, job.topology) == (False, 1, None)
+
+
+def test_json_round_trip():
+    job = resolve("llama3-70b", slices=4, elastic=True, min_slices=2, max_failures=5)
+    assert JobSpec.from_json(job.to_json()) == job
+
+
+@pytest.mark.parametrize(
+    "kwargs, expected",
+    [
+        ({"overrides": {"lerning_rate": 1}}, "'lerning_rate' is not a MaxText setting (not in base.yml); did you mean 'learning_rate'?"),
+        ({"overrides": {"run_name": "x"}}, "MaxText key 'run_name' cannot be overridden: it is set from the job's run name"),
+        ({"overrides": {"base_output_directory": "gs://x"}}, "cannot be overridden: it is set from the stack's checkpoint root"),
+        ({"overrides": {"ici_fsdp_parallelism": 8}}, "ICI parallelism within a slice of 16 chips: ici_fsdp_parallelism=8, ici_tensor_parallelism=4 multiply to 32, but there are 16"),
+        ({"overrides": {"ici_fsdp_parallelism": -1, "ici_tensor_parallelism": -1}}, "only one axis may be -1"),
+        ({"overrides": {"dcn_data_parallelism": 3}}, "DCN parallelism across 2 slice(s): dcn_data_parallelism=3 multiply to 3, but there are 2"),
+        ({"overrides": {"ici_data_parallelism": "two"}}, "not a whole number"),
+        ({"run_name": "My Run"}, "runName = 'My Run' is not valid"),
+        ({"checkpoint_root": ""}, "the checkpoint root is empty"),
+        ({"topology": "3x3"}, "topology = '3x3' is not a topology of TPU v6e"),
+        ({"slices": 0}, "slices = 0 must be at least 1"),
+        ({"elastic": True, "min_slices": 3}, "minSlices = 3 must be between 1 and slices (2)"),
+        ({"max_failures": -2}, "maxFailures = -2 is not valid"),
+    ],
+)
+def test_bad_jobs_are_refused_before_submission(kwargs, expected):
+    found = problems(**kwargs)
+    assert any(expected in problem for problem in found), found
+
+
+def test_unknown_preset():
+    with pytest.raises(JobError, match="preset = 'llama3-405b' is not valid; choose one of: llama3-8b"):
+        resolve("llama3-405b")
+
+
+def test_elastic_70b_fits_both_the_smallest_and_the_largest_footprint():
+    job = resolve("llama3-70b", slices=4, elastic=True, min_slices=1)
+    assert job.num_workers == (4, 16)

@@ -1,0 +1,116 @@
+"""Real MaxText runs of the tiny preset through a local Ray cluster on CPU, and a real fault:
+the Ray Train worker SIGKILLed after a checkpoint has committed."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shlex
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from ray.job_submission import JobStatus, JobSubmissionClient
+from ray.util.state import list_actors
+
+from domain.job import JobSpec, resolve_job
+
+pytestmark = pytest.mark.slow
+
+STEP_LINE = re.compile(r"completed step: (\d+), seconds: [\d.]+, .*?loss: ([-\d.naninf]+)")
+RESTORE_LINE = re.compile(r"restoring from this run's directory step (\d+)")
+
+# Slower steps than the tiny preset's (~0.5 s each on 2 cores) so a fault can land mid-run.
+FAULT_RUN_OVERRIDES = {
+    "steps": 30,
+    "checkpoint_period": 5,
+    "per_device_batch_size": 4,
+    "max_target_length": 256,
+    "base_emb_dim": 256,
+    "base_num_decoder_layers": 4,
+    "base_mlp_dim": 1024,
+    "base_num_query_heads": 8,
+    "base_num_kv_heads": 8,
+    "head_dim": 32,
+    "vocab_size": 1024,
+}
+
+
+def submit(head, job: JobSpec) -> tuple[JobSubmissionClient, str]:
+    program = "trainer.maxtext_elastic_trainer" if job.elastic else "trainer.maxtext_multi_slice_trainer"
+    client = JobSubmissionClient(head.address)
+    job_id = client.submit_job(entrypoint=f"python -m {program} --job {shlex.quote(job.to_json())}")
+    return client, job_id
+
+
+def wait(client: JobSubmissionClient, job_id: str, timeout: float = 420) -> JobStatus:
+    deadline = time.monotonic() + timeout
+    while not (status := client.get_job_status(job_id)).is_terminal():
+        if time.monotonic() > deadline:
+            client.stop_job(job_id)
+            pytest.fail(f"job {job_id} still {status} after {timeout} s:\n{client.get_job_logs(job_id)[-3000:]}")
+        time.sleep(1)
+    return status
+
+
+def committed_steps(job: JobSpec) -> list[int]:
+    """Orbax writes into a temporary directory and renames it to the step when it commits."""
+    directory = Path(job.run_directory) / "checkpoints"
+    if not directory.is_dir():
+        return []
+    return sorted(int(entry.name) for entry in directory.iterdir() if entry.name.isdigit())
+
+
+def steps_and_losses(logs: str) -> list[tuple[int, float]]:
+    return [(int(step), float(loss)) for step, loss in STEP_LINE.findall(logs)]
+
+
+def test_tiny_preset_trains_logs_finite_losses_and_checkpoints(local_ray_head, tmp_path):
+    job = resolve_job("tiny-cpu", run_name="tiny-run", checkpoint_root=str(tmp_path))
+    client, job_id = submit(local_ray_head, job)
+    status = wait(client, job_id)
+    logs = client.get_job_logs(job_id)
+    assert status == JobStatus.SUCCEEDED, logs[-3000:]
+    steps = steps_and_losses(logs)
+    total = int(job.maxtext_overrides["steps"])
+    assert [step for step, _ in steps] == list(range(total))
+    assert all(math.isfinite(loss) for _, loss in steps)
+    assert steps[-1][1] < steps[0][1], "the loss should fall on the synthetic data"
+    # checkpoint_period=2 and a final save: Orbax step directories, each with its state.
+    assert committed_steps(job) == [0, 2, 4, total - 1]
+    assert any((Path(job.run_directory) / "checkpoints" / "4").iterdir())
+
+
+def test_worker_killed_after_a_checkpoint_resumes_from_it(local_ray_head, tmp_path):
+    job = resolve_job(
+        "tiny-cpu", run_name="fault-run", checkpoint_root=str(tmp_path), elastic=True,
+        overrides=FAULT_RUN_OVERRIDES,
+    )
+    total = FAULT_RUN_OVERRIDES["steps"]
+    client, job_id = submit(local_ray_head, job)
+
+    deadline = time.monotonic() + 300
+    while not [step for step in committed_steps(job) if step >= 10]:
+        assert time.monotonic() < deadline, client.get_job_logs(job_id)[-3000:]
+        assert not client.get_job_status(job_id).is_terminal(), client.get_job_logs(job_id)[-3000:]
+        time.sleep(0.2)
+    committed_before_kill = max(committed_steps(job))
+    [worker] = list_actors(
+        address=local_ray_head.address,
+        filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")],
+    )
+    os.kill(worker.pid, signal.SIGKILL)  # a process of the Ray head this session started
+
+    status = wait(client, job_id)
+    logs = client.get_job_logs(job_id)
+    assert status == JobStatus.SUCCEEDED, logs[-3000:]
+    restored = [int(step) for step in RESTORE_LINE.findall(logs)]
+    assert restored and restored[-1] >= committed_before_kill, logs[-3000:]
+    counts = Counter(step for step, _ in steps_and_losses(logs))
+    assert max(counts) == total - 1, "the run must reach the configured total"
+    assert all(counts[step] == 1 for step in range(restored[-1])), counts
+    assert all(counts[step] <= 2 for step in range(restored[-1], total)), counts
+    assert set(counts) == set(range(total))

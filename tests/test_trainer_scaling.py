@@ -1,0 +1,70 @@
+"""The trainer's Ray Train configuration for TPU shapes, built here without any TPU."""
+
+import pytest
+from ray.util.tpu import get_tpu_worker_resources
+
+from domain.job import JobSpec, resolve_job
+from domain.maxtext_config import base_config_path
+from trainer import maxtext_trainer
+
+
+def job(preset="llama3-8b", **kwargs) -> JobSpec:
+    return resolve_job(preset, run_name="scaling", checkpoint_root="/data/", **kwargs)
+
+
+@pytest.mark.parametrize("slices", [1, 2, 4])
+def test_multislice_workers_match_ray_tpu_resources(slices):
+    config = maxtext_trainer.scaling_config(job(slices=slices))
+    workers, per_worker = get_tpu_worker_resources("4x4", "TPU-V6E", {"TPU": 4}, num_slices=slices)
+    assert config.num_workers == workers == 4 * slices
+    assert config.resources_per_worker == {"TPU": per_worker["TPU"]}
+    assert (config.use_tpu, config.topology, config.accelerator_type) == (True, "4x4", "TPU-V6E")
+    assert config.placement_strategy == "SPREAD"
+
+
+@pytest.mark.parametrize("min_slices, max_slices", [(1, 2), (1, 4), (2, 4)])
+def test_elastic_range_is_whole_slices(min_slices, max_slices):
+    config = maxtext_trainer.scaling_config(job(slices=max_slices, elastic=True, min_slices=min_slices))
+    smallest, _ = get_tpu_worker_resources("4x4", "TPU-V6E", {"TPU": 4}, num_slices=min_slices)
+    largest, _ = get_tpu_worker_resources("4x4", "TPU-V6E", {"TPU": 4}, num_slices=max_slices)
+    assert config.num_workers == (smallest, largest)
+    assert config.elasticity_enabled
+
+
+def test_failure_budget_defaults_and_overrides():
+    assert maxtext_trainer.run_config(job()).failure_config.max_failures == 0
+    assert maxtext_trainer.run_config(job(elastic=True)).failure_config.max_failures == 3
+    assert maxtext_trainer.run_config(job(elastic=True, max_failures=7)).failure_config.max_failures == 7
+
+
+def test_run_state_lives_beside_the_checkpoints():
+    config = maxtext_trainer.run_config(job())
+    assert (config.name, config.storage_path) == ("scaling", "/data/ray-train")
+
+
+def test_cpu_mode_runs_one_cpu_worker_with_jax_on_cpu():
+    tiny = job("tiny-cpu")
+    config = maxtext_trainer.scaling_config(tiny)
+    assert (config.num_workers, config.use_tpu) == (1, False)
+    assert maxtext_trainer.run_config(tiny).worker_runtime_env["env_vars"]["JAX_PLATFORMS"] == "cpu"
+
+
+def test_maxtext_argv_uses_the_installed_base_config():
+    argv = maxtext_trainer.maxtext_argv(job())
+    assert argv[1] == str(base_config_path()) and base_config_path().is_file()
+    assert "run_name=scaling" in argv and "base_output_directory=/data/" in argv
+
+
+@pytest.mark.parametrize("slices", [1, 2, 4])
+def test_trainer_builds_for_tpu_shapes_without_tpus(slices):
+    trainer = maxtext_trainer.build_trainer(job(slices=slices))
+    assert trainer.scaling_config.num_workers == 4 * slices
+    assert trainer.train_loop_config["argv"][2:4] == ["run_name=scaling", "base_output_directory=/data/"]
+
+
+def test_a_job_refuses_the_wrong_trainer(capsys):
+    elastic_job = job(elastic=True)
+    with pytest.raises(SystemExit):
+        maxtext_trainer.parse_job(["--job", elastic_job.to_json()], elastic=False)
+    assert "resolved for the elastic trainer" in capsys.readouterr().err
+    assert maxtext_trainer.parse_job(["--job", elastic_job.to_json()], elastic=True) == elastic_job
