@@ -20,13 +20,16 @@ CHECKPOINT_ROLE = "roles/storage.objectUser"
 HEAD_POOL_NAME = "ray-head-pool"
 
 # APIs the stack calls: GKE, Compute (VPCs, VMs), Cloud Storage (checkpoints), IAM (the node
-# service account), Resource Manager (project number lookup).
+# service account), Resource Manager (project number lookup), Artifact Registry and Cloud Build
+# (the worker image, and the nodes pulling it).
 REQUIRED_APIS = (
     "container.googleapis.com",
     "compute.googleapis.com",
     "storage.googleapis.com",
     "iam.googleapis.com",
     "cloudresourcemanager.googleapis.com",
+    "artifactregistry.googleapis.com",
+    "cloudbuild.googleapis.com",
 )
 
 # What GKE nodes themselves need (logs, metrics, pulling images); pods get their own identity

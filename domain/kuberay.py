@@ -160,7 +160,7 @@ def libtpu_init_args(dcn_networks: int) -> str:
     return " ".join(flags)
 
 
-def _head_group(settings: StackSettings, bucket_name: Any) -> dict[str, Any]:
+def _head_group(settings: StackSettings, bucket_name: Any, image: Any) -> dict[str, Any]:
     return {
         "rayStartParams": {},
         # ClusterIP only: the Jobs API runs arbitrary commands, so it is reached through the
@@ -173,7 +173,7 @@ def _head_group(settings: StackSettings, bucket_name: Any) -> dict[str, Any]:
                 "containers": [
                     {
                         "name": "ray-head",
-                        "image": settings.ray_image,
+                        "image": image,
                         "imagePullPolicy": "IfNotPresent",
                         "ports": [
                             {"containerPort": 6379, "name": "gcs-server"},
@@ -205,13 +205,13 @@ def _worker_node_selector(settings: StackSettings) -> dict[str, str]:
     return selector
 
 
-def _worker_group(settings: StackSettings, bucket_name: Any) -> dict[str, Any]:
+def _worker_group(settings: StackSettings, bucket_name: Any, image: Any) -> dict[str, Any]:
     shape = settings.slice_shape
     chips = str(shape.chips_per_vm)
     dranet = uses_dranet(settings)
     container: dict[str, Any] = {
         "name": "ray-worker",
-        "image": settings.ray_image,
+        "image": image,
         "imagePullPolicy": "IfNotPresent",
         "resources": {
             "limits": {"memory": WORKER_MEMORY, "google.com/tpu": chips},
@@ -259,17 +259,19 @@ def _worker_group(settings: StackSettings, bucket_name: Any) -> dict[str, Any]:
     }
 
 
-def ray_cluster(settings: StackSettings, bucket_name: Any) -> dict[str, Any]:
-    """The RayCluster: one head on CPU nodes, one worker group replica per TPU slice.
+def ray_cluster(settings: StackSettings, bucket_name: Any, image: Any) -> dict[str, Any]:
+    """The RayCluster: one head on CPU nodes, one worker group replica per TPU slice, all running
+    `image` (the same Ray on head and workers, as Ray requires).
 
-    `bucket_name` may be a deploy-time value (a Pulumi output); it is only placed, never read.
+    `bucket_name` and `image` may be deploy-time values (Pulumi outputs; the built image carries
+    its build as a dependency); they are only placed, never read.
     """
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayCluster",
         "metadata": {"name": RAY_CLUSTER_NAME, "namespace": settings.namespace},
         "spec": {
-            "headGroupSpec": _head_group(settings, bucket_name),
-            "workerGroupSpecs": [_worker_group(settings, bucket_name)],
+            "headGroupSpec": _head_group(settings, bucket_name, image),
+            "workerGroupSpecs": [_worker_group(settings, bucket_name, image)],
         },
     }

@@ -17,10 +17,6 @@ from domain.tpu_catalog import Accelerator, SliceShape
 
 MAX_SLICES = 64
 
-# Release counterpart of the procedure's `rayproject/ray:nightly-py312-tpu`, pinned to the Ray
-# version in requirements so the cluster and the job client speak the same protocol.
-DEFAULT_RAY_IMAGE = "rayproject/ray:2.60.0-py312-tpu"
-
 # Project settings (stack config keys without a namespace) and their defaults. `gcp:project`,
 # `gcp:region` and `gcp:zone` are read from the Google provider's own namespace.
 DEFAULTS: Mapping[str, Any] = {
@@ -41,7 +37,7 @@ DEFAULTS: Mapping[str, Any] = {
     "bucketForceDestroy": True,
     "deletionProtection": False,
     "production": False,
-    "rayImage": DEFAULT_RAY_IMAGE,
+    "rayImage": None,  # the stack builds the worker image (domain/worker_image.py)
     "headMachineType": "n1-standard-16",
 }
 
@@ -83,7 +79,8 @@ class StackSettings:
     bucket_force_destroy: bool
     deletion_protection: bool
     production: bool
-    ray_image: str
+    # An image to use as-is; None: the stack builds its own worker image and uses that.
+    ray_image: str | None
     head_machine_type: str
 
     @property
@@ -264,12 +261,16 @@ def parse_settings(raw: Mapping[str, Any], *, stack: str, project_name: str) -> 
         bucket_force_destroy=reader.boolean("bucketForceDestroy"),
         deletion_protection=reader.boolean("deletionProtection"),
         production=reader.boolean("production"),
-        ray_image=reader.text("rayImage") or "",
+        ray_image=reader.text("rayImage"),
         head_machine_type=reader.text("headMachineType") or "",
     )
     image = settings_kwargs["ray_image"]
-    if ":" not in image.rsplit("/", 1)[-1] and "@sha256:" not in image:
-        problems.append(f"rayImage = {image!r} has no tag; pin a version (for example {DEFAULT_RAY_IMAGE})")
+    if image is not None and ":" not in image.rsplit("/", 1)[-1] and "@sha256:" not in image:
+        problems.append(
+            f"rayImage = {image!r} has no tag; pin a version (for example "
+            "rayproject/ray:2.60.0-py312-tpu, or IMAGE@sha256:DIGEST), or unset it to build the "
+            "worker image"
+        )
 
     if problems:
         raise SettingsError(problems)

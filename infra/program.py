@@ -6,7 +6,10 @@ half-created stack behind.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import pulumi
 
 from domain import kuberay
 from domain.settings import StackSettings
@@ -16,6 +19,10 @@ from infra.components.kuberay import KubeRay
 from infra.components.network import DcnNetworks
 from infra.components.storage import CheckpointStorage
 from infra.components.tpu_slices import TpuSlices
+from infra.components.worker_image import WorkerImage
+
+# The worker image's build context: the repository root (domain/, trainer/, the trainer lock).
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
 def build(settings: StackSettings) -> dict[str, Any]:
@@ -25,7 +32,13 @@ def build(settings: StackSettings) -> dict[str, Any]:
     cluster = GkeCluster(settings.cluster_name, settings, apis)
     slices = TpuSlices("tpu", settings, cluster, networks)
     storage = CheckpointStorage("checkpoints", settings, apis, cluster)
-    ray = KubeRay("ray", settings, cluster, storage, slices)
+    # A configured image is used as-is; otherwise the stack builds and pushes its own.
+    image: pulumi.Input[str]
+    if settings.ray_image is None:
+        image = WorkerImage("worker-image", settings, apis, PROJECT_ROOT).image
+    else:
+        image = settings.ray_image
+    ray = KubeRay("ray", settings, cluster, storage, slices, image)
     shape = settings.slice_shape
     return {
         "clusterName": cluster.name,
@@ -39,6 +52,7 @@ def build(settings: StackSettings) -> dict[str, Any]:
         "rayClusterName": ray.ray_cluster_name,
         "headServiceName": ray.head_service_name,
         "dashboardPort": ray.dashboard_port,
+        "rayImage": image,
         "bucketName": storage.bucket_name,
         "checkpointRoot": kuberay.CHECKPOINT_MOUNT,
         "checkpointBucketUrl": storage.bucket_name.apply(lambda bucket: f"gs://{bucket}"),

@@ -3,7 +3,7 @@
 import pulumi_gcp as gcp
 import pytest
 
-from domain import gcp_resources
+from domain import gcp_resources, worker_image
 from domain.settings import parse_settings
 from tests.support.typed_args import to_typed_args
 
@@ -37,6 +37,7 @@ def all_resource_args(s):
     yield gcp.serviceaccount.AccountArgs, gcp_resources.node_service_account_args(s)
     for api in gcp_resources.REQUIRED_APIS:
         yield gcp.projects.ServiceArgs, gcp_resources.project_service_args(s, api)
+    yield gcp.artifactregistry.RepositoryArgs, worker_image.repository_args(s)
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -70,6 +71,16 @@ def test_a_misspelt_nested_key_fails(path):
     node[path[-1]] = "oops"
     with pytest.raises(TypeError, match=path[-1]):
         to_typed_args(gcp.container.NodePoolArgs, args)
+
+
+def test_repository_docker_config_reaches_its_typed_args():
+    repository = to_typed_args(gcp.artifactregistry.RepositoryArgs, worker_image.repository_args(VARIANTS["standard"]))
+    assert isinstance(repository.docker_config, gcp.artifactregistry.RepositoryDockerConfigArgs)
+    assert repository.docker_config.immutable_tags is True
+    args = worker_image.repository_args(VARIANTS["standard"])
+    args["docker_config"] = {"immutable_tag": True}
+    with pytest.raises(TypeError, match="immutable_tag"):
+        to_typed_args(gcp.artifactregistry.RepositoryArgs, args)
 
 
 def test_misspelt_cluster_addon_fails():

@@ -106,17 +106,20 @@ DELIBERATE_DIFFERENCES = {
     "RayCluster.metadata.namespace": "explicit namespace from stack config",
     "RayCluster.spec.headGroupSpec.serviceType": "ClusterIP stated explicitly: the Jobs API on "
     "8265 runs arbitrary commands and must never get a public LoadBalancer",
-    "RayCluster.spec.headGroupSpec.template.spec.containers[0].image": "pinned release image "
-    "instead of the moving nightly tag",
+    "RayCluster.spec.headGroupSpec.template.spec.containers[0].image": "the stack's worker image "
+    "(pinned Ray and MaxText baked in, tagged by content) instead of the moving nightly tag, so "
+    "jobs start without installing packages",
     "RayCluster.spec.headGroupSpec.template.spec.containers[0].imagePullPolicy": "IfNotPresent: "
-    "the tag is pinned, so re-pulling on every pod start only adds latency",
+    "the tag is pinned (and immutable in the stack's repository), so re-pulling on every pod "
+    "start only adds latency",
     "RayCluster.spec.headGroupSpec.template.spec.affinity": "the head must not land on Spot "
     "capacity, whose preemption would end the job",
     "RayCluster.spec.workerGroupSpecs[0].minReplicas": "pinned to the slice count so the "
     "autoscaler never scales a multi-host slice partially",
     "RayCluster.spec.workerGroupSpecs[0].maxReplicas": "pinned to the slice count (see minReplicas)",
-    "RayCluster.spec.workerGroupSpecs[0].template.spec.containers[0].image": "pinned release "
-    "image instead of the moving nightly tag",
+    "RayCluster.spec.workerGroupSpecs[0].template.spec.containers[0].image": "the stack's worker "
+    "image instead of the moving nightly tag (see the head's image): the TPU hosts start with "
+    "MaxText installed",
     "RayCluster.spec.workerGroupSpecs[0].template.spec.containers[0].imagePullPolicy": "IfNotPresent "
     "for the pinned tag",
     "RayCluster.spec.workerGroupSpecs[0].template.spec.resourceClaims[0].resourceClaimTemplateName":

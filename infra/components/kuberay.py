@@ -38,6 +38,7 @@ class KubeRay(pulumi.ComponentResource):
         cluster: GkeCluster,
         storage: CheckpointStorage,
         slices: TpuSlices,
+        image: pulumi.Input[str],
         opts: pulumi.ResourceOptions | None = None,
     ):
         super().__init__("maxtext-tpu:ray:KubeRay", name, None, opts)
@@ -60,8 +61,9 @@ class KubeRay(pulumi.ComponentResource):
             )
         _custom_resource(
             f"{name}-cluster",
-            # The bucket name is an output: it rides inside the manifest as an opaque value.
-            kuberay.ray_cluster(settings, storage.bucket_name),
+            # The bucket name and a built image are outputs: they ride inside the manifest as
+            # opaque values, and the image's build becomes a dependency of the RayCluster.
+            kuberay.ray_cluster(settings, storage.bucket_name, image),
             pulumi.ResourceOptions.merge(
                 k8s_opts,
                 pulumi.ResourceOptions(
