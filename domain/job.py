@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
@@ -66,6 +67,19 @@ class JobSpec:
         """`key=value` arguments after the base config: where to write, then the overrides."""
         pinned = {"run_name": self.run_name, "base_output_directory": self.checkpoint_root}
         return [f"{key}={value}" for key, value in {**pinned, **self.maxtext_overrides}.items()]
+
+    @property
+    def trainer_module(self) -> str:
+        return "trainer.maxtext_elastic_trainer" if self.elastic else "trainer.maxtext_multi_slice_trainer"
+
+    @property
+    def total_steps(self) -> int | None:
+        steps = self.maxtext_overrides.get("steps")
+        return int(steps) if steps is not None else None
+
+    def entrypoint(self) -> str:
+        """The Ray job's command: the trainer program with this job, quoted for a shell."""
+        return f"python -m {self.trainer_module} --job {shlex.quote(self.to_json())}"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

@@ -9,7 +9,8 @@ import jsonschema
 import pytest
 import yaml
 
-from domain.settings import DEFAULTS
+from domain.settings import DEFAULTS as INFRA_DEFAULTS
+from domain.workload_settings import DEFAULTS as WORKLOAD_DEFAULTS
 from tests.support.shared import PROJECT_ROOT, require_shared
 
 # Namespaces of the providers and the engine: their keys belong to them, not to the project.
@@ -29,8 +30,8 @@ def project_schema():
     return json.loads(require_shared("schemas/pulumi-project.json").read_text())
 
 
-def test_the_infra_project_file_exists():
-    assert PROJECT_ROOT / "Pulumi.yaml" in project_files()
+def test_both_project_files_exist():
+    assert {PROJECT_ROOT / "Pulumi.yaml", PROJECT_ROOT / "workloads" / "Pulumi.yaml"} <= set(project_files())
 
 
 @pytest.mark.parametrize("project_file", project_files(), ids=lambda p: str(p.relative_to(PROJECT_ROOT)))
@@ -66,14 +67,19 @@ def test_every_stack_key_is_declared_by_its_project(stack_file):
         assert name in declared, f"{stack_file.name}: {key} is not declared in Pulumi.yaml"
 
 
-def test_declared_settings_and_defaults_match_the_program():
+@pytest.mark.parametrize(
+    "project_dir, defaults",
+    [(PROJECT_ROOT, INFRA_DEFAULTS), (PROJECT_ROOT / "workloads", WORKLOAD_DEFAULTS)],
+    ids=["infra", "workloads"],
+)
+def test_declared_settings_and_defaults_match_the_program(project_dir, defaults):
     """Pulumi.yaml is what `pulumi config` shows users: it must say what the program does."""
-    config = yaml.safe_load((PROJECT_ROOT / "Pulumi.yaml").read_text())["config"]
+    config = yaml.safe_load((project_dir / "Pulumi.yaml").read_text())["config"]
     declared = {key: value for key, value in config.items() if ":" not in key}
-    assert set(declared) == set(DEFAULTS)
+    assert set(declared) == set(defaults)
     for key, declaration in declared.items():
-        default = DEFAULTS[key]
-        if default is None or isinstance(default, list):
+        default = defaults[key]
+        if default is None or isinstance(default, (list, dict)):
             assert "default" not in declaration, key
         else:
             assert declaration["default"] == default, key

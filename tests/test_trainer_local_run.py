@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import shlex
 import signal
 import time
 from collections import Counter
@@ -40,9 +39,8 @@ FAULT_RUN_OVERRIDES = {
 
 
 def submit(head, job: JobSpec) -> tuple[JobSubmissionClient, str]:
-    program = "trainer.maxtext_elastic_trainer" if job.elastic else "trainer.maxtext_multi_slice_trainer"
     client = JobSubmissionClient(head.address)
-    job_id = client.submit_job(entrypoint=f"python -m {program} --job {shlex.quote(job.to_json())}")
+    job_id = client.submit_job(entrypoint=job.entrypoint())
     return client, job_id
 
 

@@ -82,7 +82,15 @@ class LocalRayHead:
             "--node-ip-address=127.0.0.1",
             "--dashboard-host=127.0.0.1",
             f"--dashboard-port={self.dashboard_port}",
+            # Every other fixed default port too, so this head can run beside another one.
             f"--port={free_port()}",
+            f"--dashboard-agent-listen-port={free_port()}",
+            f"--dashboard-agent-grpc-port={free_port()}",
+            f"--metrics-export-port={free_port()}",
+            f"--runtime-env-agent-port={free_port()}",
+            f"--ray-client-server-port={free_port()}",
+            f"--node-manager-port={free_port()}",
+            f"--object-manager-port={free_port()}",
             "--disable-usage-stats",
             f"--temp-dir={self.temp_dir}",
         ]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -50,13 +49,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from ray.job_submission import JobSubmissionClient
 
-    program = "trainer.maxtext_elastic_trainer" if job.elastic else "trainer.maxtext_multi_slice_trainer"
     head = contextlib.nullcontext() if args.address else LocalRayHead()
     with head as started:
         address = args.address or started.address
-        print(f"Ray head at {address}; submitting {program} ({job.run_name})", flush=True)
+        print(f"Ray head at {address}; submitting {job.trainer_module} ({job.run_name})", flush=True)
         client = JobSubmissionClient(address)
-        job_id = client.submit_job(entrypoint=f"python -m {program} --job {shlex.quote(job.to_json())}")
+        job_id = client.submit_job(entrypoint=job.entrypoint())
         printed = 0
         while True:
             status = client.get_job_status(job_id)

@@ -39,9 +39,16 @@ class Registration:
 
 
 class _FakeProviderOutputs(pulumi.runtime.Mocks):
-    """Echoes inputs back as outputs, plus what the real providers would compute."""
+    """Echoes inputs back as outputs, plus what the real providers would compute, and serves
+    other stacks' outputs to StackReferences."""
+
+    def __init__(self, stack_outputs: dict[str, dict[str, Any]] | None = None):
+        self.stack_outputs = stack_outputs or {}
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+        if args.typ == "pulumi:pulumi:StackReference":
+            name = args.inputs["name"]
+            return name, {"name": name, "outputs": self.stack_outputs[name], "secretOutputNames": []}
         outputs = dict(args.inputs)
         outputs.setdefault("name", args.name)
         if args.typ == "gcp:container/cluster:Cluster":
@@ -58,8 +65,8 @@ class _FakeProviderOutputs(pulumi.runtime.Mocks):
 
 
 class RecordingMonitor(pulumi_mocks.MockMonitor):
-    def __init__(self):
-        super().__init__(_FakeProviderOutputs())
+    def __init__(self, stack_outputs: dict[str, dict[str, Any]] | None = None):
+        super().__init__(_FakeProviderOutputs(stack_outputs))
         self.registrations: list[Registration] = []
 
     def RegisterResource(self, request):

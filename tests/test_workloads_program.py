@@ -1,0 +1,121 @@
+"""The workloads program under Pulumi mocks: the infra stack's outputs become the job's inputs."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from domain.job import JobError, JobSpec
+from domain.workload_settings import WorkloadSettingsError, parse_workload_settings
+from tests.support.pulumi_harness import PROJECT_ROOT, RecordingMonitor, run_program, stack_config
+from workloads.config import read_settings
+from workloads.program import build
+
+PROJECT = "maxtext-tpu-workloads"
+WORKLOADS_DIR = PROJECT_ROOT / "workloads"
+INFRA_STACK = "organization/maxtext-tpu-infra/dev"
+INFRA_OUTPUTS = {
+    "clusterEndpoint": "203.0.113.10",
+    "clusterCaCertificate": "Q0VSVA==",
+    "namespace": "training",
+    "headServiceName": "maxtext-tpu-cluster-head-svc",
+    "dashboardPort": 8265,
+    "checkpointRoot": "/data",
+    "preset": "llama3-8b",
+    "accelerator": "v6e",
+    "slices": 2,
+    "topology": "4x4",
+}
+RAY_JOB = "pulumi-python:dynamic/ray:RayJob"
+
+
+def run_workloads(stack: str, **overrides):
+    config = stack_config(stack, WORKLOADS_DIR)
+    config.update({f"{PROJECT}:{key}": value for key, value in overrides.items()})
+    monitor = RecordingMonitor(stack_outputs={INFRA_STACK: INFRA_OUTPUTS})
+    run = run_program(lambda: build(read_settings()), config, project=PROJECT, stack=stack, monitor=monitor)
+    return run, run.one(RAY_JOB).inputs
+
+
+def job_of(entrypoint: str) -> JobSpec:
+    words = shlex.split(entrypoint)
+    assert words[:3] == ["python", "-m", words[2]] and words[3] == "--job"
+    return JobSpec.from_json(words[4])
+
+
+def test_dev_stack_trains_on_the_infra_stack_cluster():
+    _, inputs = run_workloads("dev")
+    assert inputs["gke"] == {
+        "endpoint": "203.0.113.10",
+        "ca_certificate": "Q0VSVA==",
+        "namespace": "training",
+        "service": "maxtext-tpu-cluster-head-svc",
+        "port": 8265,
+    }
+    assert inputs.get("address") is None  # unset inputs are not sent at all
+    assert inputs["stack"] == "dev"
+    job = job_of(inputs["entrypoint"])
+    assert shlex.split(inputs["entrypoint"])[2] == "trainer.maxtext_multi_slice_trainer"
+    assert (job.preset, job.slices, job.topology, job.num_workers) == ("llama3-8b", 2, "4x4", 8)
+    assert (job.checkpoint_root, job.run_name) == ("/data", "llama3-8b-dev")
+    assert inputs["checkpoint_dir"] == "/data/llama3-8b-dev"
+    assert inputs["total_steps"] == 100
+    assert inputs.get("runtime_env") is None  # nothing installed at job start
+    assert "token" not in json.dumps(inputs).lower()
+
+
+def test_elastic_and_overrides_reach_the_trainer():
+    _, inputs = run_workloads("dev", elastic=True, maxtextOverrides={"steps": 300}, maxFailures=5)
+    assert shlex.split(inputs["entrypoint"])[2] == "trainer.maxtext_elastic_trainer"
+    job = job_of(inputs["entrypoint"])
+    assert (job.num_workers, job.max_failures, job.maxtext_overrides["steps"]) == ((4, 8), 5, "300")
+    assert inputs["total_steps"] == 300
+
+
+def test_local_stack_runs_the_tiny_preset_on_a_local_head():
+    run, inputs = run_workloads("local")
+    assert inputs["address"] == "http://127.0.0.1:8265" and inputs.get("gke") is None
+    job = job_of(inputs["entrypoint"])
+    assert (job.preset, job.use_tpu, job.num_workers) == ("tiny-cpu", False, 1)
+    assert job.checkpoint_root == str(PROJECT_ROOT / ".runs")
+    assert not run.of_type("pulumi:pulumi:StackReference")
+
+
+def test_unknown_maxtext_key_stops_before_the_job_is_registered():
+    monitor = RecordingMonitor(stack_outputs={INFRA_STACK: INFRA_OUTPUTS})
+    config = stack_config("local", WORKLOADS_DIR)
+    config[f"{PROJECT}:maxtextOverrides"] = {"lerning_rate": 1}
+    with pytest.raises(JobError, match="did you mean 'learning_rate'"):
+        run_program(lambda: build(read_settings()), config, project=PROJECT, stack="local", monitor=monitor)
+    assert not [r for r in monitor.registrations if r.type == RAY_JOB]
+
+
+def test_a_preset_for_another_accelerator_is_refused():
+    monitor = RecordingMonitor(stack_outputs={INFRA_STACK: {**INFRA_OUTPUTS, "accelerator": "v5p"}})
+    config = stack_config("dev", WORKLOADS_DIR)
+    # Resolved from the infra stack's outputs, the error surfaces through the SDK's ValueError.
+    with pytest.raises(ValueError, match="preset = 'llama3-8b' is for TPU v6e, but the infra stack's cluster has v5p"):
+        run_program(lambda: build(read_settings()), config, project=PROJECT, stack="dev", monitor=monitor)
+    assert not [r for r in monitor.registrations if r.type == RAY_JOB]
+
+
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        ({}, "set exactly one of infraStack"),
+        ({"address": "http://x:8265", "infraStack": "o/p/s", "preset": "tiny-cpu"}, "set exactly one of infraStack"),
+        ({"address": "127.0.0.1:8265", "preset": "tiny-cpu"}, "address = '127.0.0.1:8265' is not a URL"),
+        ({"address": "http://x:8265"}, "preset is required with address"),
+        ({"infraStack": "o/p/s", "preset": "gpt"}, "preset = 'gpt' is not valid"),
+        ({"infraStack": "o/p/s", "timeoutSeconds": 0}, "timeoutSeconds = 0 must be a positive number of seconds"),
+        ({"infraStack": "o/p/s", "maxtextOverrides": "[1, 2]"}, "maxtextOverrides = [1, 2] is not an object"),
+        ({"infraStack": "o/p/s", "elastic": "maybe"}, "elastic = 'maybe' is not a boolean"),
+        ({"infraStack": "o/p/s", "slices": 4}, "maxtext-tpu-workloads:slices is not a setting of this project"),
+    ],
+)
+def test_bad_workloads_config_is_refused(raw, expected):
+    with pytest.raises(WorkloadSettingsError) as caught:
+        parse_workload_settings(raw, stack="dev", project_name=PROJECT)
+    assert any(expected in problem for problem in caught.value.problems), caught.value.problems

@@ -1,0 +1,9 @@
+"""Workloads stack entry point: read config once, build, export."""
+
+import pulumi
+
+from workloads.config import read_settings
+from workloads.program import build
+
+for output_name, value in build(read_settings()).items():
+    pulumi.export(output_name, value)

@@ -1,0 +1,82 @@
+"""The main job on its embedded default: the workloads `local` stack's training job (the tiny CPU
+preset) on a loopback-only local Ray cluster, through the same RayJob provider `pulumi up` uses.
+
+    python -m workloads.smoke
+
+Uses the Ray head at the local stack's address if one answers there; otherwise starts one (from
+the trainer environment) and stops it, by its pid, at the end. Each run gets a new run name, so
+it trains from scratch (checkpoints under .runs/). Progress goes to stderr; the last
+line on stdout is one JSON object with the job's outputs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+import yaml
+
+from domain.job import JobError
+from domain.workload_settings import WorkloadSettingsError, parse_workload_settings
+from workloads import job_inputs
+from workloads.local_ray import LocalRayHead, LocalRayError, dashboard_answers
+from workloads.ray_job import RayJobError, RayJobProvider
+
+PROJECT = "maxtext-tpu-workloads"
+LOCAL_STACK_FILE = Path(__file__).with_name("Pulumi.local.yaml")
+RESULT_KEYS = (
+    "submission_id", "status", "start_time", "end_time", "duration_seconds", "steps_completed",
+    "final_loss", "tokens_per_second_per_device", "tflops_per_device", "checkpoint_dir", "dashboard_url",
+)
+
+
+def local_stack_config() -> dict:
+    config = yaml.safe_load(LOCAL_STACK_FILE.read_text())["config"]
+    return {key.split(":", 1)[1]: value for key, value in config.items() if key.startswith(f"{PROJECT}:")}
+
+
+def main() -> int:
+    try:
+        settings = parse_workload_settings(local_stack_config(), stack="local", project_name=PROJECT)
+        # A fresh run each time: a fixed name would restore the previous run's final checkpoint.
+        settings = dataclasses.replace(settings, run_name=f"{settings.preset}-{time.strftime('%Y%m%d-%H%M%S')}")
+        job = job_inputs.resolve_local(settings)
+    except (WorkloadSettingsError, JobError) as error:
+        print(error, file=sys.stderr)
+        return 2
+    assert settings.address is not None
+    if dashboard_answers(settings.address):
+        print(f"using the Ray head already running at {settings.address}", file=sys.stderr)
+        head = contextlib.nullcontext()
+    else:
+        port = urlparse(settings.address).port or 8265
+        print(f"starting a loopback-only Ray head on port {port}", file=sys.stderr, flush=True)
+        head = LocalRayHead(dashboard_port=port)
+
+    provider = RayJobProvider()
+    props = {"stack": settings.stack, "address": settings.address, "gke": None,
+             **job_inputs.ray_job_inputs(job, settings)}
+    checked = provider.check({}, props)
+    if checked.failures:
+        for failure in checked.failures:
+            print(f"{failure.property}: {failure.reason}", file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    try:
+        with head:
+            result = provider.create(checked.inputs)
+    except (RayJobError, LocalRayError) as error:
+        print(error, file=sys.stderr)
+        return 1
+    print(f"finished in {time.monotonic() - started:.0f} s", file=sys.stderr)
+    print(json.dumps({key: result.outs.get(key) for key in RESULT_KEYS}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
