@@ -1,7 +1,7 @@
 """The main job on its embedded default: the workloads `local` stack's training job (the tiny CPU
 preset) on a loopback-only local Ray cluster, through the same RayJob provider `pulumi up` uses.
 
-    python -m workloads.smoke
+    python -m workloads.smoke [--elastic] [--set KEY=VALUE ...]
 
 Uses the Ray head at the local stack's address if one answers there; otherwise starts one (from
 the trainer environment) and stops it, by its pid, at the end. Each run gets a new run name, so
@@ -11,6 +11,7 @@ line on stdout is one JSON object with the job's outputs.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import json
@@ -40,9 +41,25 @@ def local_stack_config() -> dict:
     return {key.split(":", 1)[1]: value for key, value in config.items() if key.startswith(f"{PROJECT}:")}
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--elastic", action="store_true", help="run the elastic trainer")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="a MaxText setting to add or override, e.g. --set steps=20 (repeatable)")
+    args = parser.parse_args(argv)
+    for pair in args.overrides:
+        if "=" not in pair or pair.startswith("="):
+            parser.error(f"--set {pair!r}: use KEY=VALUE, for example --set steps=20")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    config = local_stack_config()
+    config["elastic"] = args.elastic
+    config["maxtextOverrides"] = dict(pair.split("=", 1) for pair in args.overrides)
     try:
-        settings = parse_workload_settings(local_stack_config(), stack="local", project_name=PROJECT)
+        settings = parse_workload_settings(config, stack="local", project_name=PROJECT)
         # A fresh run each time: a fixed name would restore the previous run's final checkpoint.
         settings = dataclasses.replace(settings, run_name=f"{settings.preset}-{time.strftime('%Y%m%d-%H%M%S')}")
         job = job_inputs.resolve_local(settings)
