@@ -197,6 +197,11 @@ def test_check_names_bad_inputs():
     assert {failure.property for failure in failures} == {"entrypoint", "address", "timeout_seconds"}
 
 
+def test_submission_id_is_the_same_for_numbers_the_engine_turned_into_floats():
+    gke = {"endpoint": "e", "ca_certificate": "c", "namespace": "n", "service": "s", "port": 8265}
+    assert submission_id({"stack": "dev", "gke": gke}) == submission_id({"stack": "dev", "gke": {**gke, "port": 8265.0}})
+
+
 def test_submission_id_ignores_settings_that_do_not_define_the_job():
     base = {"stack": "dev", "entrypoint": "x", "address": "http://a"}
     assert submission_id(base) == submission_id({**base, "timeout_seconds": 5, "total_steps": 9})

@@ -51,9 +51,21 @@ class RayJobError(RuntimeError):
     pass
 
 
+def _integral(value: Any) -> Any:
+    """The engine sends every number as a float (8265 arrives as 8265.0): undo that for whole
+    numbers, so an id computed here matches the one computed under the engine."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, Mapping):
+        return {key: _integral(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_integral(item) for item in value]
+    return value
+
+
 def submission_id(inputs: Mapping[str, Any]) -> str:
     """Deterministic: the same stack and job-defining inputs always name the same job."""
-    defining = {key: inputs.get(key) for key in JOB_DEFINING}
+    defining = {key: _integral(inputs.get(key)) for key in JOB_DEFINING}
     digest = hashlib.sha256(json.dumps(defining, sort_keys=True, default=str).encode()).hexdigest()
     return f"pulumi-{inputs.get('stack', 'stack')}-{digest[:16]}"
 
@@ -198,12 +210,12 @@ class RayJobProvider(ResourceProvider):
             # its id races with that (its supervisor actor has the same name). The failed
             # record stays as history.
             job_id = _next_attempt(job_id, latest_id)
-            progress = ProgressReporter(job_id, props.get("total_steps"))
+            progress = ProgressReporter(job_id, _integral(props.get("total_steps")))
             progress.status(f"the previous attempt {latest_id} ended {existing}; submitting {job_id}")
             existing = None
         else:
             job_id = latest_id
-            progress = ProgressReporter(job_id, props.get("total_steps"))
+            progress = ProgressReporter(job_id, _integral(props.get("total_steps")))
         if existing is None:
             self._submit(client, job_id, props)
             progress.status(f"submitted to {api.describe()}")
@@ -236,7 +248,7 @@ class RayJobProvider(ResourceProvider):
                     entrypoint=props["entrypoint"],
                     submission_id=job_id,
                     runtime_env=props.get("runtime_env") or None,
-                    metadata={str(k): str(v) for k, v in (props.get("metadata") or {}).items()} or None,
+                    metadata={str(k): str(v) for k, v in _integral(props.get("metadata") or {}).items()} or None,
                 )
                 return
             except RuntimeError as error:
