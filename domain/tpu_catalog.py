@@ -43,7 +43,12 @@ class Accelerator:
     ray_accelerator_type: str  # Ray's accelerator_type resource, e.g. TPU-V6E
     maxtext_prefix: str  # MaxText compile_topology prefix, e.g. v6e -> v6e-16
     hbm_gb_per_chip: float
+    # What XLA may allocate per chip: the compiler's own limit ("available HBM" in its
+    # out-of-memory error), below the nominal HBM because the runtime reserves some.
+    usable_hbm_gib: float
     peak_bf16_tflops_per_chip: float
+    # On-demand list price in US regions; stacks can override it.
+    price_per_chip_hour_usd: float
     # Extra VPC networks the multi-host machine type can attach for cross-slice (DCN) traffic.
     # Only ct6e has been measured with DRANET; other generations use the primary NIC.
     dcn_networks: int
@@ -81,7 +86,9 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType(
             ray_accelerator_type="TPU-V6E",
             maxtext_prefix="v6e",
             hbm_gb_per_chip=32.0,
+            usable_hbm_gib=31.24,  # measured: the v6e compiler's "available HBM (31.24G)"
             peak_bf16_tflops_per_chip=918.0,
+            price_per_chip_hour_usd=2.70,
             dcn_networks=2,
             shapes=_shapes(
                 ("1x1", "ct6e-standard-1t", 1),
@@ -100,7 +107,9 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType(
             ray_accelerator_type="TPU-V5LITEPOD",
             maxtext_prefix="v5e",
             hbm_gb_per_chip=16.0,
+            usable_hbm_gib=15.62,  # not measured: v6e's reserved fraction (2.4%) assumed
             peak_bf16_tflops_per_chip=197.0,
+            price_per_chip_hour_usd=1.20,
             dcn_networks=0,
             shapes=_shapes(
                 ("1x1", "ct5lp-hightpu-1t", 1),
@@ -119,7 +128,9 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType(
             ray_accelerator_type="TPU-V5P",
             maxtext_prefix="v5p",
             hbm_gb_per_chip=95.0,
+            usable_hbm_gib=92.74,  # not measured: v6e's reserved fraction (2.4%) assumed
             peak_bf16_tflops_per_chip=459.0,
+            price_per_chip_hour_usd=4.20,
             dcn_networks=0,
             shapes=_shapes(
                 ("2x2x1", _V5P, 4),
@@ -146,3 +157,12 @@ def accelerator(name: str) -> Accelerator:
         raise ValueError(
             f"unknown TPU accelerator {name!r}; valid accelerators: {', '.join(ACCELERATORS)}"
         ) from None
+
+
+def accelerator_by_ray_type(ray_accelerator_type: str) -> Accelerator:
+    """The accelerator Ray calls `TPU-V6E` (and so on), as a resolved job names it."""
+    for candidate in ACCELERATORS.values():
+        if candidate.ray_accelerator_type == ray_accelerator_type:
+            return candidate
+    valid = ", ".join(a.ray_accelerator_type for a in ACCELERATORS.values())
+    raise ValueError(f"unknown Ray accelerator type {ray_accelerator_type!r}; valid: {valid}")

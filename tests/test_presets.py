@@ -4,23 +4,29 @@ import math
 
 import pytest
 
-from domain.presets import PRESETS, maxtext_overrides, preset
+from domain.presets import PRESETS, PROCEDURE_OVERRIDES, maxtext_overrides, preset
 
 
-def test_procedure_8b_overrides():
+def test_8b_keeps_the_procedure_job_but_shards_with_fsdp_only():
     overrides = maxtext_overrides(preset("llama3-8b"), slices=2)
     assert overrides["model_name"] == "llama3-8b"
-    assert overrides["per_device_batch_size"] == "4"
-    assert overrides["max_target_length"] == "4096"
-    assert (overrides["ici_fsdp_parallelism"], overrides["ici_tensor_parallelism"]) == ("4", "4")
+    assert (overrides["per_device_batch_size"], overrides["max_target_length"]) == ("4", "4096")
+    assert (overrides["ici_fsdp_parallelism"], overrides["ici_tensor_parallelism"]) == ("16", "1")
     assert overrides["dcn_data_parallelism"] == "2"
 
 
-def test_procedure_70b_shards_fsdp_across_slices():
+def test_70b_shards_fsdp_across_slices_with_bf16_state_and_offloaded_remat():
     overrides = maxtext_overrides(preset("llama3-70b"), slices=2)
     assert overrides["dcn_fsdp_parallelism"] == "2"
     assert overrides["dcn_data_parallelism"] == "1"
-    assert overrides["remat_policy"] == "full"
+    assert overrides["weight_dtype"] == "bfloat16"
+    assert (overrides["remat_policy"], overrides["decoder_layer_input"]) == ("custom", "offload")
+
+
+def test_procedure_overrides_restore_the_procedure_job():
+    procedure = {**maxtext_overrides(preset("llama3-70b"), slices=2), **PROCEDURE_OVERRIDES["llama3-70b"]}
+    assert (procedure["weight_dtype"], procedure["remat_policy"]) == ("float32", "full")
+    assert procedure["per_device_batch_size"] == "2" and procedure["ici_tensor_parallelism"] == "4"
 
 
 def test_dcn_axis_follows_the_slice_count():

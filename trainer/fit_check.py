@@ -1,0 +1,174 @@
+"""Will this job fit in TPU memory? Asks MaxText's ahead-of-time compiler, on this machine's CPU,
+before a single TPU is provisioned.
+
+    python -m trainer.fit_check --preset llama3-70b [--slices N] [key=value ...]
+
+Compiles the training step for the preset's TPU topology and slice count with MaxText's
+`train_compile` (libtpu from `maxtext[tpu]` runs the TPU compiler without a TPU), then prints
+per-chip memory (arguments, temporaries, total), usable HBM, headroom and FLOPs per step. Exit
+status: 0 fits, 1 does not fit (with the compiler's message), 2 any other error. Results are
+cached by the full resolved configuration (and the MaxText/libtpu versions) under .cache/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.metadata
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+from domain.capacity import train_flops_per_step
+from domain.job import JobError, JobSpec, resolve_job
+from domain.maxtext_config import base_config_path
+from domain.presets import PRESETS
+from domain.tpu_catalog import accelerator_by_ray_type
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+CACHE_DIR = PROJECT_ROOT / ".cache" / "fit-check"
+TRAINER_PYTHON = PROJECT_ROOT / ".venv-trainer" / "bin" / "python"
+GIB = 1024**3
+
+MEMORY_LINE = re.compile(r"Memory analysis: CompiledMemoryStats\((?P<fields>[^)]*)\)")
+FLOPS_FIELD = re.compile(r"""['"]flops['"]:\s*(?P<flops>[-\d.e+]+)""")
+OOM_LINE = re.compile(r".*(CompileTimeHbmOom|RESOURCE_EXHAUSTED|Ran out of memory).*")
+
+
+@dataclass(frozen=True)
+class FitResult:
+    fits: bool
+    slice_type: str
+    slices: int
+    chips: int
+    usable_gib: float
+    argument_gib: float | None = None
+    temp_gib: float | None = None
+    output_gib: float | None = None
+    alias_gib: float | None = None
+    total_gib: float | None = None
+    flops_per_step: float | None = None
+    message: str | None = None
+
+    @property
+    def headroom_percent(self) -> float | None:
+        if self.total_gib is None:
+            return None
+        return 100 * (self.usable_gib - self.total_gib) / self.usable_gib
+
+    def report(self) -> str:
+        lines = [f"fit check: {self.slices} x {self.slice_type} ({self.chips} chips)"]
+        if self.total_gib is not None:
+            lines += [
+                f"per chip: arguments {self.argument_gib:.2f} GiB, temporaries {self.temp_gib:.2f} GiB, "
+                f"output {self.output_gib:.2f} GiB, aliased {self.alias_gib:.2f} GiB",
+                f"per chip total: {self.total_gib:.2f} GiB of {self.usable_gib:.2f} GiB usable HBM",
+                f"headroom: {self.headroom_percent:.1f}%",
+            ]
+        if self.flops_per_step is not None:
+            # XLA's cost analysis counts a scanned loop's body once, so with MaxText's scanned
+            # decoder layers this is far below the model's FLOPs; shown as the compiler says it.
+            lines.append(f"FLOPs per step per chip (compiler's cost analysis): {self.flops_per_step:.4g}")
+        if self.message:
+            lines.append(f"compiler: {self.message}")
+        lines.append("result: FITS" if self.fits else "result: DOES NOT FIT")
+        return "\n".join(lines)
+
+
+def compile_command(job: JobSpec, python: Path) -> list[str]:
+    """MaxText's AOT compile for the job's TPU shape: its overrides plus the compile target."""
+    acc = accelerator_by_ray_type(job.accelerator_type or "")
+    return [
+        str(python), "-m", "maxtext.trainers.pre_train.train_compile", str(base_config_path()),
+        *job.maxtext_args(),
+        f"compile_topology={acc.slice_type(job.topology or '')}",
+        f"compile_topology_num_slices={job.slices}",
+    ]
+
+
+def parse_output(output: str, job: JobSpec) -> FitResult:
+    """Reads the compiler's memory and cost analysis, or its out-of-memory error."""
+    acc = accelerator_by_ray_type(job.accelerator_type or "")
+    shape = acc.shape(job.topology or "")
+    common = dict(slice_type=acc.slice_type(shape.topology), slices=job.slices,
+                  chips=shape.chips * job.slices, usable_gib=acc.usable_hbm_gib)
+    oom = OOM_LINE.search(output)
+    memory = MEMORY_LINE.search(output)
+    if memory is None:
+        if oom is None:
+            raise RuntimeError("the compiler printed neither a memory analysis nor an out-of-memory error")
+        return FitResult(fits=False, message=oom.group(0).strip()[:2000], **common)
+    fields = dict(
+        (key.strip(), int(value)) for key, value in
+        (pair.split("=", 1) for pair in memory["fields"].split(",") if "=" in pair)
+    )
+    argument, temp = fields["argument_size_in_bytes"] / GIB, fields["temp_size_in_bytes"] / GIB
+    output_gib, alias = fields["output_size_in_bytes"] / GIB, fields["alias_size_in_bytes"] / GIB
+    total = argument + temp + output_gib - alias  # MaxText's own total (max_utils)
+    flops = FLOPS_FIELD.search(output)
+    return FitResult(
+        fits=total <= acc.usable_hbm_gib,
+        argument_gib=argument, temp_gib=temp, output_gib=output_gib, alias_gib=alias,
+        total_gib=total, flops_per_step=float(flops["flops"]) if flops else None,
+        **common,
+    )
+
+
+def cache_key(command: Sequence[str]) -> str:
+    versions = {name: importlib.metadata.version(name) for name in ("maxtext",)}
+    # The output directory is a fresh temporary one each time: it does not change the result.
+    stable = [part for part in command[1:] if not part.startswith("base_output_directory=")]
+    return hashlib.sha256(json.dumps([stable, versions], sort_keys=True).encode()).hexdigest()[:24]
+
+
+def run_fit_check(job: JobSpec, *, use_cache: bool = True, python: Path | None = None) -> FitResult:
+    python = python or (TRAINER_PYTHON if TRAINER_PYTHON.exists() else Path(sys.executable))
+    command = compile_command(job, python)
+    cached = CACHE_DIR / f"{cache_key(command)}.json"
+    if use_cache and cached.exists():
+        return FitResult(**json.loads(cached.read_text()))
+    with tempfile.TemporaryDirectory(prefix="fit-check-") as output_dir:
+        command = [part if not part.startswith("base_output_directory=") else f"base_output_directory={output_dir}"
+                   for part in command]
+        completed = subprocess.run(command, capture_output=True, text=True, cwd=output_dir)
+    result = parse_output(completed.stdout + completed.stderr, job)
+    if result.fits or result.message:
+        CACHE_DIR.mkdir(parents=True, exist_ok=True)
+        cached.write_text(json.dumps(asdict(result), sort_keys=True))
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", required=True, choices=[p for p, v in PRESETS.items() if v.runs_on_tpu])
+    parser.add_argument("--slices", type=int, help="slice count (default: the preset's)")
+    parser.add_argument("--no-cache", action="store_true", help="compile even when a result is cached")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="MaxText settings to add or override")
+    args = parser.parse_args(argv)
+    malformed = [pair for pair in args.overrides if "=" not in pair or pair.startswith("=")]
+    if malformed:
+        parser.error(f"{', '.join(malformed)}: overrides are KEY=VALUE, for example weight_dtype=bfloat16")
+    try:
+        overrides = dict(pair.split("=", 1) for pair in args.overrides)
+        job = resolve_job(args.preset, run_name="fit-check", checkpoint_root="/tmp/fit-check",
+                          slices=args.slices, overrides=overrides)
+        result = run_fit_check(job, use_cache=not args.no_cache)
+    except JobError as error:
+        print(f"fit check: {error}", file=sys.stderr)
+        return 2
+    except (RuntimeError, OSError) as error:
+        print(f"fit check failed: {error}", file=sys.stderr)
+        return 2
+    print(result.report())
+    model_flops = train_flops_per_step(job.maxtext_overrides, chips=result.chips)
+    print(f"model FLOPs per step (all chips; 6 x parameters x tokens + attention): {model_flops:.4g}")
+    return 0 if result.fits else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
