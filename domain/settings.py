@@ -39,6 +39,7 @@ DEFAULTS: Mapping[str, Any] = {
     "production": False,
     "rayImage": None,  # the stack builds the worker image (domain/worker_image.py)
     "headMachineType": "n1-standard-16",
+    "pricePerChipHour": None,  # the catalog's on-demand list price for the accelerator
 }
 
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -82,6 +83,7 @@ class StackSettings:
     # An image to use as-is; None: the stack builds its own worker image and uses that.
     ray_image: str | None
     head_machine_type: str
+    price_per_chip_hour_usd: float | None = None  # None: the catalog's list price
 
     @property
     def accelerator(self) -> Accelerator:
@@ -90,6 +92,12 @@ class StackSettings:
     @property
     def slice_shape(self) -> SliceShape:
         return self.accelerator.shape(self.topology)
+
+    @property
+    def chip_hour_price(self) -> float:
+        if self.price_per_chip_hour_usd is not None:
+            return self.price_per_chip_hour_usd
+        return self.accelerator.price_per_chip_hour_usd
 
     @property
     def is_autopilot(self) -> bool:
@@ -140,6 +148,19 @@ class _Reader:
             return str(value).lower() == "true"
         self.problems.append(f"{key} = {value!r} is not a boolean; use true or false")
         return bool(DEFAULTS[key])
+
+    def positive_number(self, key: str) -> float | None:
+        value = self.value(key)
+        if value is None:
+            return None
+        try:
+            number = float(str(value))
+        except ValueError:
+            number = -1.0
+        if number <= 0:
+            self.problems.append(f"{key} = {value!r} is not a positive number (US dollars)")
+            return None
+        return number
 
     def integer(self, key: str) -> int | None:
         value = self.value(key)
@@ -263,6 +284,7 @@ def parse_settings(raw: Mapping[str, Any], *, stack: str, project_name: str) -> 
         production=reader.boolean("production"),
         ray_image=reader.text("rayImage"),
         head_machine_type=reader.text("headMachineType") or "",
+        price_per_chip_hour_usd=reader.positive_number("pricePerChipHour"),
     )
     image = settings_kwargs["ray_image"]
     if image is not None and ":" not in image.rsplit("/", 1)[-1] and "@sha256:" not in image:

@@ -12,6 +12,7 @@ from typing import Any
 import pulumi
 
 from domain import kuberay
+from domain.capacity import cost_per_hour
 from domain.settings import StackSettings
 from infra.components.apis import ProjectApis
 from infra.components.cluster import GkeCluster
@@ -63,6 +64,8 @@ def build(settings: StackSettings) -> dict[str, Any]:
         "hostsPerSlice": shape.vms,
         "chipsPerHost": shape.chips_per_vm,
         "totalChips": settings.total_chips,
+        "pricePerChipHourUsd": settings.chip_hour_price,
+        "onDemandDollarsPerHour": cost_per_hour(settings.total_chips, settings.chip_hour_price).dollars_per_hour,
         "tpuPools": slices.pool_names,
         "dcnNetworks": networks.network_names if networks else [],
     }

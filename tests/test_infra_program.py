@@ -287,6 +287,8 @@ STABLE_OUTPUTS = {
     "topology": "4x4",
     "accelerator": "v6e",
     "totalChips": 32,
+    "pricePerChipHourUsd": 2.70,
+    "onDemandDollarsPerHour": 86.40,
 }
 
 

@@ -74,12 +74,18 @@ def test_engine_strings_are_parsed():
         ({"spot": "yes"}, "spot = 'yes' is not a boolean; use true or false"),
         ({"clusterName": "My_Cluster"}, "clusterName = 'My_Cluster' is not valid; use lowercase letters"),
         ({"rayImage": "rayproject/ray"}, "rayImage = 'rayproject/ray' has no tag; pin a version"),
+        ({"pricePerChipHour": "free"}, "pricePerChipHour = 'free' is not a positive number (US dollars)"),
         ({"slicse": "4"}, "maxtext-tpu-infra:slicse is not a setting of this project; valid settings: preset, mode"),
     ],
 )
 def test_bad_input_names_setting_value_and_fix(overrides, expected):
     problems = problems_of(**overrides)
     assert any(expected in problem for problem in problems), problems
+
+
+def test_chip_hour_price_defaults_to_the_catalog_and_can_be_overridden():
+    assert parse().chip_hour_price == 2.70
+    assert parse(pricePerChipHour="1.89").chip_hour_price == 1.89
 
 
 def test_standard_minimum_version_is_accepted():

@@ -27,6 +27,7 @@ INFRA_OUTPUTS = {
     "accelerator": "v6e",
     "slices": 2,
     "topology": "4x4",
+    "pricePerChipHourUsd": 2.70,
 }
 RAY_JOB = "pulumi-python:dynamic/ray:RayJob"
 
@@ -64,6 +65,16 @@ def test_dev_stack_trains_on_the_infra_stack_cluster():
     assert inputs["total_steps"] == 100
     assert inputs.get("runtime_env") is None  # nothing installed at job start
     assert "token" not in json.dumps(inputs).lower()
+
+
+def test_the_job_cost_is_estimated_before_it_runs():
+    run, _ = run_workloads("dev")
+    outputs = run.outputs
+    # 100 steps of 8B at 4 x 4096 tokens per chip on 32 chips, 40% of 918 TFLOP/s per chip.
+    assert outputs["assumedMfu"] == 0.40
+    assert 2.0 < outputs["estimatedStepSeconds"] < 2.6  # ~6 x 8.03e9 x 524,288 FLOPs / 11.75 PFLOP/s
+    expected = round(outputs["estimatedStepSeconds"] * 100 / 3600 * 32 * 2.70, 2)
+    assert outputs["estimatedJobDollars"] == pytest.approx(expected, abs=0.01)
 
 
 def test_elastic_and_overrides_reach_the_trainer():
@@ -113,6 +124,7 @@ def test_a_preset_for_another_accelerator_is_refused():
         ({"infraStack": "o/p/s", "maxtextOverrides": "[1, 2]"}, "maxtextOverrides = [1, 2] is not an object"),
         ({"infraStack": "o/p/s", "elastic": "maybe"}, "elastic = 'maybe' is not a boolean"),
         ({"infraStack": "o/p/s", "slices": 4}, "maxtext-tpu-workloads:slices is not a setting of this project"),
+        ({"infraStack": "o/p/s", "assumedMfu": "46%"}, "assumedMfu = '46%' must be a fraction in (0, 1]"),
     ],
 )
 def test_bad_workloads_config_is_refused(raw, expected):

@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+from domain.capacity import job_cost, train_flops_per_step
 from domain.job import JobError, JobSpec, resolve_job
 from domain.presets import PRESETS
+from domain.tpu_catalog import accelerator_by_ray_type
 from domain.workload_settings import WorkloadSettings
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -72,4 +74,26 @@ def ray_job_inputs(job: JobSpec, settings: WorkloadSettings) -> dict[str, Any]:
         "timeout_seconds": settings.timeout_seconds,
         "total_steps": job.total_steps,
         "checkpoint_dir": job.run_directory,
+    }
+
+
+def cost_estimate(job: JobSpec, settings: WorkloadSettings, price_per_chip_hour: float) -> dict[str, Any]:
+    """What the job should cost: its steps x an estimated step time (model FLOPs per step over
+    what the chips deliver at the assumed MFU), at the chips' hourly price. None for CPU jobs."""
+    if not job.use_tpu or job.total_steps is None:
+        return dict.fromkeys(("flopsPerStep", "assumedMfu", "estimatedStepSeconds",
+                              "estimatedJobHours", "estimatedJobDollars"))
+    chips = job.max_workers * job.chips_per_host
+    flops = train_flops_per_step(job.maxtext_overrides, chips=chips)
+    estimate = job_cost(
+        flops_per_step=flops, steps=job.total_steps, chips=chips,
+        peak_tflops_per_chip=accelerator_by_ray_type(job.accelerator_type or "").peak_bf16_tflops_per_chip,
+        assumed_mfu=settings.assumed_mfu, price_per_chip_hour_usd=price_per_chip_hour,
+    )
+    return {
+        "flopsPerStep": flops,
+        "assumedMfu": settings.assumed_mfu,
+        "estimatedStepSeconds": round(estimate.step_seconds or 0, 3),
+        "estimatedJobHours": round(estimate.job_hours or 0, 3),
+        "estimatedJobDollars": estimate.job_dollars,
     }

@@ -14,7 +14,7 @@ from workloads.ray_job import RayJob
 # Infra stack outputs the job needs.
 INFRA_OUTPUTS = (
     "clusterEndpoint", "clusterCaCertificate", "namespace", "headServiceName", "dashboardPort",
-    "checkpointRoot", "preset", "accelerator", "slices", "topology",
+    "checkpointRoot", "preset", "accelerator", "slices", "topology", "pricePerChipHourUsd",
 )
 
 
@@ -25,11 +25,15 @@ def build(settings: WorkloadSettings) -> dict[str, Any]:
         job = cluster.apply(lambda values: job_inputs.resolve_for_cluster(settings, values))
         inputs = job.apply(lambda resolved: job_inputs.ray_job_inputs(resolved, settings))
         target = {"gke": cluster.apply(job_inputs.gke_target)}
+        cost = pulumi.Output.all(job, cluster).apply(
+            lambda values: job_inputs.cost_estimate(values[0], settings, float(values[1]["pricePerChipHourUsd"]))
+        )
     else:
         resolved = job_inputs.resolve_local(settings)
         inputs = pulumi.Output.from_input(job_inputs.ray_job_inputs(resolved, settings))
         job = pulumi.Output.from_input(resolved)
         target = {"address": settings.address}
+        cost = pulumi.Output.from_input(job_inputs.cost_estimate(resolved, settings, 0.0))
     ray_job = RayJob(
         "training",
         entrypoint=inputs["entrypoint"],
@@ -54,4 +58,6 @@ def build(settings: WorkloadSettings) -> dict[str, Any]:
         "tflopsPerDevice": ray_job.tflops_per_device,
         "checkpointDir": ray_job.checkpoint_dir,
         "dashboardUrl": ray_job.dashboard_url,
+        **{name: cost[name] for name in ("flopsPerStep", "assumedMfu", "estimatedStepSeconds",
+                                         "estimatedJobHours", "estimatedJobDollars")},
     }

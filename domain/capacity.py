@@ -1,0 +1,174 @@
+"""Fast, analytic answers about a job's size: parameters, per-chip memory, FLOPs and cost.
+
+The ahead-of-time compiler (trainer/fit_check.py) is the authority on whether a job fits; it
+takes minutes. This estimate takes microseconds, for policies and config validation. Its terms
+are the ones that dominate a dense decoder trained with AdamW under FSDP/tensor sharding; the
+per-layer working set is a constant calibrated against the compiler (docs/capacity.md lists the
+calibration points and the estimate's error on each).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import yaml
+
+from domain.maxtext_config import base_config, base_config_path
+
+GIB = 1024**3
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+# Fitted (least squares) to the compiler's temporaries on five configurations, see
+# docs/capacity.md: transient memory per unit of one layer's activations (tokens x (emb + mlp)),
+# and per unit of a bf16 copy of the sharded weights when they are stored in float32.
+WORKING_SET_ACTIVATION_FACTOR = 3.5
+WORKING_SET_FP32_CAST_FACTOR = 6.95
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    emb: int
+    layers: int
+    mlp: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+
+    @property
+    def params_per_layer(self) -> int:
+        attention = self.emb * self.head_dim * (2 * self.heads + 2 * self.kv_heads)
+        gated_mlp = 3 * self.emb * self.mlp
+        return attention + gated_mlp + 2 * self.emb  # two RMSNorm scales
+
+    @property
+    def params(self) -> int:
+        embedding_and_head = 2 * self.vocab * self.emb  # untied input embedding and output head
+        return self.layers * self.params_per_layer + embedding_and_head + self.emb
+
+
+def model_shape(overrides: Mapping[str, Any]) -> ModelShape:
+    """The model MaxText builds for these overrides: its model config, then any base_* keys."""
+    values: dict[str, Any] = dict(base_config())
+    model_file = base_config_path().parent / "models" / f"{overrides.get('model_name', 'default')}.yml"
+    if model_file.exists():
+        values.update(yaml.safe_load(model_file.read_text()))
+    values.update(overrides)
+    return ModelShape(
+        emb=int(values["base_emb_dim"]),
+        layers=int(values["base_num_decoder_layers"]),
+        mlp=int(values["base_mlp_dim"]),
+        heads=int(values["base_num_query_heads"]),
+        kv_heads=int(values["base_num_kv_heads"]),
+        head_dim=int(values["head_dim"]),
+        vocab=int(values["vocab_size"]),
+    )
+
+
+def _axis(values: Mapping[str, Any], name: str, devices: int, prefix: str) -> int:
+    """An axis' size, with MaxText's single -1 filled from the devices the others leave."""
+    axes = {k: int(v) for k, v in values.items() if k.startswith(prefix) and k.endswith("_parallelism")}
+    size = axes.get(name, 1)
+    if size != -1:
+        return size
+    others = math.prod(v for k, v in axes.items() if k != name and v != -1)
+    return max(devices // others, 1)
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Per-chip bytes, in GiB, of the terms that dominate a training step."""
+
+    state_gib: float  # weights and AdamW moments (the compiled step's arguments)
+    gradients_gib: float
+    saved_activations_gib: float  # each decoder layer's input (full remat), unless offloaded
+    logits_gib: float
+    working_set_gib: float
+
+    @property
+    def total_gib(self) -> float:
+        return (self.state_gib + self.gradients_gib + self.saved_activations_gib
+                + self.logits_gib + self.working_set_gib)
+
+    def headroom_percent(self, usable_gib: float) -> float:
+        return 100 * (usable_gib - self.total_gib) / usable_gib
+
+
+def estimate_memory(overrides: Mapping[str, Any], *, chips_per_slice: int, slices: int) -> MemoryEstimate:
+    """Per-chip memory of a training step of `overrides` on `slices` x `chips_per_slice` chips.
+
+    Raises ValueError for a remat policy the estimate does not model (the fit check still does).
+    """
+    values = {**base_config(), **overrides}
+    shape = model_shape(overrides)
+    weight_bytes = DTYPE_BYTES[str(values["weight_dtype"])]
+    grad_bytes = DTYPE_BYTES[str(values["grad_dtype"])]
+    activation_bytes = DTYPE_BYTES[str(values["dtype"])]
+    fsdp = _axis(values, "ici_fsdp_parallelism", chips_per_slice, "ici_")
+    tensor = _axis(values, "ici_tensor_parallelism", chips_per_slice, "ici_")
+    dcn_fsdp = _axis(values, "dcn_fsdp_parallelism", slices, "dcn_")
+    param_shards = fsdp * tensor * dcn_fsdp
+    tokens = float(values["per_device_batch_size"]) * int(values["max_target_length"])
+
+    policy = str(values["remat_policy"])
+    if policy == "full" or (policy == "custom" and values.get("decoder_layer_input") == "device"):
+        saved = shape.layers * tokens * shape.emb * activation_bytes
+    elif policy == "custom" and values.get("decoder_layer_input") == "offload":
+        saved = 0.0  # kept in host memory between the forward and the backward pass
+    else:
+        raise ValueError(f"remat_policy = {policy!r} is not modelled; the fit check compiles it")
+
+    working = WORKING_SET_ACTIVATION_FACTOR * tokens * (shape.emb + shape.mlp) * activation_bytes
+    if weight_bytes > activation_bytes:
+        working += WORKING_SET_FP32_CAST_FACTOR * shape.params * activation_bytes / param_shards
+    return MemoryEstimate(
+        # AdamW's two moments take the weights' dtype unless mu_dtype says otherwise.
+        state_gib=shape.params * 3 * weight_bytes / param_shards / GIB,
+        gradients_gib=shape.params * grad_bytes / param_shards / GIB,
+        saved_activations_gib=saved / GIB,
+        logits_gib=tokens * shape.vocab * activation_bytes / tensor / GIB,
+        working_set_gib=working / GIB,
+    )
+
+
+def train_flops_per_step(overrides: Mapping[str, Any], *, chips: int) -> float:
+    """Model FLOPs of one step on all chips: 6 per parameter per token (forward and backward)
+    plus attention's score and value products; rematerialization is not counted, as in MFU."""
+    values = {**base_config(), **overrides}
+    shape = model_shape(overrides)
+    tokens = float(values["per_device_batch_size"]) * int(values["max_target_length"]) * chips
+    attention = 12 * shape.layers * shape.heads * shape.head_dim * int(values["max_target_length"]) / 2
+    return tokens * (6 * shape.params + attention)
+
+
+@dataclass(frozen=True)
+class CostEstimate:
+    chips: int
+    price_per_chip_hour_usd: float
+    dollars_per_hour: float
+    step_seconds: float | None = None
+    steps: int | None = None
+    assumed_mfu: float | None = None
+    job_hours: float | None = None
+    job_dollars: float | None = None
+
+
+def cost_per_hour(chips: int, price_per_chip_hour_usd: float) -> CostEstimate:
+    return CostEstimate(chips=chips, price_per_chip_hour_usd=price_per_chip_hour_usd,
+                        dollars_per_hour=round(chips * price_per_chip_hour_usd, 2))
+
+
+def job_cost(*, flops_per_step: float, steps: int, chips: int, peak_tflops_per_chip: float,
+             assumed_mfu: float, price_per_chip_hour_usd: float) -> CostEstimate:
+    """Steps x (FLOPs per step / what the chips deliver at the assumed MFU), at the hourly price."""
+    if not 0 < assumed_mfu <= 1:
+        raise ValueError(f"assumed MFU = {assumed_mfu} must be in (0, 1]")
+    step_seconds = flops_per_step / (chips * peak_tflops_per_chip * 1e12 * assumed_mfu)
+    hours = steps * step_seconds / 3600
+    hourly = cost_per_hour(chips, price_per_chip_hour_usd)
+    return CostEstimate(
+        chips=chips, price_per_chip_hour_usd=price_per_chip_hour_usd,
+        dollars_per_hour=hourly.dollars_per_hour, step_seconds=step_seconds, steps=steps,
+        assumed_mfu=assumed_mfu, job_hours=hours, job_dollars=round(hours * hourly.dollars_per_hour, 2),
+    )
