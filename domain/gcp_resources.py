@@ -118,6 +118,12 @@ def cluster_args(settings: StackSettings, node_service_account_email: Any) -> di
         "min_master_version": settings.gke_version,
         "release_channel": {"channel": settings.release_channel},
         "deletion_protection": settings.deletion_protection,
+        # Lets policies (and people) see which stack a cluster belongs to and whether it is a
+        # production one, from the resource alone.
+        "resource_labels": {
+            "maxtext-tpu-stack": settings.stack,
+            "environment": "production" if settings.production else "development",
+        },
         "addons_config": {
             "ray_operator_configs": [{"enabled": True}],
             "gcs_fuse_csi_driver_config": {"enabled": True},
