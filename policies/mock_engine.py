@@ -1,0 +1,166 @@
+"""Runs a Pulumi program under the SDK's mocks and records every registration as the engine
+would receive it: type, name, inputs (camelCase, as serialized), parent, dependencies and options.
+
+This is how the offline policy check (`python -m policies.check`) sees a stack without cloud
+credentials, and how the tests inspect the programs. Mocks run no provider code, so computed
+outputs a real provider would return (a cluster's endpoint, a service account's email, the
+project number) are filled in here with fake values.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pulumi
+import yaml
+from pulumi.runtime import mocks as pulumi_mocks
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+INFRA_PROJECT = "maxtext-tpu-infra"
+FAKE_PROJECT_NUMBER = "123456789012"
+FAKE_ENDPOINT = "203.0.113.10"
+FAKE_CA = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0t"
+
+
+@dataclass
+class Registration:
+    type: str
+    name: str
+    urn: str
+    inputs: dict[str, Any]
+    custom: bool
+    parent: str
+    dependencies: list[str]
+    delete_before_replace: bool
+    provider: str
+    custom_timeouts: dict[str, str]
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+
+class _FakeProviderOutputs(pulumi.runtime.Mocks):
+    """Echoes inputs back as outputs, plus what the real providers would compute, and serves
+    other stacks' outputs to StackReferences."""
+
+    def __init__(self, stack_outputs: dict[str, dict[str, Any]] | None = None):
+        self.stack_outputs = stack_outputs or {}
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+        if args.typ == "pulumi:pulumi:StackReference":
+            name = args.inputs["name"]
+            return name, {"name": name, "outputs": self.stack_outputs[name], "secretOutputNames": []}
+        outputs = dict(args.inputs)
+        outputs.setdefault("name", args.name)
+        if args.typ == "gcp:container/cluster:Cluster":
+            outputs["endpoint"] = FAKE_ENDPOINT
+            outputs["masterAuth"] = {"clusterCaCertificate": FAKE_CA}
+        elif args.typ == "gcp:serviceaccount/account:Account":
+            outputs["email"] = f"{args.inputs['accountId']}@{args.inputs['project']}.iam.gserviceaccount.com"
+        return f"{args.name}-id", outputs
+
+    def call(self, args: pulumi.runtime.MockCallArgs):
+        if args.token == "gcp:organizations/getProject:getProject":
+            return {"number": FAKE_PROJECT_NUMBER, "projectId": args.args.get("projectId")}
+        raise AssertionError(f"unexpected invoke {args.token}")
+
+
+class RecordingMonitor(pulumi_mocks.MockMonitor):
+    def __init__(self, stack_outputs: dict[str, dict[str, Any]] | None = None):
+        super().__init__(_FakeProviderOutputs(stack_outputs))
+        self.registrations: list[Registration] = []
+
+    def RegisterResource(self, request):
+        response = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack":
+            state = self.resources[response.urn].state
+            self.registrations.append(
+                Registration(
+                    type=request.type,
+                    name=request.name,
+                    urn=response.urn,
+                    inputs=pulumi.runtime.rpc.deserialize_properties(request.object),
+                    custom=request.custom,
+                    parent=request.parent,
+                    dependencies=list(request.dependencies),
+                    delete_before_replace=request.deleteBeforeReplace,
+                    provider=request.provider,
+                    custom_timeouts={
+                        "create": request.customTimeouts.create,
+                        "update": request.customTimeouts.update,
+                        "delete": request.customTimeouts.delete,
+                    },
+                    outputs=state,
+                )
+            )
+        return response
+
+
+@dataclass
+class ProgramRun:
+    registrations: list[Registration]
+    outputs: dict[str, Any]
+
+    def of_type(self, type_token: str) -> list[Registration]:
+        return [r for r in self.registrations if r.type == type_token]
+
+    def one(self, type_token: str) -> Registration:
+        found = self.of_type(type_token)
+        assert len(found) == 1, f"expected one {type_token}, found {[r.name for r in found]}"
+        return found[0]
+
+    def named(self, name: str) -> Registration:
+        found = [r for r in self.registrations if r.name == name]
+        assert len(found) == 1, f"expected one resource named {name}, found {len(found)}"
+        return found[0]
+
+    def by_urn(self, urn: str) -> Registration:
+        return next(r for r in self.registrations if r.urn == urn)
+
+    def custom_resources(self, kind: str) -> list[Registration]:
+        return [r for r in self.registrations if r.type.endswith(f":{kind}") and r.type.startswith("kubernetes:")]
+
+
+def stack_config(stack: str = "dev", project_dir: Path = PROJECT_ROOT) -> dict[str, Any]:
+    """The `config:` map of a stack file, as `pulumi config` would hand it to the program."""
+    data = yaml.safe_load((project_dir / f"Pulumi.{stack}.yaml").read_text())
+    return dict(data.get("config") or {})
+
+
+def _as_engine_value(value: Any) -> str:
+    """The engine passes every config value as a string; objects and lists as JSON."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value)
+    return str(value)
+
+
+def run_program(
+    program: Callable[[], dict[str, Any]],
+    config: dict[str, Any],
+    *,
+    project: str = INFRA_PROJECT,
+    stack: str = "dev",
+    monitor: RecordingMonitor | None = None,
+) -> ProgramRun:
+    """Runs `program` (which returns its stack outputs) under mocks with `config` set.
+
+    Pass a `monitor` to inspect what was registered even when the program raises.
+    """
+    monitor = monitor or RecordingMonitor()
+    pulumi.runtime.set_mocks(monitor.mocks, project=project, stack=stack, preview=False, monitor=monitor)
+    pulumi.runtime.set_all_config({key: _as_engine_value(value) for key, value in config.items()})
+    captured: dict[str, Any] = {}
+
+    @pulumi.runtime.test
+    def evaluate():
+        outputs = program()
+        return pulumi.Output.from_input(outputs).apply(captured.update)
+
+    try:
+        evaluate()
+    finally:
+        pulumi.runtime.set_all_config({})
+    return ProgramRun(monitor.registrations, captured)
