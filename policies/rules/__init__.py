@@ -1,0 +1,24 @@
+"""Every policy of the pack, one module per concern; `ALL` is what the pack serves and what
+`policies.evaluate` runs by default.
+
+Each rule is one validator function with a complete-sentence message that names the resource,
+the problem and the fix, and an explicit enforcement level: mandatory where a mistake wastes TPU
+hours or leaks data, advisory where the pack can only warn (estimates, hardening). Any level can
+be changed per stack through the standard pack config (`{"<policy>": {"enforcementLevel":
+"advisory"}}`). Values not known yet (during preview) never produce a violation: see
+`policies.rules.common`.
+"""
+
+from pulumi_policy import Policy
+
+from policies.rules import cluster, networks, raycluster, rayjob, stack, storage, tpu_pools
+
+ALL: list[Policy] = [
+    *networks.ALL,
+    *tpu_pools.ALL,
+    *cluster.ALL,
+    *storage.ALL,
+    *raycluster.ALL,
+    *rayjob.ALL,
+    *stack.ALL,
+]

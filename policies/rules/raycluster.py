@@ -1,0 +1,391 @@
+"""The RayCluster (KubeRay `ray.io/v1`, props as in domain/kuberay.py) and anything exposing its
+head.
+
+A worker group is a TPU worker group when its pods select a TPU accelerator
+(`cloud.google.com/gke-tpu-accelerator`). Its shape must be the slices' shape: one replica per
+slice, one host per VM, the VM's chips per host. A mismatch leaves pods pending or JAX waiting
+for peers that never come, on TPU nodes billed by the hour. The head runs the Jobs API, which
+executes any command it is sent: it must never be reachable from outside the cluster.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from pulumi_policy import (
+    EnforcementLevel,
+    ReportViolation,
+    ResourceValidationArgs,
+    ResourceValidationPolicy,
+    StackValidationArgs,
+    StackValidationPolicy,
+)
+
+from domain.tpu_catalog import ACCELERATORS
+from policies.rules.common import (
+    K8S_SERVICE,
+    RAY_CLUSTER,
+    SPOT_LABEL,
+    StackView,
+    TpuWorkerGroup,
+    at,
+    container_tpu_limit,
+    described,
+    known,
+    plain,
+    requests_tpu,
+    tpu_worker_groups,
+    whole_number,
+)
+
+PUBLIC_SERVICE_TYPES = ("LoadBalancer", "NodePort")
+MOVING_TAGS = ("latest", "nightly")
+
+
+def _ray_cluster(args: ResourceValidationArgs) -> tuple[dict[str, Any], str] | None:
+    if args.resource_type != RAY_CLUSTER:
+        return None
+    props = plain(args.props)
+    return props, described("RayCluster", args.name, props)
+
+
+def _pod_specs(props: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(`the head` / `worker group 'x'`, pod spec) for every pod template of the cluster."""
+    head = at(props, "spec", "headGroupSpec", "template", "spec")
+    if isinstance(head, dict):
+        yield "the head", head
+    groups = at(props, "spec", "workerGroupSpecs")
+    for index, group in enumerate(groups if isinstance(groups, list) else []):
+        spec = at(group, "template", "spec")
+        if isinstance(spec, dict):
+            name = at(group, "groupName")
+            yield f"worker group '{name if isinstance(name, str) else index}'", spec
+
+
+def _containers(pod_spec: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for key in ("initContainers", "containers"):
+        found = at(pod_spec, key)
+        yield from (c for c in (found if isinstance(found, list) else []) if isinstance(c, dict))
+
+
+def _container_name(container: dict[str, Any]) -> str:
+    name = at(container, "name")
+    return f"container '{name}'" if isinstance(name, str) else "a container"
+
+
+def hosts_per_slice(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+    """One Ray worker per TPU VM: numOfHosts is the VM count of the selected topology."""
+    cluster = _ray_cluster(args)
+    if cluster is None:
+        return
+    props, label = cluster
+    for group in tpu_worker_groups(props):
+        hosts = whole_number(at(group.spec, "numOfHosts"))
+        if group.shape is None or not known(hosts) or hosts == group.shape.vms:
+            continue
+        effect = "pods wait for VMs that do not exist" if hosts > group.shape.vms else "VMs sit idle"
+        report_violation(
+            f"{label}: worker group '{group.name}' has numOfHosts {hosts}, but a "
+            f"{group.topology} slice of TPU {group.accelerator.name} has {group.shape.vms} VMs, "
+            f"so {effect} while the slice is billed. Set numOfHosts to {group.shape.vms}.",
+            args.urn,
+        )
+
+
+def chips_per_host(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+    """Each TPU worker takes all chips of its VM, no more (unschedulable), no fewer (idle)."""
+    cluster = _ray_cluster(args)
+    if cluster is None:
+        return
+    props, label = cluster
+    for group in tpu_worker_groups(props):
+        if group.shape is None:
+            continue
+        for container in group.containers:
+            chips = container_tpu_limit(container)
+            if known(chips) and chips != group.shape.chips_per_vm:
+                report_violation(
+                    f"{label}: {_container_name(container)} of worker group '{group.name}' asks "
+                    f"for {chips} TPU chips, but a {group.topology} VM of TPU "
+                    f"{group.accelerator.name} has {group.shape.chips_per_vm}. Set its "
+                    f"google.com/tpu limit and request to \"{group.shape.chips_per_vm}\".",
+                    args.urn,
+                )
+
+
+def megascale_slices(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+    """JAX multi-slice waits for MEGASCALE_NUM_SLICES slices; KubeRay starts `replicas` of them."""
+    cluster = _ray_cluster(args)
+    if cluster is None:
+        return
+    props, label = cluster
+    for group in tpu_worker_groups(props):
+        replicas = whole_number(at(group.spec, "replicas"))
+        if not known(replicas):
+            continue
+        for container in group.containers:
+            env = at(container, "env")
+            for variable in env if isinstance(env, list) else []:
+                if not isinstance(variable, dict) or at(variable, "name") != "MEGASCALE_NUM_SLICES":
+                    continue
+                slices = whole_number(at(variable, "value"))
+                if known(slices) and slices != replicas:
+                    report_violation(
+                        f"{label}: worker group '{group.name}' starts {replicas} slices but sets "
+                        f"MEGASCALE_NUM_SLICES={slices}: JAX would wait for slices that never "
+                        f"come, or leave some out. Set MEGASCALE_NUM_SLICES to \"{replicas}\".",
+                        args.urn,
+                    )
+
+
+def _image_problem(image: str) -> str | None:
+    if "@" in image:  # a digest pins the image exactly
+        return None
+    last = image.rsplit("/", 1)[-1]
+    if ":" not in last:
+        return "has no tag, so it means `latest`"
+    tag = last.rsplit(":", 1)[1]
+    if any(moving in tag for moving in MOVING_TAGS):
+        return f"uses the moving tag {tag!r}"
+    return None
+
+
+def images_pinned(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+    """A moving tag can give hosts of one slice different Ray or JAX builds, and a rerun a
+    different program than the one that was tested."""
+    cluster = _ray_cluster(args)
+    if cluster is None:
+        return
+    props, label = cluster
+    for where, pod_spec in _pod_specs(props):
+        for container in _containers(pod_spec):
+            image = at(container, "image")
+            problem = _image_problem(image) if isinstance(image, str) else None
+            if problem:
+                report_violation(
+                    f"{label}: {_container_name(container)} of {where} runs image {image!r}, "
+                    f"which {problem}. Pin a version tag or an @sha256 digest (or leave rayImage "
+                    "unset so the stack builds its own, content-tagged image).",
+                    args.urn,
+                )
+
+
+def privileged_only_for_tpu(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+    """Privileged is needed for TPU device access on Standard pools, and nowhere else."""
+    cluster = _ray_cluster(args)
+    if cluster is None:
+        return
+    props, label = cluster
+    for where, pod_spec in _pod_specs(props):
+        for container in _containers(pod_spec):
+            privileged = at(container, "securityContext", "privileged") is True
+            if privileged and requests_tpu(container) is False:
+                report_violation(
+                    f"{label}: {_container_name(container)} of {where} runs privileged but uses "
+                    "no TPU chips, so it gets full access to its node for nothing. Remove "
+                    "securityContext.privileged from it.",
+                    args.urn,
+                )
+
+
+def _requires_spot(pod_spec: dict[str, Any]) -> bool:
+    if at(pod_spec, "nodeSelector", SPOT_LABEL) == "true":
+        return True
+    terms = at(pod_spec, "affinity", "nodeAffinity",
+               "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
+    for term in terms if isinstance(terms, list) else []:
+        expressions = at(term, "matchExpressions")
+        for expression in expressions if isinstance(expressions, list) else []:
+            values = at(expression, "values")
+            if (at(expression, "key") == SPOT_LABEL and at(expression, "operator") == "In"
+                    and isinstance(values, list) and "true" in values):
+                return True
+    return False
+
+
+def head_not_on_spot(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+    """A preempted head ends the job and every worker's progress since the last checkpoint."""
+    cluster = _ray_cluster(args)
+    if cluster is None:
+        return
+    props, label = cluster
+    head = at(props, "spec", "headGroupSpec", "template", "spec")
+    if isinstance(head, dict) and _requires_spot(head):
+        report_violation(
+            f"{label} schedules its head on Spot nodes ({SPOT_LABEL}=true): a preemption ends "
+            "the whole job while the TPU slices keep billing. Remove the Spot node selector "
+            "from the head and keep it on the on-demand CPU pool.",
+            args.urn,
+        )
+
+
+def head_service_cluster_ip(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+    """The head's service carries the dashboard and the Jobs API (remote code execution)."""
+    cluster = _ray_cluster(args)
+    if cluster is None:
+        return
+    props, label = cluster
+    head = at(props, "spec", "headGroupSpec")
+    for path in (("serviceType",), ("headService", "spec", "type")):
+        service_type = at(head, *path)
+        if known(service_type) and service_type != "ClusterIP":
+            report_violation(
+                f"{label} exposes its head service as {service_type} "
+                f"(headGroupSpec.{'.'.join(path)}): the dashboard and the Jobs API, which runs "
+                "any command it is sent, would be reachable from outside the cluster. Set it to "
+                "ClusterIP and reach the dashboard with `kubectl port-forward`.",
+                args.urn,
+            )
+
+
+def _selects_ray_head(selector: dict[str, Any]) -> bool:
+    node_type = selector.get("ray.io/node-type")
+    identifier = selector.get("ray.io/identifier")
+    return (
+        node_type == "head"
+        or (isinstance(identifier, str) and identifier.endswith("-head"))
+        or ("ray.io/cluster" in selector and "ray.io/node-type" not in selector)
+    )
+
+
+def head_service_not_public(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+    """Any other Service in front of the head pod exposes the same Jobs API."""
+    if args.resource_type != K8S_SERVICE:
+        return
+    props = plain(args.props)
+    service_type, selector = at(props, "spec", "type"), at(props, "spec", "selector")
+    if service_type in PUBLIC_SERVICE_TYPES and isinstance(selector, dict) and _selects_ray_head(selector):
+        report_violation(
+            f"{described('Kubernetes Service', args.name, props)} is a {service_type} in front "
+            "of the Ray head: the dashboard and the Jobs API, which runs any command it is sent, "
+            "would be reachable from outside the cluster. Make it a ClusterIP service and reach "
+            "the dashboard with `kubectl port-forward`.",
+            args.urn,
+        )
+
+
+def _ray_clusters(stack: StackView) -> Iterator[tuple[Any, str, TpuWorkerGroup]]:
+    for cluster in stack.of_type(RAY_CLUSTER):
+        label = described("RayCluster", cluster.name, cluster.props)
+        for group in tpu_worker_groups(cluster.props):
+            yield cluster, label, group
+
+
+def tpu_selectors(args: StackValidationArgs, report_violation: ReportViolation) -> None:
+    """Worker pods must select an accelerator and topology that exist and that the stack's
+    TPU node pools provide, or they stay pending forever."""
+    stack = StackView(args.resources)
+    pools = stack.tpu_pools()
+    pools_known = stack.pools_decided() and all(isinstance(f.topology, str) for _, f in pools)
+    provided = {(found.accelerator.name, found.topology) for _, found in pools} if pools_known else set()
+    for cluster, label, group in _ray_clusters(stack):
+        accelerator, topology = group.accelerator_label, group.topology
+        if not known(accelerator, topology):
+            continue
+        if group.accelerator is None:
+            valid = ", ".join(a.gke_accelerator for a in ACCELERATORS.values())
+            problem = f"selects TPU accelerator {accelerator!r}, which is not in the catalog ({valid})"
+        elif group.shape is None:
+            problem = (f"selects topology {topology!r}, which TPU {group.accelerator.name} does not "
+                       f"offer ({', '.join(group.accelerator.shapes)})")
+        elif pools and pools_known and (group.accelerator.name, topology) not in provided:
+            offered = ", ".join(sorted(f"{a} {t}" for a, t in provided))
+            problem = (f"selects TPU {group.accelerator.name} {topology}, but the stack's TPU node "
+                       f"pools provide {offered}")
+        else:
+            continue
+        report_violation(
+            f"{label}: worker group '{group.name}' {problem}, so its pods would stay pending. Set "
+            "its cloud.google.com/gke-tpu-accelerator and cloud.google.com/gke-tpu-topology node "
+            "selectors to the slices' accelerator and topology.",
+            cluster.urn,
+        )
+
+
+def replicas_match_slices(args: StackValidationArgs, report_violation: ReportViolation) -> None:
+    """One worker-group replica per slice: the stack's TPU node pools of that shape."""
+    stack = StackView(args.resources)
+    pools = stack.tpu_pools()
+    if not stack.pools_decided() or not all(isinstance(f.topology, str) for _, f in pools):
+        return
+    for cluster, label, group in _ray_clusters(stack):
+        replicas = whole_number(at(group.spec, "replicas"))
+        if group.accelerator is None or not known(replicas):
+            continue
+        slices = sum(
+            1 for _, found in pools
+            if found.accelerator.name == group.accelerator.name and found.topology == group.topology
+        )
+        if not slices or replicas == slices:
+            continue
+        effect = "replicas stay pending" if replicas > slices else "slices sit idle, billed"
+        report_violation(
+            f"{label}: worker group '{group.name}' has {replicas} replicas, but the stack has "
+            f"{slices} TPU slice(s) (node pools) of {group.accelerator.name} {group.topology}, so "
+            f"{effect}. Set replicas (and minReplicas, maxReplicas) to {slices}.",
+            cluster.urn,
+        )
+
+
+ALL = [
+    ResourceValidationPolicy(
+        name="raycluster-hosts-per-slice",
+        description="TPU worker groups have one host per VM of the selected topology.",
+        validate=hosts_per_slice,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    ResourceValidationPolicy(
+        name="raycluster-chips-per-host",
+        description="TPU workers ask for exactly the chips of one VM.",
+        validate=chips_per_host,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    ResourceValidationPolicy(
+        name="raycluster-megascale-slices",
+        description="MEGASCALE_NUM_SLICES equals the TPU worker group's replicas.",
+        validate=megascale_slices,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    ResourceValidationPolicy(
+        name="raycluster-images-pinned",
+        description="Ray containers run pinned images (a version tag or a digest, never latest or nightly).",
+        validate=images_pinned,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    ResourceValidationPolicy(
+        name="raycluster-privileged-only-for-tpu",
+        description="Only containers that use TPU chips run privileged.",
+        validate=privileged_only_for_tpu,
+        enforcement_level=EnforcementLevel.ADVISORY,
+    ),
+    ResourceValidationPolicy(
+        name="raycluster-head-not-on-spot",
+        description="The Ray head is never scheduled on Spot nodes.",
+        validate=head_not_on_spot,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    ResourceValidationPolicy(
+        name="raycluster-head-service-cluster-ip",
+        description="The Ray head service is ClusterIP only.",
+        validate=head_service_cluster_ip,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    ResourceValidationPolicy(
+        name="ray-head-service-not-public",
+        description="No LoadBalancer or NodePort Service selects the Ray head.",
+        validate=head_service_not_public,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    StackValidationPolicy(
+        name="raycluster-tpu-selectors",
+        description="TPU worker groups select a catalog accelerator and topology that the stack's TPU node pools provide.",
+        validate=tpu_selectors,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    StackValidationPolicy(
+        name="raycluster-replicas-match-slices",
+        description="TPU worker groups have one replica per TPU slice (node pool) of their shape.",
+        validate=replicas_match_slices,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+]

@@ -1,0 +1,227 @@
+"""The training job (`pulumi-python:dynamic/ray:RayJob`) the workloads stack submits.
+
+Its `entrypoint` is `python -m trainer.<module> --job '<JSON>'`, the resolved job of
+domain/job.py: the rules read the job from there, exactly as the trainer will. Entry points of
+any other form are not this project's jobs and are left alone. All of these are caught before
+submission, while the slices are still idle rather than after a compile failure on them.
+
+Spot and failures. An elastic job exists to survive preemptions (Spot slices) and worker failures:
+after each one it resumes from its last checkpoint, so every step since that checkpoint is paid
+for twice. The rule chosen here bounds that loss per failure: at most 10% of the run's steps
+(`checkpoint_period <= max(1, steps // 10)`, with checkpointing on). It is per failure because
+the failure count has no fixed bound (Ray Train does not count Spot preemptions against
+`maxFailures`); with `maxFailures` worker errors the worst case is that many times 10%.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from pulumi_policy import (
+    EnforcementLevel,
+    ReportViolation,
+    ResourceValidationArgs,
+    ResourceValidationPolicy,
+)
+
+from domain.capacity import MemoryEstimate, estimate_memory
+from domain.job import JobSpec
+from domain.maxtext_config import base_config, override_problems
+from domain.tpu_catalog import Accelerator, SliceShape, accelerator_by_ray_type
+from policies.rules.common import RAY_JOB, at, known, plain, whole_number
+
+# docs/capacity.md: the estimate is off by up to ~5 GiB (17% of a v6e chip's usable HBM) either
+# way, so only a clear excess blocks; near the limit the ahead-of-time fit check decides.
+CLEARLY_OVER = 1.25
+NEAR_LIMIT = 0.85
+REDO_BUDGET = 0.10  # of the run's steps, per failure
+
+
+def job_of(props: dict[str, Any]) -> JobSpec | None:
+    """The resolved job in a trainer entry point, or None for anything else (or not known)."""
+    entrypoint = at(props, "entrypoint")
+    if not isinstance(entrypoint, str):
+        return None
+    try:
+        words = shlex.split(entrypoint)
+        if words[1:2] != ["-m"] or not words[2].startswith("trainer.") or words[3] != "--job":
+            return None
+        job = JobSpec.from_json(words[4])
+    except (IndexError, TypeError, ValueError):
+        return None
+    # Hand-written JSON can have any shape; the rules need these types to compare and look up.
+    numbers_ok = all(isinstance(n, int) for n in (job.slices, job.min_slices, job.max_failures))
+    return job if numbers_ok and isinstance(job.maxtext_overrides, dict) else None
+
+
+def _job(args: ResourceValidationArgs) -> tuple[JobSpec, str] | None:
+    if args.resource_type != RAY_JOB:
+        return None
+    job = job_of(plain(args.props))
+    if job is None:
+        return None
+    return job, f"RayJob '{args.name}' (run {job.run_name!r}, preset {job.preset})"
+
+
+def _tpu(job: JobSpec) -> tuple[Accelerator, SliceShape] | None:
+    if not job.use_tpu or job.accelerator_type is None or job.topology is None:
+        return None
+    try:
+        accelerator = accelerator_by_ray_type(job.accelerator_type)
+    except ValueError:
+        return None
+    shape = accelerator.shapes.get(job.topology)
+    return (accelerator, shape) if shape is not None else None
+
+
+def _slice_counts(job: JobSpec) -> list[int]:
+    """An elastic job runs on any slice count from min_slices up; check both ends."""
+    return sorted({job.min_slices, job.slices} if job.elastic else {job.slices})
+
+
+def _mesh_problems(job: JobSpec, shape: SliceShape | None) -> list[str]:
+    chips = shape.chips if shape is not None else None
+    problems: list[str] = []
+    for slices in _slice_counts(job):
+        for problem in override_problems(job.maxtext_overrides, chips_per_slice=chips, slices=slices):
+            if problem not in problems:
+                problems.append(problem)
+    return problems
+
+
+def maxtext_mesh(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+    """MaxText refuses a mesh that does not multiply to the devices, after the slices are up."""
+    found = _job(args)
+    if found is None:
+        return
+    job, label = found
+    tpu = _tpu(job)
+    if job.use_tpu and tpu is None:
+        return
+    shape = tpu[1] if tpu else None
+    problems = _mesh_problems(job, shape)
+    if problems:
+        where = (f"{' or '.join(map(str, _slice_counts(job)))} slice(s) of {shape.chips} chips"
+                 if shape else "CPU")
+        report_violation(
+            f"{label} cannot start on {where}: {'; '.join(problems)}. Fix maxtextOverrides in "
+            "the workloads stack: the ici_*_parallelism values must multiply to the chips of "
+            "one slice and the dcn_*_parallelism values to the slice count (one of them may "
+            "be -1).",
+            args.urn,
+        )
+
+
+def _sized(args: ResourceValidationArgs) -> tuple[JobSpec, str, MemoryEstimate, Accelerator] | None:
+    """The job with its per-chip estimate on the fewest slices it may run on (the most state
+    per chip); None for CPU jobs, meshes MaxText would refuse anyway, or configurations the
+    estimate does not model."""
+    found = _job(args)
+    tpu = _tpu(found[0]) if found else None
+    if found is None or tpu is None or _mesh_problems(found[0], tpu[1]):
+        return None
+    (job, label), (accelerator, shape) = found, tpu
+    try:
+        memory = estimate_memory(
+            job.maxtext_overrides, chips_per_slice=shape.chips, slices=_slice_counts(job)[0]
+        )
+    except (KeyError, ValueError):
+        return None
+    return job, label, memory, accelerator
+
+
+def fits_hbm(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+    """A job clearly too big for the chips fails to compile after every slice is paid for."""
+    sized = _sized(args)
+    if sized is None:
+        return
+    job, label, memory, accelerator = sized
+    usable = accelerator.usable_hbm_gib
+    if memory.total_gib > CLEARLY_OVER * usable:
+        report_violation(
+            f"{label} needs about {memory.total_gib:.1f} GiB per chip by the capacity estimate, "
+            f"{memory.total_gib / usable:.0%} of the {usable} GiB a TPU {accelerator.name} chip "
+            "can use, far beyond the estimate's error of about 5 GiB: it cannot fit. Use "
+            "weight_dtype=bfloat16, offload remat (remat_policy=custom, "
+            "decoder_layer_input=offload), shard more (ici/dcn fsdp parallelism), lower "
+            "per_device_batch_size or add slices; then confirm with "
+            f"`python -m trainer.fit_check --preset {job.preset} KEY=VALUE ...`.",
+            args.urn,
+        )
+
+
+def hbm_headroom(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+    """Within the estimate's error of the limit, only the compiler can say whether it fits."""
+    sized = _sized(args)
+    if sized is None:
+        return
+    job, label, memory, accelerator = sized
+    usable = accelerator.usable_hbm_gib
+    if NEAR_LIMIT * usable < memory.total_gib <= CLEARLY_OVER * usable:
+        report_violation(
+            f"{label} needs about {memory.total_gib:.1f} GiB per chip by the capacity estimate, "
+            f"{memory.total_gib / usable:.0%} of the {usable} GiB a TPU {accelerator.name} chip "
+            "can use: too close to the limit for the estimate (off by up to about 5 GiB) to "
+            f"tell whether it fits. Run `python -m trainer.fit_check --preset {job.preset} "
+            "KEY=VALUE ...` before provisioning the slices, or leave more headroom.",
+            args.urn,
+        )
+
+
+def elastic_checkpointing(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+    """Each preemption or failure repeats the steps since the last checkpoint (module docs)."""
+    found = _job(args)
+    if found is None or not found[0].elastic:
+        return
+    job, label = found
+    values = {**base_config(), **job.maxtext_overrides}
+    steps, period = whole_number(values.get("steps")), whole_number(values.get("checkpoint_period"))
+    enabled = str(values.get("enable_checkpointing")).lower() == "true"
+    if not known(steps) or steps < 1 or (enabled and not known(period)):
+        return
+    allowed = max(1, int(steps * REDO_BUDGET))
+    checkpoints = enabled and period > 0
+    redo = min(period, steps) if checkpoints else steps
+    if redo <= allowed:
+        return
+    cause = f"checkpoints every {period} steps" if checkpoints else "does not checkpoint"
+    fix = f"checkpoint_period: {allowed}" if checkpoints else (
+        f"enable_checkpointing: true, checkpoint_period: {allowed}"
+    )
+    report_violation(
+        f"{label} is elastic (its slices may be preempted or fail) but {cause} of {steps}: each "
+        f"failure repeats up to {redo} steps ({redo / steps:.0%} of the run; maxFailures "
+        f"{job.max_failures} allows that many worker errors, Spot preemptions without limit). "
+        f"Set maxtextOverrides {{{fix}}} (or a shorter period), so a failure repeats at most "
+        f"{REDO_BUDGET:.0%} of the steps.",
+        args.urn,
+    )
+
+
+ALL = [
+    ResourceValidationPolicy(
+        name="rayjob-maxtext-mesh",
+        description="MaxText overrides are valid and their parallelism multiplies to the chips per slice and the slice count.",
+        validate=maxtext_mesh,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    ResourceValidationPolicy(
+        name="rayjob-fits-hbm",
+        description=f"The job's estimated memory per chip is not clearly over usable HBM (at most {CLEARLY_OVER:.0%} of it).",
+        validate=fits_hbm,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    ResourceValidationPolicy(
+        name="rayjob-hbm-headroom",
+        description=f"The job's estimated memory per chip leaves at least {1 - NEAR_LIMIT:.0%} of usable HBM free.",
+        validate=hbm_headroom,
+        enforcement_level=EnforcementLevel.ADVISORY,
+    ),
+    ResourceValidationPolicy(
+        name="rayjob-elastic-checkpointing",
+        description=f"Elastic jobs checkpoint often enough that a failure repeats at most {REDO_BUDGET:.0%} of the steps.",
+        validate=elastic_checkpointing,
+        enforcement_level=EnforcementLevel.ADVISORY,
+    ),
+]

@@ -1,0 +1,221 @@
+"""Cloud Storage: the checkpoint bucket stays private, and only the Ray pods' Workload Identity
+principal gets (non-admin) access to it.
+
+Checkpoints of a 70B model are the most expensive thing the project produces; a public or
+over-granted bucket leaks them, or lets someone delete them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pulumi_policy import (
+    EnforcementLevel,
+    ReportViolation,
+    ResourceValidationArgs,
+    ResourceValidationPolicy,
+)
+
+from policies.rules.common import BUCKET, UNKNOWN, at, described, known, plain
+
+# Resources that grant IAM roles on a bucket (or a managed folder in one), by how they hold
+# their grants: one member, a member list, or a whole policy document.
+IAM_KINDS = {
+    "gcp:storage/bucketIAMMember:BucketIAMMember": "Bucket IAM member",
+    "gcp:storage/bucketIAMBinding:BucketIAMBinding": "Bucket IAM binding",
+    "gcp:storage/bucketIAMPolicy:BucketIAMPolicy": "Bucket IAM policy",
+    "gcp:storage/managedFolderIamMember:ManagedFolderIamMember": "Managed folder IAM member",
+    "gcp:storage/managedFolderIamBinding:ManagedFolderIamBinding": "Managed folder IAM binding",
+    "gcp:storage/managedFolderIamPolicy:ManagedFolderIamPolicy": "Managed folder IAM policy",
+}
+# Legacy ACL resources: `roleEntities` (`ROLE:entity`), an `entity`, or a predefined ACL.
+ACL_KINDS = {
+    "gcp:storage/bucketACL:BucketACL": "Bucket ACL",
+    "gcp:storage/defaultObjectACL:DefaultObjectACL": "Default object ACL",
+    "gcp:storage/objectACL:ObjectACL": "Object ACL",
+    "gcp:storage/bucketAccessControl:BucketAccessControl": "Bucket access control",
+    "gcp:storage/defaultObjectAccessControl:DefaultObjectAccessControl": "Default object access control",
+    "gcp:storage/objectAccessControl:ObjectAccessControl": "Object access control",
+}
+PUBLIC_PRINCIPALS = ("allUsers", "allAuthenticatedUsers")
+# Predefined ACLs that open objects to one of the public principals.
+PUBLIC_PREDEFINED_ACLS = {
+    "publicRead": "allUsers",
+    "publicReadWrite": "allUsers",
+    "authenticatedRead": "allAuthenticatedUsers",
+}
+# Roles that can change who has access or delete the bucket itself.
+ADMIN_ROLES = (
+    "roles/owner",
+    "roles/editor",
+    "roles/storage.admin",
+    "roles/storage.objectAdmin",
+    "roles/storage.folderAdmin",
+    "roles/storage.legacyBucketOwner",
+    "roles/storage.legacyObjectOwner",
+)
+WORKLOAD_IDENTITY_PREFIXES = (
+    "principal://iam.googleapis.com/projects/",
+    "principalSet://iam.googleapis.com/projects/",
+)
+CHECKPOINT_ROLE_HINT = (
+    "Grant roles/storage.objectUser to the Ray pods' Workload Identity principal "
+    "(principal://iam.googleapis.com/projects/NUMBER/locations/global/workloadIdentityPools/"
+    "PROJECT.svc.id.goog/subject/ns/NAMESPACE/sa/KSA)"
+)
+
+
+def _grants(resource_type: str, props: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """(role, member) pairs a storage IAM resource grants; values may be UNKNOWN."""
+    if resource_type.endswith(("IAMBinding", "IamBinding")):
+        role, members = at(props, "role"), at(props, "members")
+        return [(role, member) for member in members] if isinstance(members, list) else []
+    if resource_type.endswith(("IAMPolicy", "IamPolicy")):
+        document = at(props, "policyData")
+        try:
+            bindings = json.loads(document).get("bindings", []) if isinstance(document, str) else []
+        except (ValueError, AttributeError):
+            return []
+        return [
+            (binding.get("role", UNKNOWN), member)
+            for binding in bindings
+            if isinstance(binding, dict)
+            for member in binding.get("members", [])
+        ]
+    return [(at(props, "role"), at(props, "member"))]
+
+
+def _acl_entities(props: dict[str, Any]) -> list[Any]:
+    entities = []
+    role_entities = at(props, "roleEntities")
+    if isinstance(role_entities, list):
+        entities += [e.split(":", 1)[-1] if isinstance(e, str) else UNKNOWN for e in role_entities]
+    entities.append(at(props, "entity"))
+    for key in ("predefinedAcl", "defaultAcl"):
+        acl = at(props, key)
+        entities.append(PUBLIC_PREDEFINED_ACLS.get(acl, UNKNOWN) if isinstance(acl, str) else UNKNOWN)
+    return entities
+
+
+def _bucket(args: ResourceValidationArgs) -> tuple[dict[str, Any], str] | None:
+    if args.resource_type != BUCKET:
+        return None
+    props = plain(args.props)
+    return props, described("Bucket", args.name, props)
+
+
+def uniform_access(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+    """Per-object ACLs are how objects of a private bucket end up public."""
+    bucket = _bucket(args)
+    if bucket is not None and at(bucket[0], "uniformBucketLevelAccess") is False:
+        report_violation(
+            f"{bucket[1]} allows per-object ACLs (uniform bucket-level access is off), so a "
+            "single object can be made public. Set uniform_bucket_level_access=True.",
+            args.urn,
+        )
+
+
+def public_access_prevention(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+    """Public access prevention blocks allUsers grants even when someone adds one later."""
+    bucket = _bucket(args)
+    if bucket is None:
+        return
+    prevention = at(bucket[0], "publicAccessPrevention")
+    if known(prevention) and prevention != "enforced":
+        report_violation(
+            f"{bucket[1]} has public access prevention {prevention!r}: any later allUsers grant "
+            "would publish the checkpoints. Set public_access_prevention='enforced'.",
+            args.urn,
+        )
+
+
+def no_public_members(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+    """allUsers and allAuthenticatedUsers mean anyone with (or without) a Google account."""
+    kind = IAM_KINDS.get(args.resource_type) or ACL_KINDS.get(args.resource_type)
+    if kind is None:
+        return
+    props = plain(args.props)
+    if args.resource_type in IAM_KINDS:
+        principals = [member for _, member in _grants(args.resource_type, props)]
+    else:
+        principals = _acl_entities(props)
+    for principal in sorted({p for p in principals if p in PUBLIC_PRINCIPALS}):
+        report_violation(
+            f"{described(kind, args.name, props)} grants access to {principal}: "
+            f"anyone could read or overwrite the checkpoints. Remove {principal}. "
+            f"{CHECKPOINT_ROLE_HINT}.",
+            args.urn,
+        )
+
+
+def no_admin_roles(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+    """An admin role can re-grant access or delete the bucket and every checkpoint in it."""
+    kind = IAM_KINDS.get(args.resource_type)
+    if kind is None:
+        return
+    props = plain(args.props)
+    for role in sorted({r for r, _ in _grants(args.resource_type, props) if r in ADMIN_ROLES}):
+        report_violation(
+            f"{described(kind, args.name, props)} grants {role}, which can change "
+            "access to the bucket or delete it with every checkpoint. "
+            f"{CHECKPOINT_ROLE_HINT}, which reads and writes objects only.",
+            args.urn,
+        )
+
+
+def workload_identity_members(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+    """Access goes to pods through Workload Identity: no user, group or key-holding account."""
+    kind = IAM_KINDS.get(args.resource_type)
+    if kind is None:
+        return
+    props = plain(args.props)
+    for member in sorted(
+        {
+            m
+            for _, m in _grants(args.resource_type, props)
+            if isinstance(m, str)
+            and m not in PUBLIC_PRINCIPALS  # reported by storage-no-public-members
+            and not (m.startswith(WORKLOAD_IDENTITY_PREFIXES) and "/workloadIdentityPools/" in m)
+        }
+    ):
+        report_violation(
+            f"{described(kind, args.name, props)} grants access to {member!r}, "
+            "which is not a Workload Identity principal: its credentials live outside the "
+            f"cluster (a user, a group, or a service account and its keys). {CHECKPOINT_ROLE_HINT}.",
+            args.urn,
+        )
+
+
+ALL = [
+    ResourceValidationPolicy(
+        name="storage-bucket-uniform-access",
+        description="Buckets use uniform bucket-level access (no per-object ACLs).",
+        validate=uniform_access,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    ResourceValidationPolicy(
+        name="storage-bucket-public-access-prevention",
+        description="Buckets enforce public access prevention.",
+        validate=public_access_prevention,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    ResourceValidationPolicy(
+        name="storage-no-public-members",
+        description="No storage IAM grant or ACL names allUsers or allAuthenticatedUsers.",
+        validate=no_public_members,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    ResourceValidationPolicy(
+        name="storage-no-admin-roles",
+        description="No admin, owner or editor role is granted on buckets.",
+        validate=no_admin_roles,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    ResourceValidationPolicy(
+        name="storage-workload-identity-members",
+        description="Bucket access is granted only to Workload Identity principals.",
+        validate=workload_identity_members,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+]

@@ -1,0 +1,56 @@
+"""`python -m policies.check`: the pack on every shipped stack, offline, as a PR without cloud
+credentials runs it."""
+
+from __future__ import annotations
+
+import pytest
+
+from policies import check
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--project", "infra", "--stack", "dev"],
+        ["--project", "infra", "--stack", "dev", "--set", "mode=autopilot"],
+        ["--project", "workloads", "--stack", "dev"],
+        ["--project", "workloads", "--stack", "local"],
+    ],
+    ids=["infra-dev", "infra-dev-autopilot", "workloads-dev", "workloads-local"],
+)
+def test_every_shipped_stack_passes(argv, capsys):
+    assert check.main(argv) == 0, capsys.readouterr().out
+    assert "0 mandatory" in capsys.readouterr().out
+
+
+def test_a_production_stack_without_deletion_protection_fails_naming_the_rule(capsys):
+    assert check.main(["--stack", "dev", "--set", "production=true"]) == 1
+    out = capsys.readouterr().out
+    assert "[mandatory]" in out and "deletion" in out.lower()
+    assert check.main(["--stack", "dev", "--set", "production=true", "--set", "deletionProtection=true"]) == 0
+
+
+def test_a_job_that_cannot_fit_fails_before_any_tpu_is_provisioned(capsys):
+    procedure_70b = '{"weight_dtype": "float32", "remat_policy": "full"}'
+    assert check.main(["--project", "workloads", "--stack", "dev", "--set", "preset=llama3-70b",
+                       "--set", f"maxtextOverrides={procedure_70b}"]) == 1
+    assert "[mandatory]" in capsys.readouterr().out
+
+
+def test_bad_config_is_reported_as_a_program_failure(capsys):
+    assert check.main(["--stack", "dev", "--set", "slices=0"]) == 2
+    assert "slices = 0 is out of range" in capsys.readouterr().err
+
+
+def test_unknown_stack_is_a_usage_error():
+    with pytest.raises(SystemExit):
+        check.main(["--stack", "nope"])
+
+
+def test_a_dcn_network_without_its_firewall_is_caught_from_the_mock_run():
+    from policies.evaluate import evaluate
+
+    resources = [r for r in check.resources_of(check.run_stack("infra", "dev"))
+                 if r["type"] != "gcp:compute/firewall:Firewall"]
+    fired = {v.policy_name for v in evaluate(resources) if v.enforcement_level == "mandatory"}
+    assert fired == {"dcn-network-internal-firewall"}

@@ -1,0 +1,550 @@
+"""The policy pack's rules, run offline by `policies.evaluate` on what the real programs register
+under Pulumi mocks: every shipped stack passes; every rule fires, alone and naming the resource,
+on a stack with one property broken; a rule that cannot read its property (missing, or unknown
+as during preview) stays quiet; enforcement levels follow the standard pack config."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shlex
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pytest
+from pulumi_policy import (
+    EnforcementLevel,
+    ResourceValidationArgs,
+    ResourceValidationPolicy,
+    StackValidationPolicy,
+)
+from pulumi_policy.proxy import (
+    UNKNOWN_ARRAY_VALUE,
+    UNKNOWN_BOOLEAN_VALUE,
+    UNKNOWN_NUMBER_VALUE,
+    UNKNOWN_OBJECT_VALUE,
+    UNKNOWN_STRING_VALUE,
+)
+
+from domain.presets import PROCEDURE_OVERRIDES, maxtext_overrides, preset
+from policies.evaluate import Violation, evaluate, reconcile_config
+from policies.rules import ALL
+from tests.conftest import run_infra
+from tests.support.pulumi_harness import ProgramRun, stack_config
+from tests.test_workloads_program import run_workloads
+
+KEEP = object()  # a case broken by its config alone
+SIGNATURE_KEY = "4dabf18193072939515e22adb298388d"  # marks a secret, asset or archive value
+# String maps: a known map without a key is decided (the DRANET label is absent), unlike a
+# property that is not there.
+MAP_KEYS = {(key,) for key in ("labels", "resourceLabels", "nodeSelector", "annotations", "limits", "requests")}
+# Resource types some rule reads.
+READ_TYPES = {
+    "gcp:compute/network:Network", "gcp:compute/subnetwork:Subnetwork", "gcp:compute/firewall:Firewall",
+    "gcp:container/cluster:Cluster", "gcp:container/nodePool:NodePool", "gcp:storage/bucket:Bucket",
+    "gcp:storage/bucketIAMMember:BucketIAMMember", "kubernetes:ray.io/v1:RayCluster",
+    "pulumi-python:dynamic/ray:RayJob",
+}
+RESOURCE_POLICIES = [policy for policy in ALL if isinstance(policy, ResourceValidationPolicy)]
+STACK_POLICIES = [policy for policy in ALL if isinstance(policy, StackValidationPolicy)]
+WORKER = ("spec", "workerGroupSpecs", 0)
+WORKER_POD = (*WORKER, "template", "spec")
+WORKER_CONTAINER = (*WORKER_POD, "containers", 0)
+HEAD_POD = ("spec", "headGroupSpec", "template", "spec")
+HEAD_CONTAINER = (*HEAD_POD, "containers", 0)
+ADVISORY_POLICIES = {
+    "raycluster-privileged-only-for-tpu",
+    "rayjob-hbm-headroom",
+    "rayjob-elastic-checkpointing",
+    "tpu-hourly-budget",
+}
+
+
+def resources_of(run: ProgramRun) -> list[dict[str, Any]]:
+    """Registrations as the engine hands them to the pack, dependencies included (AnalyzeStack
+    gets them too; the DCN rules use them to tell which network a firewall protects)."""
+    return [
+        {"type": r.type, "name": r.name, "urn": r.urn, "props": r.inputs, "parent": r.parent,
+         "provider": r.provider, "dependencies": r.dependencies}
+        for r in run.registrations
+    ]
+
+
+@pytest.fixture(scope="module")
+def shipped() -> dict[str, list[dict[str, Any]]]:
+    standard = stack_config("dev")
+    autopilot = {**standard, "maxtext-tpu-infra:mode": "autopilot"}
+    return {
+        "infra-standard": resources_of(run_infra(standard)),
+        "infra-autopilot": resources_of(run_infra(autopilot)),
+        "workloads-dev": resources_of(run_workloads("dev")[0]),
+        "workloads-local": resources_of(run_workloads("local")[0]),
+    }
+
+
+def named(resources: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    """The resource called `name` (not the project's component of the same name)."""
+    [found] = [r for r in resources if r["name"] == name and not r["type"].startswith("maxtext-tpu:")]
+    return found
+
+
+def get_at(node: Any, path: tuple) -> Any:
+    for step in path:
+        node = node[step]
+    return node
+
+
+def set_at(node: Any, path: tuple, value: Any) -> None:
+    get_at(node, path[:-1])[path[-1]] = value
+
+
+def delete_at(node: Any, path: tuple) -> None:
+    del get_at(node, path[:-1])[path[-1]]
+
+
+def unknown_like(value: Any) -> str:
+    """The marker the SDK sends during preview for a value of this type."""
+    if isinstance(value, bool):
+        return UNKNOWN_BOOLEAN_VALUE
+    if isinstance(value, (int, float)):
+        return UNKNOWN_NUMBER_VALUE
+    if isinstance(value, list):
+        return UNKNOWN_ARRAY_VALUE
+    if isinstance(value, dict):
+        return UNKNOWN_OBJECT_VALUE
+    return UNKNOWN_STRING_VALUE
+
+
+def job_edit(overrides: dict[str, str] | None = None, **fields: Any) -> Callable[[str], str]:
+    """Edits the resolved job inside a RayJob entrypoint (`python -m M --job 'JSON'`)."""
+
+    def edit(entrypoint: str) -> str:
+        words = shlex.split(entrypoint)
+        job = json.loads(words[4])
+        job.update(fields)
+        job["maxtext_overrides"].update(overrides or {})
+        return shlex.join([*words[:4], json.dumps(job, sort_keys=True)])
+
+    return edit
+
+
+def without(name: str) -> Callable[[list[dict[str, Any]]], None]:
+    def remove(resources: list[dict[str, Any]]) -> None:
+        resources.remove(named(resources, name))
+
+    return remove
+
+
+def add_head_service(resources: list[dict[str, Any]]) -> None:
+    """A hand-made Service in front of the Ray head, as a quick dashboard fix would add it."""
+    cluster = named(resources, "ray-cluster")
+    urn = cluster["urn"].rsplit("::", 1)[0].replace("ray.io/v1:RayCluster", "core/v1:Service")
+    resources.append({
+        "type": "kubernetes:core/v1:Service", "name": "dashboard", "urn": f"{urn}::dashboard",
+        "provider": cluster["provider"],
+        "props": {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "ray-dashboard"},
+                  "spec": {"type": "ClusterIP", "selector": {"ray.io/cluster": "maxtext-tpu-cluster",
+                                                             "ray.io/node-type": "head"},
+                           "ports": [{"port": 8265, "targetPort": 8265}]}},
+    })
+
+
+@dataclass(frozen=True)
+class Case:
+    """One rule broken on one shipped stack: `resource`'s property at `path` set to `value`
+    (a function of the old value, or KEEP when `config` alone breaks it), after `change`."""
+
+    policy: str
+    stack: str
+    resource: str
+    path: tuple
+    value: Any = KEEP
+    config: dict[str, Any] = field(default_factory=dict)
+    change: Callable[[list[dict[str, Any]]], None] | None = None
+    subject: str | None = "resource"  # whose URN the violation carries; None: the whole stack
+    mentions: str | None = None  # text every message must contain (default: resource's name)
+    unknown_path: tuple | None = None  # the property the rule cannot decide without (default: path)
+    label: str = ""
+
+    @property
+    def id(self) -> str:
+        return f"{self.policy}{'-' + self.label if self.label else ''}"
+
+    def broken(self, shipped: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+        resources = copy.deepcopy(shipped[self.stack])
+        if self.change:
+            self.change(resources)
+        if self.value is not KEEP:
+            props = named(resources, self.resource)["props"]
+            value = self.value(get_at(props, self.path)) if callable(self.value) else self.value
+            set_at(props, self.path, value)
+        return resources
+
+
+STD, AUTO, WDEV = "infra-standard", "infra-autopilot", "workloads-dev"
+PROCEDURE_70B = {**maxtext_overrides(preset("llama3-70b"), 2), **PROCEDURE_OVERRIDES["llama3-70b"]}
+BF16_FULL_REMAT_70B = {**maxtext_overrides(preset("llama3-70b"), 2),
+                       "remat_policy": "full", "decoder_layer_input": "device"}
+
+CASES = [
+    Case("dcn-network-custom-mode", STD, "dcn-net-1", ("autoCreateSubnetworks",), True),
+    Case("dcn-network-mtu", STD, "dcn-net-2", ("mtu",), 1460),
+    Case("dcn-network-internal-firewall", STD, "dcn-net-1-allow-internal", ("sourceRanges",),
+         ["192.168.0.0/16"], subject="dcn-net-1"),
+    Case("tpu-pool-catalog-shape", STD, "tpu-0", ("nodeCount",), 3),
+    Case("tpu-pool-catalog-shape", STD, "tpu-1", ("nodeConfig", "machineType"), "ct6e-standard-8t",
+         label="machine"),
+    Case("tpu-pool-compact-placement", STD, "tpu-1", ("placementPolicy", "type"), "TYPE_UNSPECIFIED"),
+    Case("tpu-pool-dranet-networks", STD, "tpu-0", ("nodeConfig", "labels"), {}),
+    Case("tpu-pool-dranet-networks", STD, "tpu-1", ("networkConfig", "additionalNodeNetworkConfigs"),
+         lambda networks: networks[:1], label="networks"),
+    Case("tpu-pool-gvnic", STD, "tpu-0", ("nodeConfig", "gvnic", "enabled"), False),
+    Case("tpu-pool-gke-metadata", STD, "tpu-1", ("nodeConfig", "workloadMetadataConfig", "mode"),
+         "GCE_METADATA"),
+    Case("gke-cluster-dranet-version", STD, "maxtext-tpu", ("minMasterVersion",), "1.33.5-gke.1000"),
+    # Above the Standard minimum, below Autopilot's.
+    Case("gke-cluster-dranet-version", AUTO, "maxtext-tpu", ("minMasterVersion",), "1.35.1-gke.1000",
+         label="autopilot"),
+    Case("gke-cluster-workload-identity", STD, "maxtext-tpu", ("workloadIdentityConfig", "workloadPool"), ""),
+    Case("gke-cluster-dataplane-v2", STD, "maxtext-tpu", ("datapathProvider",), "LEGACY_DATAPATH"),
+    Case("gke-cluster-ray-operator", AUTO, "maxtext-tpu",
+         ("addonsConfig", "rayOperatorConfigs", 0, "enabled"), False),
+    Case("gke-cluster-gcs-fuse", STD, "maxtext-tpu",
+         ("addonsConfig", "gcsFuseCsiDriverConfig", "enabled"), False),
+    Case("gke-cluster-production-deletion-protection", STD, "maxtext-tpu",
+         ("resourceLabels", "environment"), "production", unknown_path=("deletionProtection",)),
+    Case("storage-bucket-uniform-access", STD, "checkpoints-bucket", ("uniformBucketLevelAccess",), False),
+    Case("storage-bucket-public-access-prevention", STD, "checkpoints-bucket",
+         ("publicAccessPrevention",), "inherited"),
+    Case("storage-no-public-members", STD, "checkpoints-checkpoint-access", ("member",), "allUsers"),
+    Case("storage-no-admin-roles", STD, "checkpoints-checkpoint-access", ("role",), "roles/storage.admin"),
+    Case("storage-workload-identity-members", STD, "checkpoints-checkpoint-access", ("member",),
+         "serviceAccount:trainer@my-gcp-project.iam.gserviceaccount.com"),
+    Case("raycluster-hosts-per-slice", STD, "ray-cluster", (*WORKER, "numOfHosts"), 2),
+    Case("raycluster-chips-per-host", AUTO, "ray-cluster",
+         (*WORKER_CONTAINER, "resources", "limits", "google.com/tpu"), "8"),
+    Case("raycluster-megascale-slices", STD, "ray-cluster", (*WORKER_CONTAINER, "env", 0, "value"), "4"),
+    Case("raycluster-images-pinned", STD, "ray-cluster", (*HEAD_CONTAINER, "image"),
+         "rayproject/ray:nightly-py312-tpu"),
+    Case("raycluster-privileged-only-for-tpu", STD, "ray-cluster", (*HEAD_CONTAINER, "securityContext"),
+         {"privileged": True}),
+    Case("raycluster-head-not-on-spot", STD, "ray-cluster",
+         (*HEAD_POD, "nodeSelector", "cloud.google.com/gke-spot"), "true"),
+    Case("raycluster-head-service-cluster-ip", AUTO, "ray-cluster",
+         ("spec", "headGroupSpec", "serviceType"), "LoadBalancer"),
+    Case("ray-head-service-not-public", STD, "dashboard", ("spec", "type"), "NodePort",
+         change=add_head_service),
+    Case("raycluster-tpu-selectors", STD, "ray-cluster",
+         (*WORKER_POD, "nodeSelector", "cloud.google.com/gke-tpu-accelerator"), "tpu-v5-lite-podslice"),
+    Case("raycluster-tpu-selectors", AUTO, "ray-cluster",
+         (*WORKER_POD, "nodeSelector", "cloud.google.com/gke-tpu-topology"), "3x3", label="autopilot"),
+    Case("raycluster-replicas-match-slices", STD, "ray-cluster", (*WORKER, "replicas"),
+         change=without("tpu-1")),
+    Case("rayjob-maxtext-mesh", WDEV, "training", ("entrypoint",),
+         job_edit({"dcn_data_parallelism": "3"})),
+    Case("rayjob-fits-hbm", WDEV, "training", ("entrypoint",),
+         job_edit(PROCEDURE_70B, preset="llama3-70b")),
+    Case("rayjob-hbm-headroom", WDEV, "training", ("entrypoint",),
+         job_edit(BF16_FULL_REMAT_70B, preset="llama3-70b")),
+    Case("rayjob-elastic-checkpointing", WDEV, "training", ("entrypoint",), job_edit(elastic=True)),
+    Case("tpu-chip-cap", STD, "tpu-0", ("nodeCount",), config={"tpu-chip-cap": {"chipCap": 16}},
+         subject=None),
+    Case("tpu-chip-cap", AUTO, "ray-cluster", (*WORKER, "replicas"),
+         config={"tpu-chip-cap": {"chipCap": 16}}, subject=None, label="autopilot"),
+    Case("tpu-hourly-budget", STD, "tpu-1", ("nodeCount",),
+         config={"tpu-hourly-budget": {"budgetDollarsPerHour": 50}}, subject=None),
+    Case("allowed-regions", STD, "dcn-subnet-1", ("region",), "europe-west4",
+         config={"allowed-regions": {"allowedRegions": ["us-east5"]}}),
+    Case("allowed-regions", AUTO, "checkpoints-bucket", ("location",), "EU",
+         config={"allowed-regions": {"allowedRegions": ["us-east5"]}}, label="multi-region"),
+]
+
+
+def _ids(cases: list[Case]) -> list[str]:
+    return [case.id for case in cases]
+
+
+@pytest.mark.parametrize("stack", ["infra-standard", "infra-autopilot", "workloads-dev", "workloads-local"])
+def test_every_shipped_stack_passes(shipped, stack):
+    assert evaluate(shipped[stack]) == []
+
+
+@pytest.mark.parametrize("case", CASES, ids=_ids(CASES))
+def test_each_rule_fires_alone_on_a_stack_built_to_break_it(shipped, case):
+    resources = case.broken(shipped)
+    violations = evaluate(resources, case.config)
+    assert {v.policy_name for v in violations} == {case.policy}, violations
+    expected_level = "advisory" if case.policy in ADVISORY_POLICIES else "mandatory"
+    subject = case.resource if case.subject == "resource" else case.subject
+    expected_urn = named(resources, subject)["urn"] if subject else None
+    mentions = case.mentions or f"'{subject or case.resource}'"
+    for violation in violations:
+        assert violation.enforcement_level == expected_level
+        assert violation.urn == expected_urn
+        assert mentions in violation.message, violation.message
+        assert violation.message.endswith(".") and len(violation.message.split(". ")) >= 2
+
+
+@pytest.mark.parametrize("how", ["missing", "unknown"])
+@pytest.mark.parametrize("case", CASES, ids=_ids(CASES))
+def test_a_rule_that_cannot_read_its_property_stays_quiet(shipped, case, how):
+    """As during preview: the property is absent, or the SDK's unknown marker."""
+    resources = case.broken(shipped)
+    props = named(resources, case.resource)["props"]
+    path = case.unknown_path or case.path
+    if how == "missing":
+        delete_at(props, path)
+    else:
+        set_at(props, path, unknown_like(get_at(props, path)))
+    assert evaluate(resources, case.config) == []
+
+
+@pytest.mark.parametrize("level", ["disabled", "advisory", "mandatory"])
+@pytest.mark.parametrize("case", CASES, ids=_ids(CASES))
+def test_enforcement_level_overrides_through_the_pack_config(shipped, case, level):
+    config = copy.deepcopy(case.config)
+    config.setdefault(case.policy, {})["enforcementLevel"] = level
+    violations = evaluate(case.broken(shipped), config)
+    if level == "disabled":
+        assert violations == []
+    else:
+        assert violations and {v.enforcement_level for v in violations} == {level}
+
+
+def test_all_sets_every_level_and_a_policy_entry_wins(shipped):
+    case = next(c for c in CASES if c.policy == "storage-no-public-members")
+    resources = case.broken(shipped)
+    assert evaluate(resources, {"all": "disabled"}) == []
+    assert {v.enforcement_level for v in evaluate(resources, {"all": "advisory"})} == {"advisory"}
+    override = {"all": "disabled", case.policy: {"enforcementLevel": "mandatory"}}
+    assert {(v.policy_name, v.enforcement_level) for v in evaluate(resources, override)} == {
+        (case.policy, "mandatory")
+    }
+    # The analyzer reports what a remediation left behind as mandatory.
+    assert {v.enforcement_level for v in evaluate(resources, {case.policy: "remediate"})} == {"mandatory"}
+
+
+def test_every_policy_is_described_with_an_explicit_level_and_has_a_firing_case():
+    names = [policy.name for policy in ALL]
+    assert len(names) == len(set(names))
+    for policy in ALL:
+        assert isinstance(policy, (ResourceValidationPolicy, StackValidationPolicy))
+        assert policy.description.endswith("."), policy.name
+        assert policy.enforcement_level in (EnforcementLevel.MANDATORY, EnforcementLevel.ADVISORY)
+        expected = "advisory" if policy.name in ADVISORY_POLICIES else "mandatory"
+        assert policy.enforcement_level.value == expected, policy.name
+    assert {case.policy for case in CASES} == set(names)
+
+
+def test_config_defaults_come_from_the_schemas():
+    settings = reconcile_config(ALL, None)
+    assert settings["tpu-chip-cap"] == (EnforcementLevel.MANDATORY, {"chipCap": 64})
+    assert settings["tpu-hourly-budget"] == (EnforcementLevel.ADVISORY, {"budgetDollarsPerHour": 200})
+    assert settings["allowed-regions"] == (EnforcementLevel.MANDATORY, {"allowedRegions": []})
+    configured = reconcile_config(ALL, {"tpu-chip-cap": {"chipCap": 128}})
+    assert configured["tpu-chip-cap"] == (EnforcementLevel.MANDATORY, {"chipCap": 128})
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({"tpu-chip-kap": {"chipCap": 1}}, "unknown policies"),
+        ({"tpu-chip-cap": "strict"}, "is not one of"),
+        ({"tpu-chip-cap": {"chipCap": "many"}}, "is not of type integer"),
+        ({"tpu-chip-cap": {"chipCap": 1.5}}, "is not of type integer"),
+        ({"allowed-regions": {"allowedRegions": "us-east5"}}, "is not of type array"),
+        ({"tpu-chip-cap": {"chips": 1}}, "has no config property 'chips'"),
+    ],
+)
+def test_bad_policy_config_is_refused(config, message):
+    with pytest.raises(ValueError, match=message):
+        evaluate([], config)
+
+
+def test_the_chip_cap_counts_what_the_stack_provisions(shipped):
+    """2 slices x 16 chips on both modes: pools on Standard, the worker group on Autopilot."""
+    for stack in ("infra-standard", "infra-autopilot"):
+        assert evaluate(shipped[stack], {"tpu-chip-cap": {"chipCap": 32}}) == []
+        [violation] = evaluate(shipped[stack], {"tpu-chip-cap": {"chipCap": 31}})
+        assert "32 TPU chips" in violation.message
+
+
+def test_the_budget_prices_the_chips_from_the_catalog(shipped):
+    assert evaluate(shipped["infra-standard"], {"tpu-hourly-budget": {"budgetDollarsPerHour": 86.40}}) == []
+    [violation] = evaluate(shipped["infra-standard"], {"tpu-hourly-budget": {"budgetDollarsPerHour": 86}})
+    assert "$86.40 an hour" in violation.message
+
+
+def test_a_missing_firewall_is_reported_on_its_network(shipped):
+    resources = copy.deepcopy(shipped["infra-standard"])
+    without("dcn-net-2-allow-internal")(resources)
+    [violation] = evaluate(resources)
+    assert violation.policy_name == "dcn-network-internal-firewall"
+    assert violation.urn == named(resources, "dcn-net-2")["urn"] and "10.60.0.0/16" in violation.message
+
+
+def test_a_firewall_is_matched_to_its_network_by_id_without_dependencies(shipped):
+    """The provider's outputs name the network by id; with neither that nor dependencies (as
+    bare mock inputs give it) the rule cannot tell and stays quiet."""
+    resources = copy.deepcopy(shipped["infra-standard"])
+    for resource in resources:
+        resource.pop("dependencies")
+    without("dcn-net-1-allow-internal")(resources)
+    assert evaluate(resources) == []
+    named(resources, "dcn-net-2-allow-internal")["props"]["network"] = (
+        "projects/my-gcp-project/global/networks/maxtext-tpu-net-2"
+    )
+    [violation] = evaluate(resources)
+    assert violation.urn == named(resources, "dcn-net-1")["urn"]
+
+
+@pytest.mark.parametrize(
+    "image, pinned",
+    [
+        ("rayproject/ray:2.60.0-py312-tpu", True),
+        ("us-docker.pkg.dev/p/r/maxtext-ray@sha256:" + "a" * 64, True),
+        ("localhost:5000/maxtext-ray:v1", True),
+        ("rayproject/ray", False),
+        ("localhost:5000/maxtext-ray", False),
+        ("rayproject/ray:latest", False),
+        ("rayproject/ray:nightly-py312-tpu", False),
+    ],
+)
+def test_images_must_carry_a_fixed_tag_or_a_digest(shipped, image, pinned):
+    resources = copy.deepcopy(shipped["infra-standard"])
+    set_at(named(resources, "ray-cluster")["props"], (*WORKER_CONTAINER, "image"), image)
+    names = {v.policy_name for v in evaluate(resources)}
+    assert names == (set() if pinned else {"raycluster-images-pinned"})
+
+
+@pytest.mark.parametrize(
+    "version, stack, fires",
+    [
+        ("1.34.1-gke.1829001", STD, False),  # exactly the Standard minimum
+        ("1.34.1-gke.1829000", STD, True),
+        ("1.33", STD, True),
+        ("1.35", STD, False),
+        ("1.35", AUTO, False),  # may resolve to either side of 1.35.2-gke.1842000: undecidable
+        ("latest", AUTO, False),
+        ("1.34", AUTO, True),
+    ],
+)
+def test_cluster_versions_are_compared_with_the_dranet_minimum(shipped, version, stack, fires):
+    resources = copy.deepcopy(shipped[stack])
+    named(resources, "maxtext-tpu")["props"]["minMasterVersion"] = version
+    names = {v.policy_name for v in evaluate(resources)}
+    assert names == ({"gke-cluster-dranet-version"} if fires else set())
+
+
+def _storage_resource(shipped, resource_type: str, props: dict[str, Any]) -> list[dict[str, Any]]:
+    resources = copy.deepcopy(shipped["infra-standard"])
+    member = named(resources, "checkpoints-checkpoint-access")
+    urn = member["urn"].rsplit("::", 1)[0].replace("gcp:storage/bucketIAMMember:BucketIAMMember", resource_type)
+    resources.append({"type": resource_type, "name": "extra-grant", "urn": f"{urn}::extra-grant",
+                      "props": {"bucket": "checkpoints-bucket", **props}})
+    return resources
+
+
+@pytest.mark.parametrize(
+    "resource_type, props, policies",
+    [
+        ("gcp:storage/bucketIAMBinding:BucketIAMBinding",
+         {"role": "roles/storage.objectViewer", "members": ["allAuthenticatedUsers"]},
+         {"storage-no-public-members"}),
+        ("gcp:storage/bucketIAMPolicy:BucketIAMPolicy",
+         {"policyData": json.dumps({"bindings": [{"role": "roles/owner", "members": ["user:a@example.com"]}]})},
+         {"storage-no-admin-roles", "storage-workload-identity-members"}),
+        ("gcp:storage/bucketACL:BucketACL", {"roleEntities": ["OWNER:project-owners-1", "READER:allUsers"]},
+         {"storage-no-public-members"}),
+        ("gcp:storage/bucketACL:BucketACL", {"predefinedAcl": "publicRead"}, {"storage-no-public-members"}),
+        ("gcp:storage/objectAccessControl:ObjectAccessControl",
+         {"object": "ckpt", "role": "READER", "entity": "allUsers"}, {"storage-no-public-members"}),
+        ("gcp:storage/bucketIAMBinding:BucketIAMBinding",
+         {"role": "roles/storage.objectViewer", "members": [
+             "principalSet://iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/"
+             "p.svc.id.goog/namespace/default"]},
+         set()),
+        ("gcp:storage/bucketIAMPolicy:BucketIAMPolicy", {"policyData": UNKNOWN_STRING_VALUE}, set()),
+    ],
+)
+def test_every_kind_of_storage_grant_is_checked(shipped, resource_type, props, policies):
+    violations = evaluate(_storage_resource(shipped, resource_type, props))
+    assert {v.policy_name for v in violations} == policies
+    assert all("'extra-grant'" in v.message for v in violations)
+
+
+def _paths(node: Any, prefix: tuple = ()):
+    """Every property path inside `node`: each key of each object, each item of each list
+    (not inside the engine's encoded secrets and assets, which are single values)."""
+    if isinstance(node, dict) and SIGNATURE_KEY not in node:
+        for key, value in node.items():
+            yield (*prefix, key)
+            yield from _paths(value, (*prefix, key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield (*prefix, index)
+            yield from _paths(value, (*prefix, index))
+
+
+@pytest.mark.parametrize("stack", ["infra-standard", "infra-autopilot", "workloads-dev"])
+def test_no_single_unknown_or_missing_property_produces_a_violation(shipped, stack):
+    """Any one value still unknown (preview) or absent, anywhere, never makes a rule report."""
+    failures = []
+    for index, resource in enumerate(shipped[stack]):
+        if resource["type"] not in READ_TYPES:
+            continue  # nothing reads it (the all-at-once test below still covers it)
+        for path in _paths(resource["props"]):
+            for how in ("unknown", "missing"):
+                if how == "missing" and (isinstance(path[-1], int) or path[-2:-1] in MAP_KEYS):
+                    continue  # list items and map entries are parts of a value, not properties
+                resources = copy.deepcopy(shipped[stack])
+                changed = resources[index]
+                if how == "missing":
+                    delete_at(changed["props"], path)
+                else:
+                    set_at(changed["props"], path, unknown_like(get_at(changed["props"], path)))
+                # Resource policies see one resource at a time: only the changed one can differ.
+                violations = evaluate([changed], policies=RESOURCE_POLICIES)
+                violations += evaluate(resources, policies=STACK_POLICIES)
+                if violations:
+                    failures.append((resource["name"], path, how, [v.policy_name for v in violations]))
+    assert failures == []
+
+
+@pytest.mark.parametrize("stack", ["infra-standard", "infra-autopilot", "workloads-dev"])
+def test_a_stack_known_only_by_its_resources_produces_no_violation(shipped, stack):
+    """A first preview can know little more than which resources exist."""
+    resources = copy.deepcopy(shipped[stack])
+    for resource in resources:
+        resource["props"] = {key: unknown_like(value) for key, value in resource["props"].items()}
+    assert evaluate(resources) == []
+    for resource in resources:
+        resource["props"] = {}
+    assert evaluate(resources) == []
+
+
+def test_the_evaluator_handles_unknowns_and_async_rules_as_the_analyzer_does():
+    resource = {"type": "test:index:Thing", "name": "thing", "urn": "urn:pulumi:dev::p::test:index:Thing::thing",
+                "props": {"size": UNKNOWN_NUMBER_VALUE, "kind": "big"}}
+
+    def reads_unknown(args: ResourceValidationArgs, report_violation):
+        report_violation(f"size {args.props['size']}")
+
+    async def reports_later(args: ResourceValidationArgs, report_violation):
+        report_violation(f"{args.name} is {args.props['kind']}.")
+
+    def not_applicable(args: ResourceValidationArgs, report_violation):
+        args.not_applicable("not a thing")
+
+    policies = [
+        ResourceValidationPolicy("reads-unknown", "Reads a value unknown in preview.", reads_unknown),
+        ResourceValidationPolicy("reports-later", "Reports from a coroutine.", reports_later,
+                                 enforcement_level=EnforcementLevel.MANDATORY),
+        ResourceValidationPolicy("not-applicable", "Never applies.", not_applicable),
+    ]
+    assert evaluate([resource], policies=policies) == [
+        Violation("reads-unknown", "advisory",
+                  "can't run policy 'reads-unknown' during preview: number value at .size can't be known during preview",
+                  resource["urn"]),
+        Violation("reports-later", "mandatory", "thing is big.", resource["urn"]),
+    ]
