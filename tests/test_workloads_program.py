@@ -131,3 +131,14 @@ def test_bad_workloads_config_is_refused(raw, expected):
     with pytest.raises(WorkloadSettingsError) as caught:
         parse_workload_settings(raw, stack="dev", project_name=PROJECT)
     assert any(expected in problem for problem in caught.value.problems), caught.value.problems
+
+
+def test_a_missing_trainer_program_is_refused_before_submission(monkeypatch):
+    from workloads import job_inputs
+
+    settings = parse_workload_settings({"address": "http://127.0.0.1:8265", "preset": "tiny-cpu"},
+                                       stack="local", project_name=PROJECT)
+    job = job_inputs.resolve_local(settings)
+    monkeypatch.setattr(job_inputs.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(JobError, match="the trainer program trainer.maxtext_multi_slice_trainer is not in this checkout"):
+        job_inputs.ray_job_inputs(job, settings)

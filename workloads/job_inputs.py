@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -67,6 +68,13 @@ def gke_target(cluster: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def ray_job_inputs(job: JobSpec, settings: WorkloadSettings) -> dict[str, Any]:
+    """Refuses a job whose trainer program is missing here: the image is built from this tree,
+    so a job naming a program that is not in it would only fail on the cluster."""
+    if importlib.util.find_spec(job.trainer_module) is None:
+        raise JobError([
+            f"the trainer program {job.trainer_module} is not in this checkout; restore "
+            f"{job.trainer_module.replace('.', '/')}.py (and run ./scripts/setup)"
+        ])
     return {
         "entrypoint": job.entrypoint(),
         "runtime_env": dict(settings.runtime_env) or None,

@@ -1,0 +1,162 @@
+"""The GKE path to the Jobs API, end to end on loopback: a fake Kubernetes API server (HTTPS with
+its own CA, bearer-token auth, the service-proxy URL scheme) in front of a real Ray head, and a
+fake gke-gcloud-auth-plugin on PATH."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import ipaddress
+import json
+import os
+import ssl
+import stat
+import threading
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from workloads import ray_job
+from workloads.jobs_api import JobsApi, JobsApiUnreachable
+from workloads.ray_job import RayJobProvider
+
+pytestmark = pytest.mark.slow
+TOKEN = "fake-access-token"
+STEP = "completed step: 0, seconds: 0.1, TFLOP/s/device: 1.0, Tokens/s/device: 10.0, total_weights: 64, loss: 2.5"
+
+
+def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fake-kube-apiserver")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    certificate = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "apiserver.crt", directory / "apiserver.key"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_path, key_path
+
+
+class FakeApiServer:
+    """Forwards `/api/v1/namespaces/NS/services/SVC:PORT/proxy/...` to the Ray head, as the
+    Kubernetes API server does, for requests carrying the expected bearer token."""
+
+    def __init__(self, cert: Path, key: Path, namespace: str, service: str, head_port: int):
+        prefix = f"/api/v1/namespaces/{namespace}/services/{service}:{head_port}/proxy"
+        self.seen_tokens: list[str] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _forward(self):
+                outer.seen_tokens.append(self.headers.get("Authorization", ""))
+                if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+                    return self._reply(401, b'{"kind":"Status","code":401}', "application/json")
+                if not self.path.startswith(prefix):
+                    return self._reply(404, b'{"kind":"Status","code":404}', "application/json")
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                request = urllib.request.Request(
+                    f"http://127.0.0.1:{head_port}{self.path[len(prefix):]}", data=body, method=self.command,
+                    headers={"Content-Type": self.headers.get("Content-Type", "application/json")},
+                )
+                try:
+                    with urllib.request.urlopen(request, timeout=30) as response:
+                        self._reply(response.status, response.read(), response.headers.get("Content-Type"))
+                except urllib.error.HTTPError as error:
+                    self._reply(error.code, error.read(), error.headers.get("Content-Type"))
+
+            do_GET = do_POST = do_DELETE = _forward
+
+            def _reply(self, status, payload, content_type):
+                self.send_response(status)
+                self.send_header("Content-Type", content_type or "application/octet-stream")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def auth_plugin(tmp_path, monkeypatch):
+    """A stand-in for gke-gcloud-auth-plugin: prints an ExecCredential, as the real one does."""
+    plugin = tmp_path / "bin" / "gke-gcloud-auth-plugin"
+    plugin.parent.mkdir()
+    credential = {"kind": "ExecCredential", "apiVersion": "client.authentication.k8s.io/v1beta1",
+                  "status": {"token": TOKEN, "expirationTimestamp": "2099-01-01T00:00:00Z"}}
+    plugin.write_text(f"#!/bin/sh\necho '{json.dumps(credential)}'\n")
+    plugin.chmod(plugin.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{plugin.parent}{os.pathsep}{os.environ['PATH']}")
+    return plugin
+
+
+@pytest.fixture
+def api_server(tmp_path, local_ray_head):
+    cert, key = self_signed_certificate(tmp_path)
+    with FakeApiServer(cert, key, "training", "maxtext-tpu-cluster-head-svc", local_ray_head.dashboard_port) as server:
+        server.ca = base64.b64encode(cert.read_bytes()).decode()
+        yield server
+
+
+def gke_target(server, head_port: int, ca: str | None = None) -> dict:
+    return {"endpoint": server.endpoint, "ca_certificate": ca or server.ca, "namespace": "training",
+            "service": "maxtext-tpu-cluster-head-svc", "port": head_port}
+
+
+def test_a_job_runs_through_the_api_server_proxy(api_server, local_ray_head, auth_plugin, monkeypatch):
+    monkeypatch.setattr(ray_job, "POLL_SECONDS", 0.2)
+    props = {"stack": "gke-test", "entrypoint": f"python -c \"print('{STEP}')\"", "address": None,
+             "gke": gke_target(api_server, local_ray_head.dashboard_port),
+             "metadata": {"test": str(id(api_server))}, "timeout_seconds": 120, "total_steps": 1}
+    result = RayJobProvider().create(props)
+    assert result.outs["status"] == "SUCCEEDED" and result.outs["final_loss"] == 2.5
+    assert result.outs["dashboard_url"] is None  # nothing public to point at
+    assert set(api_server.seen_tokens) == {f"Bearer {TOKEN}"}
+    assert TOKEN not in json.dumps(result.outs)  # the token never reaches state
+
+
+def test_an_untrusted_certificate_is_refused(api_server, local_ray_head, auth_plugin, tmp_path):
+    (tmp_path / "other").mkdir()
+    other_ca, _ = self_signed_certificate(tmp_path / "other")
+    target = gke_target(api_server, local_ray_head.dashboard_port, base64.b64encode(other_ca.read_bytes()).decode())
+    with pytest.raises(JobsApiUnreachable, match="cannot reach the Ray Jobs API at service maxtext-tpu-cluster-head-svc"):
+        JobsApi(gke=target).check_reachable()
+
+
+def test_a_missing_auth_plugin_says_how_to_install_it(api_server, local_ray_head, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(JobsApiUnreachable, match="gcloud components install gke-gcloud-auth-plugin"):
+        JobsApi(gke=gke_target(api_server, local_ray_head.dashboard_port)).check_reachable()
