@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 from domain import maxtext_config
 from domain.presets import PRESETS, maxtext_overrides
+from domain.problems import ProblemsError
 
 # Ray Train retries after a worker error (a Spot preemption is counted apart, without limit).
 DEFAULT_MAX_FAILURES = {"multislice": 0, "elastic": 3}
@@ -22,12 +23,10 @@ DEFAULT_MAX_FAILURES = {"multislice": 0, "elastic": 3}
 _RUN_NAME = re.compile(r"^[a-z0-9]([-a-z0-9_.]{0,62}[a-z0-9])?$")
 
 
-class JobError(ValueError):
-    """A job that must not be submitted; the message lists every problem."""
+class JobError(ProblemsError):
+    """A job that must not be submitted."""
 
-    def __init__(self, problems: list[str]):
-        self.problems = problems
-        super().__init__("invalid training job:\n" + "\n".join(f"  - {p}" for p in problems))
+    heading = "invalid training job"
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 from domain import dcn, gke
 from domain.presets import PRESETS, Preset
+from domain.problems import ProblemsError
 from domain.tpu_catalog import Accelerator, SliceShape
 
 MAX_SLICES = 64
@@ -46,13 +47,10 @@ _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _REGION = re.compile(r"^[a-z]+-[a-z]+\d+$")
 
 
-class SettingsError(ValueError):
-    """Stack config that cannot be deployed; the message lists every problem found."""
+class SettingsError(ProblemsError):
+    """Stack config that cannot be deployed."""
 
-    def __init__(self, problems: list[str]):
-        self.problems = problems
-        bullet_list = "\n".join(f"  - {problem}" for problem in problems)
-        super().__init__(f"invalid stack configuration:\n{bullet_list}")
+    heading = "invalid stack configuration"
 
 
 @dataclass(frozen=True)

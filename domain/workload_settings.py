@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from domain.presets import PRESETS
+from domain.problems import ProblemsError
 
 DEFAULTS: Mapping[str, Any] = {
     "infraStack": None,
@@ -31,10 +32,10 @@ DEFAULTS: Mapping[str, Any] = {
 }
 
 
-class WorkloadSettingsError(ValueError):
-    def __init__(self, problems: list[str]):
-        self.problems = problems
-        super().__init__("invalid workloads stack configuration:\n" + "\n".join(f"  - {p}" for p in problems))
+class WorkloadSettingsError(ProblemsError):
+    """Workloads stack config that cannot run a job."""
+
+    heading = "invalid workloads stack configuration"
 
 
 @dataclass(frozen=True)
