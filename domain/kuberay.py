@@ -9,8 +9,10 @@ worker asks for the chips of one VM.
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any
 
+from domain.ray_version import RAY_VERSION
 from domain.settings import StackSettings
 
 RAY_CLUSTER_NAME = "maxtext-tpu-cluster"
@@ -54,10 +56,42 @@ HEAD_RESOURCES = {"requests": {"cpu": "8", "memory": "16Gi"}, "limits": {"memory
 WORKER_CPU = "8"
 WORKER_MEMORY = "200G"
 
+# Ray token authentication. The Jobs API on the head runs any command it is sent; without a token,
+# any pod of the cluster could reach it. With `authOptions.mode: token` and no `secretName`,
+# KubeRay (v1.7.0) generates the token itself, in a Secret it owns next to the RayCluster, and
+# gives every Ray container RAY_AUTH_MODE=token and RAY_AUTH_TOKEN from that Secret: the token is
+# made in the cluster and never passes through Pulumi's state. Clients send it as
+# `Authorization: Bearer <token>`, or `X-Ray-Authorization: Bearer <token>` through a proxy that
+# consumes the Authorization header (the Kubernetes API server's service proxy does).
+AUTH_OPTIONS = {"mode": "token"}
+# The Secret's key holding the token (base64 of 32 random bytes).
+RAY_AUTH_TOKEN_KEY = "auth_token"
+# KubeRay refuses a RayCluster with token authentication unless spec.rayVersion says the Ray in
+# its image is at least this, the first Ray with token authentication.
+MIN_RAY_VERSION_FOR_TOKEN_AUTH = "2.52.0"
+# KubeRay's utils.CheckName keeps names this short (63 minus room for "-worker-" and 5
+# generated characters).
+_KUBERAY_MAX_NAME = 50
+
 
 def head_service_name(cluster_name: str = RAY_CLUSTER_NAME) -> str:
     """The ClusterIP service KubeRay creates for the head (dashboard and Jobs API on 8265)."""
     return f"{cluster_name}-head-svc"
+
+
+def ray_auth_secret_name(cluster_name: str = RAY_CLUSTER_NAME) -> str:
+    """The Secret KubeRay creates for the cluster's auth token: the RayCluster's name through
+    KubeRay's `utils.CheckName`, which keeps the last 50 characters of a longer name, then
+    replaces a leading digit, or else a leading punctuation character, with "r"."""
+    name = cluster_name[-_KUBERAY_MAX_NAME:]
+    if name and _starts_badly(name[0]):
+        name = "r" + name[1:]
+    return name
+
+
+def _starts_badly(character: str) -> bool:
+    """Go's unicode.IsDigit or unicode.IsPunct (Unicode category P*), as KubeRay tests them."""
+    return unicodedata.category(character) == "Nd" or unicodedata.category(character).startswith("P")
 
 
 def uses_dranet(settings: StackSettings) -> bool:
@@ -261,7 +295,8 @@ def _worker_group(settings: StackSettings, bucket_name: Any, image: Any) -> dict
 
 def ray_cluster(settings: StackSettings, bucket_name: Any, image: Any) -> dict[str, Any]:
     """The RayCluster: one head on CPU nodes, one worker group replica per TPU slice, all running
-    `image` (the same Ray on head and workers, as Ray requires).
+    `image` (the same Ray on head and workers, as Ray requires), with Ray token authentication on
+    (the token is in the Secret `ray_auth_secret_name()`, key RAY_AUTH_TOKEN_KEY).
 
     `bucket_name` and `image` may be deploy-time values (Pulumi outputs; the built image carries
     its build as a dependency); they are only placed, never read.
@@ -271,6 +306,10 @@ def ray_cluster(settings: StackSettings, bucket_name: Any, image: Any) -> dict[s
         "kind": "RayCluster",
         "metadata": {"name": RAY_CLUSTER_NAME, "namespace": settings.namespace},
         "spec": {
+            # The Ray inside `image` (the worker image is built on it; a configured rayImage must
+            # run it too, as the job client does). KubeRay needs it to accept authOptions.
+            "rayVersion": RAY_VERSION,
+            "authOptions": dict(AUTH_OPTIONS),
             "headGroupSpec": _head_group(settings, bucket_name, image),
             "workerGroupSpecs": [_worker_group(settings, bucket_name, image)],
         },

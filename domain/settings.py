@@ -14,6 +14,7 @@ from typing import Any, Mapping
 from domain import dcn, gke
 from domain.presets import PRESETS, Preset
 from domain.problems import ProblemsError
+from domain.ray_version import RAY_VERSION
 from domain.tpu_catalog import Accelerator, SliceShape
 
 MAX_SLICES = 64
@@ -288,8 +289,8 @@ def parse_settings(raw: Mapping[str, Any], *, stack: str, project_name: str) -> 
     if image is not None and ":" not in image.rsplit("/", 1)[-1] and "@sha256:" not in image:
         problems.append(
             f"rayImage = {image!r} has no tag; pin a version (for example "
-            "rayproject/ray:2.60.0-py312-tpu, or IMAGE@sha256:DIGEST), or unset it to build the "
-            "worker image"
+            f"rayproject/ray:{RAY_VERSION}-py312-tpu, or IMAGE@sha256:DIGEST), or unset it to "
+            "build the worker image"
         )
 
     if problems:

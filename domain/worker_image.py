@@ -19,9 +19,14 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from domain.ray_version import RAY_VERSION
 from domain.settings import StackSettings
 
 DOCKERFILE = "trainer/Dockerfile"
+# What trainer/Dockerfile starts FROM: the project's Ray version, so the cluster and the job client
+# speak the same protocol (a Dockerfile cannot import it; tests/test_worker_image.py holds the two
+# together).
+BASE_IMAGE = f"rayproject/ray:{RAY_VERSION}-py312"
 LOCK_FILE = "requirements-trainer.txt"
 # The directories the Dockerfile copies whole into the image, next to the lock it installs.
 PACKAGES = ("domain", "trainer")

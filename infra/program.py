@@ -43,6 +43,8 @@ def build(settings: StackSettings) -> dict[str, Any]:
     shape = settings.slice_shape
     return {
         "clusterName": cluster.name,
+        # projects/P/locations/L/clusters/N: the GKE API's name for the cluster.
+        "clusterId": cluster.cluster_id,
         "clusterLocation": settings.cluster_location,
         "clusterEndpoint": cluster.endpoint,
         "clusterCaCertificate": cluster.ca_certificate,
@@ -53,6 +55,10 @@ def build(settings: StackSettings) -> dict[str, Any]:
         "rayClusterName": ray.ray_cluster_name,
         "headServiceName": ray.head_service_name,
         "dashboardPort": ray.dashboard_port,
+        # Where the Jobs API's token is: the Secret's name in `namespace`, key
+        # kuberay.RAY_AUTH_TOKEN_KEY. The token itself is generated in the cluster by KubeRay and
+        # never enters the stack's state.
+        "rayAuthSecret": ray.auth_secret_name,
         "rayImage": image,
         "bucketName": storage.bucket_name,
         "checkpointRoot": kuberay.CHECKPOINT_MOUNT,

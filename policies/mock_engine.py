@@ -23,6 +23,9 @@ INFRA_PROJECT = "maxtext-tpu-infra"
 FAKE_PROJECT_NUMBER = "123456789012"
 FAKE_ENDPOINT = "203.0.113.10"
 FAKE_CA = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0t"
+# How Pulumi's wire format marks a secret value (the "4dabf18193072939515e22adb298388d" key of a
+# property value holds this signature).
+SECRET_SIGNATURE = "1b47061264138c4ac30d75fd1eb44270"
 
 
 @dataclass
@@ -38,6 +41,7 @@ class Registration:
     provider: str
     custom_timeouts: dict[str, str]
     outputs: dict[str, Any] = field(default_factory=dict)
+    secret_inputs: frozenset[str] = frozenset()  # top-level inputs that hold a secret on the wire
 
 
 class _FakeProviderOutputs(pulumi.runtime.Mocks):
@@ -53,12 +57,18 @@ class _FakeProviderOutputs(pulumi.runtime.Mocks):
             return name, {"name": name, "outputs": self.stack_outputs[name], "secretOutputNames": []}
         outputs = dict(args.inputs)
         outputs.setdefault("name", args.name)
+        resource_id = f"{args.name}-id"
         if args.typ == "gcp:container/cluster:Cluster":
             outputs["endpoint"] = FAKE_ENDPOINT
             outputs["masterAuth"] = {"clusterCaCertificate": FAKE_CA}
+            # The provider's id of a cluster is its full resource name.
+            resource_id = (
+                f"projects/{args.inputs['project']}/locations/{args.inputs['location']}"
+                f"/clusters/{outputs['name']}"
+            )
         elif args.typ == "gcp:serviceaccount/account:Account":
             outputs["email"] = f"{args.inputs['accountId']}@{args.inputs['project']}.iam.gserviceaccount.com"
-        return f"{args.name}-id", outputs
+        return resource_id, outputs
 
     def call(self, args: pulumi.runtime.MockCallArgs):
         if args.token == "gcp:organizations/getProject:getProject":
@@ -81,6 +91,9 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     name=request.name,
                     urn=response.urn,
                     inputs=pulumi.runtime.rpc.deserialize_properties(request.object),
+                    secret_inputs=frozenset(
+                        key for key, value in request.object.fields.items() if SECRET_SIGNATURE in str(value)
+                    ),
                     custom=request.custom,
                     parent=request.parent,
                     dependencies=list(request.dependencies),
@@ -144,14 +157,18 @@ def run_program(
     project: str = INFRA_PROJECT,
     stack: str = "dev",
     monitor: RecordingMonitor | None = None,
+    secret_keys: frozenset[str] = frozenset(),
 ) -> ProgramRun:
     """Runs `program` (which returns its stack outputs) under mocks with `config` set.
 
-    Pass a `monitor` to inspect what was registered even when the program raises.
+    Pass a `monitor` to inspect what was registered even when the program raises, and
+    `secret_keys` for config set with `pulumi config set --secret`.
     """
     monitor = monitor or RecordingMonitor()
     pulumi.runtime.set_mocks(monitor.mocks, project=project, stack=stack, preview=False, monitor=monitor)
-    pulumi.runtime.set_all_config({key: _as_engine_value(value) for key, value in config.items()})
+    pulumi.runtime.set_all_config(
+        {key: _as_engine_value(value) for key, value in config.items()}, sorted(secret_keys)
+    )
     captured: dict[str, Any] = {}
 
     @pulumi.runtime.test

@@ -295,8 +295,21 @@ STABLE_OUTPUTS = {
 def test_stack_outputs_for_the_workloads_project(standard_run):
     for name, expected in STABLE_OUTPUTS.items():
         assert standard_run.outputs[name] == expected, name
-    for name in ("clusterEndpoint", "clusterCaCertificate", "bucketName", "serviceAccount", "clusterLocation"):
+    for name in ("clusterEndpoint", "clusterCaCertificate", "bucketName", "serviceAccount", "clusterLocation",
+                 "clusterId", "rayAuthSecret"):
         assert standard_run.outputs[name], name
+
+
+@pytest.mark.parametrize("run_name", ["standard_run", "autopilot_run"])
+def test_cluster_id_is_the_clusters_full_resource_name(request, run_name):
+    """The provider's id of the GKE cluster (the mock engine gives it the real format)."""
+    run = request.getfixturevalue(run_name)
+    cluster = run.one(CLUSTER).inputs
+    outputs = run.outputs
+    assert outputs["clusterId"] == (
+        f"projects/{cluster['project']}/locations/{cluster['location']}/clusters/{cluster['name']}"
+    )
+    assert outputs["clusterId"].endswith(f"/locations/{outputs['clusterLocation']}/clusters/{outputs['clusterName']}")
 
 
 @pytest.mark.parametrize(

@@ -104,6 +104,12 @@ DELIBERATE_DIFFERENCES = {
     "the count follows the accelerator's DCN network count",
     "ResourceClaimTemplate.metadata.namespace": "explicit namespace from stack config",
     "RayCluster.metadata.namespace": "explicit namespace from stack config",
+    "RayCluster.spec.authOptions": "Ray token authentication on (mode token): the Jobs API runs "
+    "arbitrary commands, and without a token any pod in the cluster could send them; KubeRay "
+    "generates the token into a Secret in the cluster, so it never enters Pulumi's state",
+    "RayCluster.spec.rayVersion": "KubeRay refuses token authentication unless rayVersion names a "
+    "Ray of 2.52.0 or later; it states the Ray of the worker image, which the procedure's moving "
+    "nightly tag could not",
     "RayCluster.spec.headGroupSpec.serviceType": "ClusterIP stated explicitly: the Jobs API on "
     "8265 runs arbitrary commands and must never get a public LoadBalancer",
     "RayCluster.spec.headGroupSpec.template.spec.containers[0].image": "the stack's worker image "

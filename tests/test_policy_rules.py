@@ -52,6 +52,12 @@ WORKER_POD = (*WORKER, "template", "spec")
 WORKER_CONTAINER = (*WORKER_POD, "containers", 0)
 HEAD_POD = ("spec", "headGroupSpec", "template", "spec")
 HEAD_CONTAINER = (*HEAD_POD, "containers", 0)
+RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
+AUTH_OPTIONS = ("spec", "authOptions")
+# Properties whose absence is itself decided: KubeRay reads a RayCluster without authOptions, or
+# without its mode, as authentication disabled, so deleting them must fire (see
+# test_an_absent_auth_setting_is_read_as_disabled), not stay quiet like other missing properties.
+DECIDED_WHEN_MISSING = {(RAY_CLUSTER, AUTH_OPTIONS), (RAY_CLUSTER, (*AUTH_OPTIONS, "mode"))}
 ADVISORY_POLICIES = {
     "raycluster-privileged-only-for-tpu",
     "rayjob-hbm-headroom",
@@ -232,6 +238,10 @@ CASES = [
          (*HEAD_POD, "nodeSelector", "cloud.google.com/gke-spot"), "true"),
     Case("raycluster-head-service-cluster-ip", AUTO, "ray-cluster",
          ("spec", "headGroupSpec", "serviceType"), "LoadBalancer"),
+    # Without the spec nothing can be told; a spec without authOptions is decided (see
+    # DECIDED_WHEN_MISSING).
+    Case("raycluster-token-auth", STD, "ray-cluster", (*AUTH_OPTIONS, "mode"), "disabled",
+         unknown_path=("spec",)),
     Case("ray-head-service-not-public", STD, "dashboard", ("spec", "type"), "NodePort",
          change=add_head_service),
     Case("raycluster-tpu-selectors", STD, "ray-cluster",
@@ -436,6 +446,31 @@ def test_cluster_versions_are_compared_with_the_dranet_minimum(shipped, version,
     assert names == ({"gke-cluster-dranet-version"} if fires else set())
 
 
+@pytest.mark.parametrize("stack", [STD, AUTO])
+@pytest.mark.parametrize("absent", [AUTH_OPTIONS, (*AUTH_OPTIONS, "mode")], ids=["authOptions", "mode"])
+def test_an_absent_auth_setting_is_read_as_disabled(shipped, stack, absent):
+    """KubeRay runs a RayCluster without authOptions (or without its mode) unauthenticated, so
+    the rule fires on the absence, names the resource and says what to set."""
+    resources = copy.deepcopy(shipped[stack])
+    cluster = named(resources, "ray-cluster")
+    delete_at(cluster["props"], absent)
+    [violation] = evaluate(resources)
+    assert violation.policy_name == "raycluster-token-auth"
+    assert violation.urn == cluster["urn"] and violation.enforcement_level == "mandatory"
+    assert "'ray-cluster'" in violation.message and "KubeRay reads" in violation.message
+    assert 'Set spec.authOptions.mode to "token"' in violation.message
+    assert "spec.rayVersion" in violation.message
+
+
+@pytest.mark.parametrize("unknown", [AUTH_OPTIONS, (*AUTH_OPTIONS, "mode")], ids=["authOptions", "mode"])
+def test_token_auth_not_known_yet_stays_quiet(shipped, unknown):
+    """During preview the setting may still be an unknown marker: nothing can be told."""
+    resources = copy.deepcopy(shipped[STD])
+    props = named(resources, "ray-cluster")["props"]
+    set_at(props, unknown, unknown_like(get_at(props, unknown)))
+    assert evaluate(resources) == []
+
+
 def _storage_resource(shipped, resource_type: str, props: dict[str, Any]) -> list[dict[str, Any]]:
     resources = copy.deepcopy(shipped["infra-standard"])
     member = named(resources, "checkpoints-checkpoint-access")
@@ -497,6 +532,8 @@ def test_no_single_unknown_or_missing_property_produces_a_violation(shipped, sta
             for how in ("unknown", "missing"):
                 if how == "missing" and (isinstance(path[-1], int) or path[-2:-1] in MAP_KEYS):
                     continue  # list items and map entries are parts of a value, not properties
+                if how == "missing" and (resource["type"], path) in DECIDED_WHEN_MISSING:
+                    continue  # absence is decided: test_an_absent_auth_setting_is_read_as_disabled
                 resources = copy.deepcopy(shipped[stack])
                 changed = resources[index]
                 if how == "missing":

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from domain import gcp_resources, worker_image
+from domain.ray_version import RAY_VERSION
 from domain.settings import SettingsError, parse_settings
 from infra.program import PROJECT_ROOT
 from tests.conftest import run_infra
@@ -121,12 +122,29 @@ def test_the_repository_holds_every_image_source():
 def test_dockerfile_installs_the_lock_and_copies_the_packages():
     dockerfile = (PROJECT_ROOT / worker_image.DOCKERFILE).read_text()
     instructions = [line for line in dockerfile.splitlines() if line and not line.startswith("#")]
-    assert instructions[0] == "FROM rayproject/ray:2.60.0-py312"
+    assert instructions[0] == f"FROM {worker_image.BASE_IMAGE}"
     assert "COPY requirements-trainer.txt /tmp/requirements-trainer.txt" in instructions
     assert "-r /tmp/requirements-trainer.txt" in dockerfile and "--no-cache" in dockerfile
     for package in worker_image.PACKAGES:
         assert f"COPY {package}/ /app/{package}/" in instructions
     assert "ENV PYTHONPATH=/app" in instructions
+
+
+@pytest.mark.parametrize(
+    "path, pin",
+    [
+        ("requirements.in", "ray[default,train]=={}"),  # the job client
+        ("requirements.txt", "ray=={}"),
+        ("requirements-trainer.in", "ray[default,train]=={}"),  # the image and the local head
+        ("requirements-trainer.txt", "ray=={}"),
+    ],
+)
+def test_every_ray_pin_is_the_project_ray_version(path, pin):
+    """The files Python cannot import name the version of domain/ray_version.py, which the
+    image's base and the RayCluster's rayVersion (needed by KubeRay for token auth) read."""
+    lines = (PROJECT_ROOT / path).read_text().splitlines()
+    pins = [line.split("#")[0].strip() for line in lines if re.match(r"ray(\[|==)", line)]
+    assert pins == [pin.format(RAY_VERSION)], (path, pins)
 
 
 def test_build_context_leaves_out_virtualenvs_tests_and_caches():

@@ -19,6 +19,8 @@ from infra.components.apis import ProjectApis
 class GkeCluster(pulumi.ComponentResource):
     cluster: gcp.container.Cluster
     name: pulumi.Output[str]
+    # The full resource name, projects/P/locations/L/clusters/N (the provider's id of the cluster).
+    cluster_id: pulumi.Output[str]
     endpoint: pulumi.Output[str]
     ca_certificate: pulumi.Output[str]
     # Exec-form kubeconfig (no token): safe to keep in state and to export.
@@ -68,6 +70,7 @@ class GkeCluster(pulumi.ComponentResource):
             self.ready.append(head_pool)
 
         self.name = self.cluster.name
+        self.cluster_id = self.cluster.id
         self.endpoint = self.cluster.endpoint
         self.ca_certificate = self.cluster.master_auth.cluster_ca_certificate
         self.node_service_account_email = node_account.email
@@ -83,6 +86,7 @@ class GkeCluster(pulumi.ComponentResource):
         self.register_outputs(
             {
                 "name": self.name,
+                "cluster_id": self.cluster_id,
                 "endpoint": self.endpoint,
                 "ca_certificate": self.ca_certificate,
                 "node_service_account_email": self.node_service_account_email,

@@ -30,6 +30,9 @@ class KubeRay(pulumi.ComponentResource):
     ray_cluster_name: pulumi.Output[str]
     head_service_name: pulumi.Output[str]
     dashboard_port: pulumi.Output[int]
+    # The name of the Secret KubeRay generates the Ray auth token into (key
+    # kuberay.RAY_AUTH_TOKEN_KEY), in the RayCluster's namespace: a name, never the token.
+    auth_secret_name: pulumi.Output[str]
 
     def __init__(
         self,
@@ -74,10 +77,12 @@ class KubeRay(pulumi.ComponentResource):
         self.ray_cluster_name = pulumi.Output.from_input(kuberay.RAY_CLUSTER_NAME)
         self.head_service_name = pulumi.Output.from_input(kuberay.head_service_name())
         self.dashboard_port = pulumi.Output.from_input(kuberay.DASHBOARD_PORT)
+        self.auth_secret_name = pulumi.Output.from_input(kuberay.ray_auth_secret_name())
         self.register_outputs(
             {
                 "ray_cluster_name": self.ray_cluster_name,
                 "head_service_name": self.head_service_name,
                 "dashboard_port": self.dashboard_port,
+                "auth_secret_name": self.auth_secret_name,
             }
         )

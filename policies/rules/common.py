@@ -9,7 +9,9 @@ turns every one of those into `UNKNOWN`, and `at` returns `UNKNOWN` for a path t
 None or unknown. A rule that meets `UNKNOWN` where it needs a value cannot decide, so it reports
 nothing: no crash and no guessed violation. The price is that a property left unset is never
 read as its provider default; the shipped programs set every property these rules read, and
-their tests pin those values.
+their tests pin those values. One exception: a RayCluster's `authOptions` (or its `mode`) left
+out is read as KubeRay reads it, authentication disabled, because an omission there leaves the
+Jobs API open (`raycluster.token_authentication`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ A worker group is a TPU worker group when its pods select a TPU accelerator
 (`cloud.google.com/gke-tpu-accelerator`). Its shape must be the slices' shape: one replica per
 slice, one host per VM, the VM's chips per host. A mismatch leaves pods pending or JAX waiting
 for peers that never come, on TPU nodes billed by the hour. The head runs the Jobs API, which
-executes any command it is sent: it must never be reachable from outside the cluster.
+executes any command it is sent: it must never be reachable from outside the cluster, and inside
+it only with Ray's auth token.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
+from domain.kuberay import MIN_RAY_VERSION_FOR_TOKEN_AUTH
 from domain.tpu_catalog import ACCELERATORS
 from policies.rules.common import (
     K8S_SERVICE,
@@ -238,6 +240,42 @@ def head_service_cluster_ip(args: ResourceValidationArgs, report_violation: Repo
             )
 
 
+def _auth_problem(spec: dict[str, Any]) -> str | None:
+    """What leaves a known RayCluster spec without token authentication, or None when it has it
+    or cannot be told yet (preview). An absent authOptions, or one without a mode, is decided:
+    KubeRay reads it as mode "disabled"."""
+    options = spec.get("authOptions")
+    if options is None:
+        return "spec.authOptions is not set, which KubeRay reads as mode 'disabled'"
+    if not isinstance(options, dict):
+        return None  # not known yet
+    mode = options.get("mode")
+    if mode is None:
+        return "spec.authOptions has no mode, which KubeRay reads as 'disabled'"
+    if not known(mode) or mode == "token":
+        return None
+    return f"spec.authOptions.mode is {mode!r}"
+
+
+def token_authentication(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+    """Without a token the Jobs API runs any command that any pod in the cluster sends it."""
+    cluster = _ray_cluster(args)
+    if cluster is None:
+        return
+    props, label = cluster
+    spec = at(props, "spec")
+    problem = _auth_problem(spec) if isinstance(spec, dict) else None
+    if problem:
+        report_violation(
+            f"{label} runs Ray without token authentication ({problem}): the Jobs API on its "
+            "head runs any command that any pod in the cluster sends it. Set "
+            "spec.authOptions.mode to \"token\" (KubeRay then generates the token into a Secret "
+            "named after the cluster) and spec.rayVersion to the image's Ray version, "
+            f"{MIN_RAY_VERSION_FOR_TOKEN_AUTH} or later, which KubeRay requires for it.",
+            args.urn,
+        )
+
+
 def _selects_ray_head(selector: dict[str, Any]) -> bool:
     node_type = selector.get("ray.io/node-type")
     identifier = selector.get("ray.io/identifier")
@@ -368,6 +406,12 @@ ALL = [
         name="raycluster-head-service-cluster-ip",
         description="The Ray head service is ClusterIP only.",
         validate=head_service_cluster_ip,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    ResourceValidationPolicy(
+        name="raycluster-token-auth",
+        description="The RayCluster has Ray token authentication on (authOptions.mode token).",
+        validate=token_authentication,
         enforcement_level=EnforcementLevel.MANDATORY,
     ),
     ResourceValidationPolicy(
