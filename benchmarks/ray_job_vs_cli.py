@@ -132,7 +132,12 @@ def main() -> int:
             make_entrypoint = lambda run_name: tiny_entrypoint(checkpoint_root, run_name)  # noqa: E731
         else:
             make_entrypoint = lambda _run_name: STEP_ENTRYPOINT  # noqa: E731
-        address = args.address or stack.enter_context(LocalRayHead()).address
+        if args.address:
+            address = args.address
+        else:
+            head = stack.enter_context(LocalRayHead())
+            stack.enter_context(head.client_environment())  # the CLI and the SDK find its token
+            address = head.address
         benchmark(address, args.rounds, make_entrypoint)
     return 0
 

@@ -30,8 +30,13 @@ def infra_run() -> Callable[..., ProgramRun]:
 @pytest.fixture(scope="session")
 def local_ray_head():
     """One loopback-only Ray head for the whole test session, from the trainer environment;
-    stopped by its pid at the end."""
+    stopped by its pid at the end. It requires its own token: while it lives, this process's
+    environment points Ray's clients at the token file (RAY_AUTH_TOKEN_PATH, with
+    RAY_AUTH_MODE=token, without which Ray's clients send no token), as a user's shell would,
+    so code under test and the subprocesses tests start find it; the old values come back
+    after. A test that starts another head must use that head's auth_headers or
+    client_environment()."""
     from workloads.local_ray import LocalRayHead
 
-    with LocalRayHead() as head:
+    with LocalRayHead() as head, head.client_environment():
         yield head

@@ -1,5 +1,7 @@
-"""RayJobProvider against a real Ray head on 127.0.0.1: create, adopt, fail, time out, read,
-delete, and losing the head mid-wait."""
+"""RayJobProvider against a real Ray head on 127.0.0.1 (token authentication on): create, adopt,
+fail, time out, read, delete, logs that are not UTF-8, bounded log reads, secrets kept out of
+outputs, the guard that stops an interrupted job, and losing the head mid-wait; and against a
+fake Jobs API on 127.0.0.1 that answers 503, 401 or a 500 with a traceback."""
 
 from __future__ import annotations
 
@@ -10,12 +12,20 @@ import time
 import pytest
 from ray.job_submission import JobStatus, JobSubmissionClient
 
+from tests.support.fake_jobs_api import TRACEBACK_500, FakeJobsApi
 from workloads import ray_job
-from workloads.job_metrics import summarize
+from workloads.job_metrics import StepCollector
+from workloads.jobs_api import ErrorKind, JobsApi, JobsApiError, classify
 from workloads.local_ray import LocalRayHead, free_port
-from workloads.ray_job import ProgressReporter, RayJobError, RayJobProvider, submission_id
+from workloads.ray_job import (
+    ProgressReporter,
+    RayJobError,
+    RayJobGuardProvider,
+    RayJobProvider,
+    submission_id,
+)
 
-pytestmark = pytest.mark.slow
+slow = pytest.mark.slow
 
 STEP = "completed step: {step}, seconds: 0.5, TFLOP/s/device: 2.0, Tokens/s/device: {tokens}, total_weights: 64, loss: {loss}"
 FAKE_TRAINER = "python -c \"" + "; ".join(
@@ -46,9 +56,17 @@ def inputs(head, entrypoint: str = FAKE_TRAINER, **overrides) -> dict:
 
 
 def client(head) -> JobSubmissionClient:
-    return JobSubmissionClient(head.address)
+    return JobSubmissionClient(head.address, headers=head.auth_headers)
 
 
+def wait_for(ray: JobSubmissionClient, job_id: str, wanted, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while ray.get_job_status(job_id) not in wanted:
+        assert time.monotonic() < deadline, f"{job_id} never reached {wanted}"
+        time.sleep(0.2)
+
+
+@slow
 def test_create_waits_and_reports_the_run(local_ray_head):
     props = inputs(local_ray_head)
     result = RayJobProvider().create(props)
@@ -59,9 +77,13 @@ def test_create_waits_and_reports_the_run(local_ray_head):
     assert outs["tokens_per_second_per_device"] == 250.0  # median of steps 1 and 2
     assert outs["start_time"] and outs["end_time"] and outs["duration_seconds"] >= 0
     assert outs["dashboard_url"] == local_ray_head.address
-    assert outs["checkpoint_dir"] == "/tmp/nowhere" and outs["entrypoint"] == FAKE_TRAINER
+    assert outs["checkpoint_dir"] == "/tmp/nowhere"
+    # The command, runtime env and metadata may carry secrets: state keeps digests, not copies.
+    assert not {"entrypoint", "runtime_env", "metadata"} & set(outs)
+    assert set(outs["input_digests"]) == set(ray_job.JOB_DEFINING)
 
 
+@slow
 def test_recreate_adopts_the_finished_job_without_resubmitting(local_ray_head):
     props = inputs(local_ray_head)
     first = RayJobProvider().create(props)
@@ -72,6 +94,7 @@ def test_recreate_adopts_the_finished_job_without_resubmitting(local_ray_head):
     assert len(jobs) == 1
 
 
+@slow
 def test_a_running_job_with_the_same_id_is_awaited_not_duplicated(local_ray_head):
     props = inputs(local_ray_head, entrypoint="sleep 2 && " + FAKE_TRAINER)
     job_id = submission_id(props)
@@ -80,6 +103,7 @@ def test_a_running_job_with_the_same_id_is_awaited_not_duplicated(local_ray_head
     assert (result.id, result.outs["status"], result.outs["steps_completed"]) == (job_id, "SUCCEEDED", 3)
 
 
+@slow
 def test_a_failed_job_with_the_same_id_is_retried_as_a_new_attempt(local_ray_head):
     props = inputs(local_ray_head)
     job_id = submission_id(props)
@@ -95,6 +119,7 @@ def test_a_failed_job_with_the_same_id_is_retried_as_a_new_attempt(local_ray_hea
     assert RayJobProvider().create(props).id == f"{job_id}-2"
 
 
+@slow
 def test_a_failing_job_raises_with_status_message_and_log_tail(local_ray_head):
     props = inputs(local_ray_head, entrypoint="python -c \"import sys; print('loss exploded'); sys.exit(3)\"")
     with pytest.raises(RayJobError) as caught:
@@ -104,15 +129,17 @@ def test_a_failing_job_raises_with_status_message_and_log_tail(local_ray_head):
     assert message.splitlines()[-1].startswith("status: FAILED; message: Job entrypoint command failed with exit code 3")
 
 
+@slow
 def test_timeout_stops_the_job_and_says_so(local_ray_head):
     props = inputs(local_ray_head, entrypoint="sleep 120", timeout_seconds=2)
     started = time.monotonic()
-    with pytest.raises(RayJobError, match=r"did not finish within timeout_seconds=2; it was stopped"):
+    with pytest.raises(RayJobError, match=r"did not finish within timeout_seconds=2 of its start \(.*\); it was stopped"):
         RayJobProvider().create(props)
     assert time.monotonic() - started < 60
     assert client(local_ray_head).get_job_status(submission_id(props)) == JobStatus.STOPPED
 
 
+@slow
 def test_read_reports_the_job_or_that_it_is_gone(local_ray_head):
     props = inputs(local_ray_head)
     created = RayJobProvider().create(props)
@@ -122,6 +149,7 @@ def test_read_reports_the_job_or_that_it_is_gone(local_ray_head):
     assert RayJobProvider().read(created.id, created.outs).id is None
 
 
+@slow
 def test_delete_stops_a_running_job_and_removes_its_record(local_ray_head):
     props = inputs(local_ray_head, entrypoint="sleep 120")
     job_id = submission_id(props)
@@ -135,9 +163,11 @@ def test_delete_stops_a_running_job_and_removes_its_record(local_ray_head):
     RayJobProvider().delete(job_id, props)  # already gone: still fine
 
 
-def test_delete_succeeds_when_the_cluster_is_gone():
+def test_delete_succeeds_when_nothing_listens_on_the_local_address_any_more(capsys):
+    # A loopback port that refuses connections: the local head, and its jobs, are gone.
     props = {"address": f"http://127.0.0.1:{free_port()}", "gke": None}
     RayJobProvider().delete("pulumi-test-gone", props)
+    assert "the local head is gone" in capsys.readouterr().err
 
 
 def test_unreachable_address_fails_fast_naming_it():
@@ -148,8 +178,10 @@ def test_unreachable_address_fails_fast_naming_it():
     assert time.monotonic() - started < 15
 
 
-def test_losing_the_head_mid_wait_fails_clearly_without_hanging():
+@slow
+def test_losing_the_head_mid_wait_fails_clearly_without_hanging(monkeypatch):
     head = LocalRayHead().start()
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(head.token_path))  # this head's own token
     errors: list[BaseException] = []
 
     def create():
@@ -211,13 +243,183 @@ def test_submission_id_ignores_settings_that_do_not_define_the_job():
 def test_progress_lines_show_steps_loss_and_eta():
     stream = io.StringIO()
     progress = ProgressReporter("job-1", total_steps=10, stream=stream, every_seconds=0)
-    progress.update(STEP.format(step=0, tokens=1, loss=4.0))
+    steps = StepCollector()
+    steps.add(STEP.format(step=0, tokens=1, loss=4.0))
+    progress.update(steps)
     time.sleep(0.05)
-    progress.update("\n".join(STEP.format(step=step, tokens=1, loss=3.5) for step in range(5)))
+    steps.add("\n".join(STEP.format(step=step, tokens=1, loss=3.5) for step in range(5)))
+    progress.update(steps)
     lines = stream.getvalue().splitlines()
     assert lines[0] == "RayJob job-1: step 1/10 (10%), loss 4.000"
     assert lines[1].startswith("RayJob job-1: step 5/10 (50%), loss 3.500, ETA 0m0")
 
 
 def test_summary_of_a_log_without_steps():
-    assert summarize("no steps here")["steps_completed"] == 0
+    steps = StepCollector()
+    steps.add("no steps here")
+    assert steps.summary()["steps_completed"] == 0 and steps.summary()["final_loss"] is None
+
+
+def test_overlapping_tail_reads_count_each_step_once_in_bounded_memory():
+    steps = StepCollector(window=3)
+    lines = [STEP.format(step=step, tokens=float(step), loss=10.0 - step) for step in range(8)]
+    steps.add("\n".join(lines[:5]))
+    steps.add("\n".join(lines[3:8]))  # the next read repeats steps 3 and 4
+    summary = steps.summary()
+    assert (summary["steps_completed"], summary["final_loss"]) == (8, 3.0)
+    assert summary["tokens_per_second_per_device"] == 6.0  # median of the last 3 steps: 5, 6, 7
+    # An elastic restart sets the step count back: the final loss is the latest line's.
+    steps.add(STEP.format(step=6, tokens=6.0, loss=2.5))
+    assert steps.summary()["final_loss"] == 2.5 and steps.summary()["steps_completed"] == 8
+
+
+def test_error_kinds_come_from_the_status_code_not_the_exception_type():
+    def ray_sdk_error(status: int, body: str = "") -> RuntimeError:
+        return RuntimeError(f"Request failed with status code {status}: {body}.")
+
+    assert classify(ray_sdk_error(404, "Job pulumi-x does not exist"))[0] is ErrorKind.NOT_FOUND
+    assert classify(ray_sdk_error(503, "no endpoints available"))[0] is ErrorKind.SERVER_ERROR
+    assert classify(ray_sdk_error(500, TRACEBACK_500))[0] is ErrorKind.SERVER_ERROR
+    assert classify(ray_sdk_error(401))[0] is ErrorKind.UNAUTHORIZED
+    # The API server's own 404 (no such service): the cluster is what is missing, not the job.
+    status = '{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}'
+    assert classify(ray_sdk_error(404, status))[0] is ErrorKind.UNREACHABLE
+    assert classify(ConnectionError("refused"))[0] is ErrorKind.UNREACHABLE
+
+
+def test_diff_treats_an_unknown_job_input_as_a_possible_replacement():
+    from pulumi.runtime import rpc
+
+    olds = {"stack": "s", "entrypoint": "a", "address": "http://x", "gke": None, "runtime_env": None,
+            "metadata": None}
+    olds["input_digests"] = ray_job.input_digests(olds)
+    assert RayJobProvider().diff("id", olds, {**olds, "entrypoint": rpc.UNKNOWN}).replaces == ["entrypoint"]
+
+
+def test_a_gke_target_that_gains_the_cluster_id_is_the_same_job():
+    gke = {"endpoint": "e", "ca_certificate": "c", "namespace": "n", "service": "s", "port": 8265}
+    richer = {**gke, "cluster_id": "projects/p/locations/l/clusters/c", "auth_secret": "maxtext-tpu-cluster"}
+    assert submission_id({"stack": "dev", "gke": gke}) == submission_id({"stack": "dev", "gke": richer})
+
+
+# ---------------------------------------------------------------- a Jobs API that misbehaves
+
+
+@pytest.mark.parametrize("status, body", [(503, "upstream connect error"), (401, "Unauthorized"),
+                                          (500, TRACEBACK_500)])
+def test_refresh_keeps_the_job_when_the_jobs_api_does_not_say_it_is_gone(status, body):
+    with FakeJobsApi(status, body) as fake:
+        with pytest.raises(RayJobError) as caught:
+            RayJobProvider().read("pulumi-test-1", {"address": fake.address, "gke": None, "status": "RUNNING"})
+    message = str(caught.value)
+    assert "refresh could not read RayJob pulumi-test-1" in message and "stays in the stack" in message
+    assert fake.address in message
+
+
+@pytest.mark.parametrize("status", [503, 401, 500])
+def test_destroy_fails_when_the_stop_cannot_be_confirmed(status):
+    with FakeJobsApi(status, TRACEBACK_500) as fake:
+        with pytest.raises(RayJobError) as caught:
+            RayJobProvider().delete("pulumi-test-1", {"address": fake.address, "gke": None})
+        with pytest.raises(RayJobError):
+            RayJobGuardProvider().delete("pulumi-test-1-guard", {"job_id": "pulumi-test-1", "address": fake.address})
+    message = str(caught.value)
+    assert "could not confirm that RayJob pulumi-test-1 is stopped" in message
+    assert f"a server still answers at {fake.address}" in message
+    assert "pulumi state delete" in message and "pulumi destroy` again" in message
+
+
+def test_the_wait_applies_the_lost_contact_rule_to_a_503():
+    with FakeJobsApi(503, "Service Unavailable") as fake, JobsApi(fake.address) as api:
+        started = time.monotonic()
+        with pytest.raises(RayJobError, match="lost contact with the Ray Jobs API"):
+            RayJobProvider()._wait(api, "pulumi-test-1", 600, ProgressReporter("j", None, io.StringIO()), StepCollector())
+        assert time.monotonic() - started >= ray_job.LOST_CONTACT_SECONDS
+        assert len(fake.requests) > 3  # it kept asking
+
+
+def test_a_401_is_an_authentication_problem_not_a_missing_job():
+    with FakeJobsApi(401, "Unauthorized: Missing authentication token") as fake, JobsApi(fake.address) as api:
+        with pytest.raises(JobsApiError) as caught:
+            api.call("asking", lambda c: c.get_job_info("x"))
+    assert caught.value.kind is ErrorKind.UNAUTHORIZED
+
+
+# ---------------------------------------------------------------- logs, deadlines, secrets, the guard
+
+NOT_UTF8 = "python -c \"import sys; sys.stdout.buffer.write(b'before \\xff\\xfe after\\n'); sys.stdout.flush(); {rest}\""
+
+
+@slow
+def test_a_job_printing_bytes_that_are_not_utf8_is_recorded_succeeded(local_ray_head):
+    entrypoint = NOT_UTF8.format(rest="; ".join(
+        f"print('{STEP.format(step=step, tokens=100.0, loss=3.0 - step)}')" for step in range(3)))
+    result = RayJobProvider().create(inputs(local_ray_head, entrypoint=entrypoint))
+    assert result.outs["status"] == "SUCCEEDED"
+    assert (result.outs["steps_completed"], result.outs["final_loss"]) == (3, 1.0)
+
+
+@slow
+def test_a_failing_job_printing_bytes_that_are_not_utf8_keeps_its_status_and_reason(local_ray_head):
+    entrypoint = NOT_UTF8.format(rest="print('loss exploded'); sys.exit(3)")
+    with pytest.raises(RayJobError) as caught:
+        RayJobProvider().create(inputs(local_ray_head, entrypoint=entrypoint))
+    message = str(caught.value)
+    assert "loss exploded" in message and "before \ufffd\ufffd after" in message
+    assert message.splitlines()[-1].startswith("status: FAILED; message: Job entrypoint command failed with exit code 3")
+
+
+@slow
+def test_log_reads_are_bounded_whatever_the_log_size(local_ray_head):
+    ray = client(local_ray_head)
+    job_id = ray.submit_job(entrypoint="python -c \"[print('x' * 99) for _ in range(20000)]\"")
+    wait_for(ray, job_id, {JobStatus.SUCCEEDED})
+    node = ray.get_job_info(job_id).driver_node_id
+    with JobsApi(local_ray_head.address) as api:
+        tail = api.log_tail(job_id, node)
+        assert tail.count(b"\n") <= ray_job.LOG_TAIL_LINES * 10 and len(tail) < 2_000_000 // 10
+        assert tail.splitlines()[-1] == b"x" * 99
+        capped = api.log_tail(job_id, node, lines=20000, max_bytes=10_000)
+    assert len(capped) <= 10_000 and capped.endswith(b"x" * 99)  # whole lines only
+
+
+@slow
+def test_an_adopted_job_gets_only_the_time_left_of_its_deadline(local_ray_head):
+    props = inputs(local_ray_head, entrypoint="sleep 120", timeout_seconds=3)
+    job_id = submission_id(props)
+    ray = client(local_ray_head)
+    ray.submit_job(entrypoint="sleep 120", submission_id=job_id)
+    wait_for(ray, job_id, {JobStatus.RUNNING})
+    time.sleep(4)  # the interrupted `pulumi up` already used the whole deadline
+    started = time.monotonic()
+    with pytest.raises(RayJobError, match="did not finish within timeout_seconds=3 of its start"):
+        RayJobProvider().create(props)
+    assert time.monotonic() - started < 20
+    assert ray.get_job_status(job_id) == JobStatus.STOPPED
+
+
+@slow
+def test_a_secret_env_var_never_reaches_the_outputs_or_the_progress_lines(local_ray_head, capsys):
+    secret = "wandb-key-" + str(time.monotonic_ns())
+    props = inputs(local_ray_head, runtime_env={"env_vars": {"WANDB_API_KEY": secret}},
+                   metadata={"note": secret})
+    result = RayJobProvider().create(props)
+    assert result.outs["status"] == "SUCCEEDED"
+    assert secret not in repr(result.outs)
+    assert secret not in capsys.readouterr().err
+
+
+@slow
+def test_the_guard_stops_every_running_attempt_of_its_job(local_ray_head):
+    base_id = f"pulumi-test-guard{time.monotonic_ns()}"
+    ray = client(local_ray_head)
+    ray.submit_job(entrypoint="exit 1", submission_id=base_id)
+    ray.submit_job(entrypoint="sleep 300", submission_id=f"{base_id}-2")
+    ray.submit_job(entrypoint="sleep 300", submission_id=f"{base_id}0")  # another job: left alone
+    wait_for(ray, f"{base_id}-2", {JobStatus.RUNNING})
+    wait_for(ray, base_id, {JobStatus.FAILED})
+    RayJobGuardProvider().delete(f"{base_id}-guard", {"job_id": base_id, "address": local_ray_head.address})
+    assert ray.get_job_status(f"{base_id}-2") == JobStatus.STOPPED
+    assert ray.get_job_status(base_id) == JobStatus.FAILED
+    assert ray.get_job_status(f"{base_id}0") in (JobStatus.PENDING, JobStatus.RUNNING)
+    ray.stop_job(f"{base_id}0")

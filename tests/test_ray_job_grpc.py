@@ -15,6 +15,7 @@ import base64
 import select
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -26,7 +27,7 @@ from pulumi.dynamic.dynamic import serialize_provider
 from pulumi.runtime import rpc
 from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
 
-from workloads.ray_job import RayJobProvider, submission_id
+from workloads.ray_job import RayJobGuardProvider, RayJobProvider, submission_id
 
 pytestmark = pytest.mark.slow
 
@@ -34,6 +35,9 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 URN = "urn:pulumi:grpc-test::maxtext-tpu-workloads::pulumi-python:dynamic/ray:RayJob::grpc-job"
 TYPE = "pulumi-python:dynamic/ray:RayJob"
 PROVIDER = serialize_provider(RayJobProvider())
+GUARD_URN = "urn:pulumi:grpc-test::maxtext-tpu-workloads::pulumi-python:dynamic/ray:RayJobGuard::grpc-job-guard"
+GUARD_TYPE = "pulumi-python:dynamic/ray:RayJobGuard"
+GUARD_PROVIDER = serialize_provider(RayJobGuardProvider())
 # One MaxText-style step line: the job ends within seconds and still has metrics to parse.
 STEP_ENTRYPOINT = (
     "python -c \"print('completed step: 0, seconds: 0.1, TFLOP/s/device: 1.0, "
@@ -43,8 +47,14 @@ PLUGIN_START_SECONDS = 30
 
 
 def to_struct(props: dict[str, Any]) -> struct_pb2.Struct:
-    """Serializes a property bag as the engine receives it from the program (async in the SDK)."""
-    return asyncio.run(rpc.serialize_properties(props, {}))
+    """Serializes a property bag as the engine receives it from the program (async in the SDK).
+    On a loop of its own, not asyncio.run(), which leaves the thread without a current loop and
+    so breaks the Pulumi mocks of every later test in this process."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(rpc.serialize_properties(props, {}))
+    finally:
+        loop.close()
 
 
 def from_struct(struct: struct_pb2.Struct) -> dict[str, Any]:
@@ -73,40 +83,56 @@ def check(stub, news: dict[str, Any]) -> provider_pb2.CheckResponse:
     ))
 
 
-@pytest.fixture(scope="module")
-def plugin(tmp_path_factory) -> Iterator[tuple[provider_pb2_grpc.ResourceProviderStub, Path]]:
+class Plugin:
     """The dynamic-provider plugin as the engine runs it: in the program's directory
     (workloads/, so `workloads.ray_job` must unpickle through the installed project, not the
-    working directory), port read from its stdout, configured once with no config. Yields a
-    stub and the file its stderr (which the engine shows as info lines) goes to; the process is
-    stopped by its pid."""
-    stderr_path = tmp_path_factory.mktemp("plugin") / "stderr.log"
-    with open(stderr_path, "wb") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, "-u", "-m", "pulumi.dynamic"],
-            cwd=PROJECT_ROOT / "workloads", stdout=subprocess.PIPE, stderr=stderr,
-        )
-    channel = None
-    try:
-        ready, _, _ = select.select([process.stdout], [], [], PLUGIN_START_SECONDS)
-        assert ready, f"the plugin printed no port within {PLUGIN_START_SECONDS} s:\n{stderr_path.read_text()}"
-        port = int(process.stdout.readline())
-        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-        grpc.channel_ready_future(channel).result(timeout=PLUGIN_START_SECONDS)
-        stub = provider_pb2_grpc.ResourceProviderStub(channel)
-        configured = stub.Configure(provider_pb2.ConfigureRequest(args=to_struct({})))
-        assert not configured.acceptSecrets
-        yield stub, stderr_path
-    finally:
-        if channel is not None:
-            channel.close()
-        process.terminate()
+    working directory), port read from its stdout, configured once with no config. Its stderr
+    (which the engine shows as info lines) goes to a file; the process is stopped by its pid."""
+
+    def __init__(self, stderr_path: Path):
+        self.stderr_path = stderr_path
+        with open(stderr_path, "ab") as stderr:
+            self.process = subprocess.Popen(
+                [sys.executable, "-u", "-m", "pulumi.dynamic"],
+                cwd=PROJECT_ROOT / "workloads", stdout=subprocess.PIPE, stderr=stderr,
+            )
+        self.channel = None
         try:
-            process.wait(timeout=10)
+            ready, _, _ = select.select([self.process.stdout], [], [], PLUGIN_START_SECONDS)
+            assert ready, f"the plugin printed no port within {PLUGIN_START_SECONDS} s:\n{stderr_path.read_text()}"
+            port = int(self.process.stdout.readline())
+            self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+            grpc.channel_ready_future(self.channel).result(timeout=PLUGIN_START_SECONDS)
+            self.stub = provider_pb2_grpc.ResourceProviderStub(self.channel)
+            configured = self.stub.Configure(provider_pb2.ConfigureRequest(args=to_struct({})))
+            assert not configured.acceptSecrets
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self, kill: bool = False) -> None:
+        if self.channel is not None:
+            self.channel.close()
+        if kill:
+            self.process.kill()
+        else:
+            self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-        process.stdout.close()
+            self.process.kill()
+            self.process.wait(timeout=10)
+        self.process.stdout.close()
+
+
+@pytest.fixture(scope="module")
+def plugin(tmp_path_factory, local_ray_head) -> Iterator[tuple[provider_pb2_grpc.ResourceProviderStub, Path]]:
+    """A plugin started after the local head, so it inherits the head's token location."""
+    started = Plugin(tmp_path_factory.mktemp("plugin") / "stderr.log")
+    try:
+        yield started.stub, started.stderr_path
+    finally:
+        started.stop()
 
 
 def test_provider_is_pickled_by_reference():
@@ -168,7 +194,7 @@ def test_lifecycle_through_the_plugin(plugin, local_ray_head):
     # Another valid pickle of the same class stands for a new version of the provider's code.
     other_provider = base64.b64encode(dill.dumps(RayJobProvider(), protocol=2)).decode()
     assert other_provider != PROVIDER
-    new_code = diff(with_provider(outputs, other_provider))
+    new_code = diff(with_provider(inputs, other_provider))
     assert new_code.changes == provider_pb2.DiffResponse.DIFF_NONE
     assert list(new_code.replaces) == []
 
@@ -179,3 +205,72 @@ def test_lifecycle_through_the_plugin(plugin, local_ray_head):
         id=job_id, urn=URN, name="grpc-job", type=TYPE, properties=created.properties, inputs=checked_inputs,
     ))
     assert gone.id == ""
+
+
+def pid_alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie waiting to be reaped."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+def test_an_interrupted_create_is_stopped_by_destroy(local_ray_head, tmp_path):
+    """`pulumi up` killed after the submission (SIGKILL of the engine takes its plugin with it):
+    the job resource never reached the state, the guard did; destroying the guard, from a new
+    plugin as a later `pulumi destroy` would, stops the job and its processes."""
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    pidfile = tmp_path / "job.pid"
+    inputs = job_inputs(local_ray_head.address, entrypoint=f"sh -c 'echo $$ > {pidfile}; exec sleep 300'",
+                        metadata={"test": str(time.monotonic_ns())})
+    job_id = submission_id(inputs)
+    ray = JobSubmissionClient(local_ray_head.address, headers=local_ray_head.auth_headers)
+
+    first = Plugin(tmp_path / "first.log")
+    guard_inputs = to_struct(with_provider({"job_id": job_id, "address": local_ray_head.address}, GUARD_PROVIDER))
+    guard = first.stub.Create(provider_pb2.CreateRequest(
+        urn=GUARD_URN, name="grpc-job-guard", type=GUARD_TYPE, properties=guard_inputs, timeout=60,
+    ))
+    in_flight = first.stub.Create.future(provider_pb2.CreateRequest(
+        urn=URN, name="grpc-job", type=TYPE, properties=to_struct(with_provider(inputs)), timeout=600,
+    ))
+    deadline = time.monotonic() + 90
+    while not (pidfile.exists() and pidfile.read_text().strip()):
+        assert time.monotonic() < deadline, "the job never started"
+        time.sleep(0.2)
+    pid = int(pidfile.read_text())
+    first.stop(kill=True)
+    with pytest.raises(grpc.RpcError):
+        in_flight.result(timeout=30)
+    time.sleep(2)
+    assert ray.get_job_status(job_id) == JobStatus.RUNNING and pid_alive(pid)  # nothing stopped it
+
+    second = Plugin(tmp_path / "second.log")
+    try:
+        second.stub.Delete(provider_pb2.DeleteRequest(
+            id=guard.id, urn=GUARD_URN, name="grpc-job-guard", type=GUARD_TYPE, properties=guard.properties,
+        ))
+    finally:
+        second.stop()
+    assert ray.get_job_status(job_id) == JobStatus.STOPPED
+    deadline = time.monotonic() + 15
+    while pid_alive(pid):
+        assert time.monotonic() < deadline, f"the job's process {pid} outlived the stop"
+        time.sleep(0.2)
+
+
+def test_a_secret_env_var_stays_out_of_outputs_and_log_lines(plugin, local_ray_head):
+    """The engine strips the secret marker before a provider that does not accept secrets (this
+    one): so the provider must not copy such inputs into its outputs at all."""
+    stub, stderr_path = plugin
+    secret = f"wandb-{time.monotonic_ns()}"
+    inputs = job_inputs(local_ray_head.address, runtime_env={"env_vars": {"WANDB_API_KEY": secret}})
+    created = stub.Create(provider_pb2.CreateRequest(
+        urn=URN, name="grpc-job", type=TYPE, properties=to_struct(with_provider(inputs)), timeout=300,
+    ))
+    outputs = from_struct(created.properties)
+    assert outputs["status"] == "SUCCEEDED"
+    assert secret not in created.properties.SerializeToString().decode("utf-8", "replace")
+    assert secret not in stderr_path.read_text()

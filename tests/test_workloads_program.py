@@ -10,8 +10,9 @@ import pytest
 from domain.job import JobError, JobSpec
 from domain.workload_settings import WorkloadSettingsError, parse_workload_settings
 from tests.support.pulumi_harness import PROJECT_ROOT, RecordingMonitor, run_program, stack_config
-from workloads.config import read_settings
+from workloads.config import read_settings, secret_settings
 from workloads.program import build
+from workloads.ray_job import EXPORTED, export_name
 
 PROJECT = "maxtext-tpu-workloads"
 WORKLOADS_DIR = PROJECT_ROOT / "workloads"
@@ -32,11 +33,12 @@ INFRA_OUTPUTS = {
 RAY_JOB = "pulumi-python:dynamic/ray:RayJob"
 
 
-def run_workloads(stack: str, **overrides):
+def run_workloads(stack: str, secrets: tuple[str, ...] = (), infra_outputs=None, **overrides):
     config = stack_config(stack, WORKLOADS_DIR)
     config.update({f"{PROJECT}:{key}": value for key, value in overrides.items()})
-    monitor = RecordingMonitor(stack_outputs={INFRA_STACK: INFRA_OUTPUTS})
-    run = run_program(lambda: build(read_settings()), config, project=PROJECT, stack=stack, monitor=monitor)
+    monitor = RecordingMonitor(stack_outputs={INFRA_STACK: infra_outputs or INFRA_OUTPUTS})
+    run = run_program(lambda: build(read_settings(), secret_settings()), config, project=PROJECT, stack=stack,
+                      monitor=monitor, secret_keys=frozenset(f"{PROJECT}:{key}" for key in secrets))
     return run, run.one(RAY_JOB).inputs
 
 
@@ -142,3 +144,56 @@ def test_a_missing_trainer_program_is_refused_before_submission(monkeypatch):
     monkeypatch.setattr(job_inputs.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(JobError, match="the trainer program trainer.maxtext_multi_slice_trainer is not in this checkout"):
         job_inputs.ray_job_inputs(job, settings)
+
+
+@pytest.mark.parametrize("stack", ["dev", "local"])
+def test_a_secret_runtime_env_stays_secret_on_the_job(stack):
+    run, inputs = run_workloads(stack, secrets=("runtimeEnv",), runtimeEnv={"env_vars": {"WANDB_API_KEY": "k-123"}})
+    job = run.one(RAY_JOB)
+    from pulumi.runtime.rpc import unwrap_rpc_secret
+
+    assert unwrap_rpc_secret(inputs["runtime_env"]) == {"env_vars": {"WANDB_API_KEY": "k-123"}}
+    # Only what holds the secret (the SDK itself keeps the pickled provider secret).
+    assert job.secret_inputs - {"__provider"} == {"runtime_env"}
+    guard = run.one("pulumi-python:dynamic/ray:RayJobGuard")
+    assert guard.secret_inputs - {"__provider"} == set() and guard.inputs["job_id"].startswith(f"pulumi-{stack}-")
+    assert "k-123" not in json.dumps(run.outputs, default=str)
+
+
+def test_any_other_secret_setting_keeps_the_whole_job_description_secret():
+    run, _ = run_workloads("dev", secrets=("maxtextOverrides",), maxtextOverrides={"steps": 7})
+    assert {"entrypoint", "metadata", "checkpoint_dir"} <= run.one(RAY_JOB).secret_inputs
+
+
+def test_the_guard_is_registered_before_the_job_and_names_its_submission_id():
+    run, inputs = run_workloads("dev")
+    guard = run.one("pulumi-python:dynamic/ray:RayJobGuard")
+    job = run.one(RAY_JOB)
+    assert run.registrations.index(guard) < run.registrations.index(job)
+    assert guard.urn in job.dependencies
+    from workloads.ray_job import submission_id
+
+    assert guard.inputs["job_id"] == submission_id({**inputs, "stack": "dev"})
+    assert guard.inputs["gke"] == inputs["gke"]
+
+
+def test_every_exported_job_output_is_a_stack_output():
+    run, _ = run_workloads("local")
+    assert {export_name(name) for name in EXPORTED} <= set(run.outputs)
+    assert export_name("tokens_per_second_per_device") == "tokensPerSecondPerDevice"
+
+
+def test_the_infra_stack_cluster_id_and_token_secret_reach_the_job_target():
+    outputs = {**INFRA_OUTPUTS, "clusterId": "projects/p/locations/l/clusters/c", "rayAuthSecret": "maxtext-tpu-cluster"}
+    _, inputs = run_workloads("dev", infra_outputs=outputs)
+    assert inputs["gke"]["cluster_id"] == "projects/p/locations/l/clusters/c"
+    assert inputs["gke"]["auth_secret"] == "maxtext-tpu-cluster"
+
+
+def test_the_job_description_gives_exactly_the_job_inputs_the_resource_declares():
+    from workloads import job_inputs
+    from workloads.ray_job import JOB_INPUTS
+
+    settings = parse_workload_settings({"address": "http://127.0.0.1:8265", "preset": "tiny-cpu"},
+                                       stack="local", project_name=PROJECT)
+    assert set(job_inputs.ray_job_inputs(job_inputs.resolve_local(settings), settings)) == set(JOB_INPUTS)

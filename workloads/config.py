@@ -8,10 +8,20 @@ from pulumi.runtime import config as runtime_config
 from domain.workload_settings import WorkloadSettings, parse_workload_settings
 
 
-def read_settings() -> WorkloadSettings:
-    project = pulumi.get_project()
-    prefix = f"{project}:"
+def _project_keys() -> tuple[str, list[str]]:
+    prefix = f"{pulumi.get_project()}:"
     keys = set(runtime_config.CONFIG.get()) | set(runtime_config.get_config_env())
+    return prefix, sorted(key[len(prefix):] for key in keys if key.startswith(prefix))
+
+
+def read_settings() -> WorkloadSettings:
+    prefix, names = _project_keys()
     config = pulumi.Config()
-    raw = {key[len(prefix):]: config.get(key[len(prefix):]) for key in keys if key.startswith(prefix)}
-    return parse_workload_settings(raw, stack=pulumi.get_stack(), project_name=project)
+    raw = {name: config.get(name) for name in names}
+    return parse_workload_settings(raw, stack=pulumi.get_stack(), project_name=pulumi.get_project())
+
+
+def secret_settings() -> frozenset[str]:
+    """The settings set with `pulumi config set --secret`: what they feed must stay secret."""
+    prefix, names = _project_keys()
+    return frozenset(name for name in names if pulumi.runtime.is_config_secret(prefix + name))

@@ -58,18 +58,22 @@ def resolve_local(settings: WorkloadSettings) -> JobSpec:
 
 def gke_target(cluster: Mapping[str, Any]) -> dict[str, Any]:
     """Where the head's Jobs API is, from the infra stack's outputs (no credentials)."""
-    return {
+    target = {
         "endpoint": cluster["clusterEndpoint"],
         "ca_certificate": cluster["clusterCaCertificate"],
         "namespace": cluster["namespace"],
         "service": cluster["headServiceName"],
         "port": int(cluster["dashboardPort"]),
+        "cluster_id": cluster.get("clusterId"),
+        "auth_secret": cluster.get("rayAuthSecret"),
     }
+    return {key: value for key, value in target.items() if value is not None}
 
 
 def ray_job_inputs(job: JobSpec, settings: WorkloadSettings) -> dict[str, Any]:
-    """Refuses a job whose trainer program is missing here: the image is built from this tree,
-    so a job naming a program that is not in it would only fail on the cluster."""
+    """The RayJob's JOB_INPUTS for a resolved job. Refuses a job whose trainer program is
+    missing here: the image is built from this tree, so a job naming a program that is not in it
+    would only fail on the cluster."""
     if importlib.util.find_spec(job.trainer_module) is None:
         raise JobError([
             f"the trainer program {job.trainer_module} is not in this checkout; restore "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import statistics
+from collections import deque
 from dataclasses import dataclass
 
 STEP_LINE = re.compile(
@@ -45,23 +46,50 @@ def parse_steps(log: str) -> list[StepMetrics]:
     ]
 
 
-def summarize(log: str) -> dict[str, float | int | None]:
-    """Steps completed, the final loss and steady-state throughput (the median over all steps
-    but the first, which includes XLA compilation)."""
-    steps = parse_steps(log)
-    if not steps:
+# Throughput medians are taken over at most this many steps (the latest seen), so what the
+# provider keeps does not grow with the run.
+MEDIAN_WINDOW_STEPS = 1000
+
+
+class StepCollector:
+    """Metrics from successive reads of a log's tail, in bounded memory.
+
+    Reads overlap (each is the log's last lines), so a step is counted once: only steps past the
+    highest one seen so far join the throughput samples, and step 0 (it includes XLA compilation)
+    never does. The final loss is the last step line of the latest read, even after an elastic
+    restart set the step count back.
+    """
+
+    def __init__(self, window: int = MEDIAN_WINDOW_STEPS):
+        self.latest: StepMetrics | None = None
+        self.highest_step = -1
+        self._samples: deque[tuple[float, float]] = deque(maxlen=window)
+
+    def add(self, text: str) -> None:
+        steps = parse_steps(text)
+        if not steps:
+            return
+        for step in steps:
+            if step.step > self.highest_step:
+                if step.step > 0:
+                    self._samples.append((step.tokens_per_second_per_device, step.tflops_per_device))
+                self.highest_step = step.step
+        self.latest = steps[-1]
+
+    def summary(self) -> dict[str, float | int | None]:
+        if self.latest is None:
+            return {
+                "steps_completed": 0,
+                "final_loss": None,
+                "tokens_per_second_per_device": None,
+                "tflops_per_device": None,
+            }
+        samples = list(self._samples) or [
+            (self.latest.tokens_per_second_per_device, self.latest.tflops_per_device)
+        ]
         return {
-            "steps_completed": 0,
-            "final_loss": None,
-            "tokens_per_second_per_device": None,
-            "tflops_per_device": None,
+            "steps_completed": self.highest_step + 1,
+            "final_loss": self.latest.loss,
+            "tokens_per_second_per_device": round(statistics.median(s[0] for s in samples), 3),
+            "tflops_per_device": round(statistics.median(s[1] for s in samples), 3),
         }
-    steady = steps[1:] or steps
-    return {
-        "steps_completed": max(step.step for step in steps) + 1,
-        "final_loss": steps[-1].loss,
-        "tokens_per_second_per_device": round(
-            statistics.median(step.tokens_per_second_per_device for step in steady), 3
-        ),
-        "tflops_per_device": round(statistics.median(step.tflops_per_device for step in steady), 3),
-    }

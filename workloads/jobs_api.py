@@ -3,29 +3,123 @@ API server's service proxy, authenticated like kubectl with the operator's own G
 
 The Jobs API runs arbitrary commands, so on GKE it is never exposed: the head service stays
 ClusterIP and requests go `https://<endpoint>/api/v1/namespaces/<ns>/services/<svc>:<port>/proxy`
-with a short-lived token from `gke-gcloud-auth-plugin`, checked against the cluster's CA.
-Neither the token nor any credential is ever an input, an output or a log line.
+with a short-lived token from `gke-gcloud-auth-plugin`, checked against the cluster's CA. Ray's
+own token (token authentication is on for every cluster we start) travels in
+`X-Ray-Authorization`, the header Ray reads behind proxies: the API server consumes
+`Authorization`. On GKE the Ray token is read at run time from the Secret KubeRay generated; for
+a local head it is found the way Ray finds it (`RAY_AUTH_TOKEN`, `RAY_AUTH_TOKEN_PATH`,
+`~/.ray/auth_token`). No token, credential or CA file outlives the call that needed it, and none
+is ever an input, an output or a log line.
+
+Every failure is classified once, here (`JobsApiError.kind`), because "the job record is gone"
+and "the cluster did not answer" call for opposite actions: the first lets a resource go, the
+second must never.
 """
 
 from __future__ import annotations
 
 import base64
+import enum
+import ipaddress
 import json
+import os
+import re
 import subprocess
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
-from typing import Any, Mapping
+from pathlib import Path
+from typing import Any, Callable, Mapping, TypeVar
+from urllib.parse import urlparse
+
+import requests
+
+from domain.kuberay import RAY_AUTH_TOKEN_KEY
 
 # Tokens from the auth plugin live an hour: mint a new client well before that.
 TOKEN_REFRESH_SECONDS = 30 * 60
+REQUEST_TIMEOUT_SECONDS = 30
 REACH_TIMEOUT_SECONDS = 10
+# One log read never fetches more than this, whatever the log's size (see `log_tail`).
+LOG_TAIL_LINES = 500
+LOG_TAIL_MAX_BYTES = 512 * 1024
+# The GKE API, as gcloud reaches it; gcloud's own override variable points both at another
+# endpoint (tests point it at a fake one on loopback).
+GKE_API_OVERRIDE_ENV = "CLOUDSDK_API_ENDPOINT_OVERRIDES_CONTAINER"
+GKE_API_DEFAULT = "https://container.googleapis.com/"
+RAY_TOKEN_HEADER = "X-Ray-Authorization"
+
+T = TypeVar("T")
 
 
-class JobsApiUnreachable(RuntimeError):
-    pass
+class ErrorKind(enum.Enum):
+    NOT_FOUND = "not found"  # Ray itself answered 404: the job record does not exist
+    UNREACHABLE = "unreachable"  # no answer: connection refused or reset, timeout, no head service
+    UNAUTHORIZED = "unauthorized"  # 401/403 from the API server or from Ray
+    SERVER_ERROR = "server error"  # 5xx
+    CREDENTIALS = "no credentials"  # gke-gcloud-auth-plugin missing or failing (expired login)
+    REJECTED = "rejected"  # any other answer (a 4xx about the request itself)
+
+
+# The kinds that say nothing about the job: the cluster may come back, the job may be running.
+LOST_CONTACT_KINDS = frozenset(
+    {ErrorKind.UNREACHABLE, ErrorKind.UNAUTHORIZED, ErrorKind.SERVER_ERROR, ErrorKind.CREDENTIALS}
+)
+
+
+class JobsApiError(RuntimeError):
+    def __init__(self, kind: ErrorKind, message: str, status: int | None = None):
+        super().__init__(message)
+        self.kind = kind
+        self.status = status
+
+
+# The Ray SDK turns every non-200 answer into RuntimeError("Request failed with status code N: body.")
+_STATUS = re.compile(r"status code (\d{3})")
+_KUBERNETES_STATUS = '"kind":"Status"'
+
+
+def kind_of_status(status: int, body: str = "") -> ErrorKind:
+    """What an HTTP answer other than 200 means."""
+    if status == 404:
+        # The API server's own 404 (namespace or head service missing) is a Kubernetes Status
+        # object, not Ray's "job does not exist": the cluster, not the job, is what is missing.
+        return ErrorKind.UNREACHABLE if _KUBERNETES_STATUS in body.replace(" ", "") else ErrorKind.NOT_FOUND
+    if status in (401, 403):
+        return ErrorKind.UNAUTHORIZED
+    if status >= 500:
+        return ErrorKind.SERVER_ERROR
+    return ErrorKind.REJECTED
+
+
+def classify(error: BaseException) -> tuple[ErrorKind, int | None]:
+    """What an exception from the Ray SDK, `requests` or the auth plugin means."""
+    from ray.exceptions import AuthenticationError
+
+    if isinstance(error, JobsApiError):
+        return error.kind, error.status
+    if isinstance(error, AuthenticationError):
+        return ErrorKind.UNAUTHORIZED, None
+    if isinstance(error, requests.HTTPError) and error.response is not None:
+        status = error.response.status_code
+        return kind_of_status(status, error.response.text), status
+    # requests' exceptions are OSErrors; the SDK's version check raises the builtin ConnectionError.
+    if isinstance(error, (ConnectionError, TimeoutError, OSError)):
+        return ErrorKind.UNREACHABLE, None
+    text = str(error)
+    if text.startswith("Version check returned 404"):
+        return ErrorKind.UNREACHABLE, 404  # the SDK's first request found no Jobs API there at all
+    match = _STATUS.search(text)
+    if match is None:
+        return ErrorKind.REJECTED, None
+    status = int(match.group(1))
+    return kind_of_status(status, text), status
+
+
+def _first_line(error: BaseException, limit: int = 300) -> str:
+    text = str(error).strip().splitlines()
+    line = text[0] if text else error.__class__.__name__
+    return line if len(line) <= limit else line[:limit] + "..."
 
 
 @dataclass(frozen=True)
@@ -37,11 +131,17 @@ class GkeTarget:
     namespace: str
     service: str
     port: int
+    cluster_id: str | None = None  # projects/P/locations/L/clusters/N: asked when the head is silent
+    auth_secret: str | None = None  # the Secret KubeRay keeps the Ray token in (RAY_AUTH_TOKEN_KEY)
+
+    @property
+    def server(self) -> str:
+        return f"https://{self.endpoint}"
 
     @property
     def proxy_url(self) -> str:
         return (
-            f"https://{self.endpoint}/api/v1/namespaces/{self.namespace}/services/"
+            f"{self.server}/api/v1/namespaces/{self.namespace}/services/"
             f"{self.service}:{self.port}/proxy"
         )
 
@@ -53,6 +153,8 @@ class GkeTarget:
             namespace=str(values["namespace"]),
             service=str(values["service"]),
             port=int(values["port"]),
+            cluster_id=values.get("cluster_id") or None,
+            auth_secret=values.get("auth_secret") or None,
         )
 
 
@@ -62,20 +164,60 @@ def _gke_token() -> str:
         completed = subprocess.run(
             ["gke-gcloud-auth-plugin"], capture_output=True, text=True, timeout=60, check=True
         )
+        return json.loads(completed.stdout)["status"]["token"]
     except FileNotFoundError:
-        raise JobsApiUnreachable(
+        raise JobsApiError(
+            ErrorKind.CREDENTIALS,
             "gke-gcloud-auth-plugin is not installed; install it with "
-            "`gcloud components install gke-gcloud-auth-plugin` and log in with `gcloud auth login`"
+            "`gcloud components install gke-gcloud-auth-plugin` and log in with `gcloud auth login`",
         ) from None
     except subprocess.CalledProcessError as error:
-        raise JobsApiUnreachable(
-            f"gke-gcloud-auth-plugin failed ({error.returncode}); run `gcloud auth login` first"
+        raise JobsApiError(
+            ErrorKind.CREDENTIALS,
+            f"gke-gcloud-auth-plugin failed (exit {error.returncode}); your gcloud login may have "
+            "expired: run `gcloud auth login`",
         ) from None
-    return json.loads(completed.stdout)["status"]["token"]
+    except (subprocess.TimeoutExpired, ValueError, KeyError, TypeError):
+        raise JobsApiError(
+            ErrorKind.CREDENTIALS,
+            "gke-gcloud-auth-plugin gave no token; run `gcloud auth login` and try again",
+        ) from None
+
+
+def local_ray_token() -> str | None:
+    """The Ray token for a head reached directly, found where Ray itself looks for it."""
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return os.environ["RAY_AUTH_TOKEN"].strip()
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    candidate = Path(path) if path else Path.home() / ".ray" / "auth_token"
+    try:
+        token = candidate.read_text().strip()
+    except OSError:
+        return None
+    return token or None
+
+
+def _is_loopback(address: str) -> bool:
+    host = urlparse(address).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class ClusterCheck:
+    """Whether the cluster behind a silent Jobs API is known to be gone, and how we know."""
+
+    gone: bool
+    evidence: str
 
 
 class JobsApi:
-    """Hands out a JobSubmissionClient for one target, re-authenticating when due."""
+    """One target's Jobs API for the length of one provider operation (use it in `with`): hands
+    out a JobSubmissionClient, re-authenticating when due, and removes the CA file it needed."""
 
     def __init__(self, address: str | None = None, gke: Mapping[str, Any] | None = None):
         if (address is None) == (gke is None):
@@ -83,18 +225,38 @@ class JobsApi:
         self.gke = GkeTarget.from_inputs(gke) if gke is not None else None
         self.address = address.rstrip("/") if address else self.gke.proxy_url  # type: ignore[union-attr]
         self._client = None
+        self._headers: dict[str, str] = {}
         self._minted_at = 0.0
         self._ca_file: str | None = None
+
+    def __enter__(self) -> "JobsApi":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._ca_file is not None:
+            Path(self._ca_file).unlink(missing_ok=True)
+            self._ca_file = None
+        self._client = None
+
+    # ------------------------------------------------------------------ describing the target
 
     def describe(self) -> str:
         if self.gke is None:
             return self.address
         return f"service {self.gke.service}:{self.gke.port} in namespace {self.gke.namespace} via {self.gke.endpoint}"
 
+    def cluster_name(self) -> str:
+        if self.gke is None:
+            return f"the Ray head at {self.address}"
+        return f"GKE cluster {self.gke.cluster_id or self.gke.endpoint}"
+
     def how_to_reach(self) -> str:
         if self.gke is None:
             return (
-                "start a local head (`python -m workloads.smoke` starts one for you) or set "
+                "start the head again (`python -m workloads.smoke` starts one for you) or set "
                 "`address` to a reachable Ray dashboard URL"
             )
         return (
@@ -103,44 +265,183 @@ class JobsApi:
             "your gcloud account may use the cluster"
         )
 
-    def _auth(self) -> tuple[dict[str, str], str | bool]:
+    def fix_for(self, kind: ErrorKind) -> str:
+        if kind is ErrorKind.CREDENTIALS:
+            return "log in again with `gcloud auth login` (and install gke-gcloud-auth-plugin if it is missing)"
+        if kind is ErrorKind.UNAUTHORIZED:
+            if self.gke is None:
+                return (
+                    "give the head's Ray token the way Ray reads it (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH "
+                    "or ~/.ray/auth_token)"
+                )
+            return (
+                "log in again with `gcloud auth login` with an account that may read Secrets and "
+                "proxy to Services in the training namespace"
+            )
+        return self.how_to_reach()
+
+    # ------------------------------------------------------------------ authentication
+
+    def _verify(self) -> str | bool:
         if self.gke is None:
-            return {}, True
+            return True
         if self._ca_file is None:
-            with tempfile.NamedTemporaryFile("wb", suffix=".pem", delete=False) as ca:
+            # requests takes a CA bundle only as a path; the file lives as long as this object's
+            # `with` block and is removed in `close()`.
+            with tempfile.NamedTemporaryFile("wb", prefix="gke-ca-", suffix=".pem", delete=False) as ca:
                 ca.write(base64.b64decode(self.gke.ca_certificate))
                 self._ca_file = ca.name
-        return {"Authorization": f"Bearer {_gke_token()}"}, self._ca_file
+        return self._ca_file
 
-    def check_reachable(self) -> None:
-        """Fails within REACH_TIMEOUT_SECONDS, naming the address, instead of hanging."""
-        headers, verify = self._auth()
-        request = urllib.request.Request(f"{self.address}/api/version", headers=headers)
-        context = None
-        if isinstance(verify, str):
-            import ssl
-
-            context = ssl.create_default_context(cafile=verify)
+    def _ray_token_from_secret(self, gke_token: str) -> str | None:
+        assert self.gke is not None
+        if self.gke.auth_secret is None:
+            return None
+        url = f"{self.gke.server}/api/v1/namespaces/{self.gke.namespace}/secrets/{self.gke.auth_secret}"
+        what = f"reading the Ray token from Secret {self.gke.namespace}/{self.gke.auth_secret}"
         try:
-            with urllib.request.urlopen(request, timeout=REACH_TIMEOUT_SECONDS, context=context) as response:
-                response.read()
-        except (urllib.error.URLError, OSError) as error:
-            reason = getattr(error, "reason", error)
-            raise JobsApiUnreachable(
-                f"cannot reach the Ray Jobs API at {self.describe()} ({reason}); {self.how_to_reach()}"
-            ) from None
+            response = requests.get(
+                url, headers={"Authorization": f"Bearer {gke_token}"}, verify=self._verify(),
+                timeout=REQUEST_TIMEOUT_SECONDS,
+            )
+        except OSError as error:
+            raise JobsApiError(ErrorKind.UNREACHABLE, f"{what} failed: {_first_line(error)}") from None
+        if response.status_code != 200:
+            kind = kind_of_status(response.status_code, response.text)
+            if response.status_code == 404:
+                kind = ErrorKind.UNREACHABLE  # no Secret: the RayCluster is not (or no longer) there
+            raise JobsApiError(kind, f"{what} failed: HTTP {response.status_code}", response.status_code)
+        encoded = (response.json().get("data") or {}).get(RAY_AUTH_TOKEN_KEY)
+        if not encoded:
+            raise JobsApiError(ErrorKind.UNAUTHORIZED, f"{what}: the Secret has no {RAY_AUTH_TOKEN_KEY} key")
+        return base64.b64decode(encoded).decode().strip()
+
+    def headers(self) -> dict[str, str]:
+        """Fresh headers: the operator's GKE token and the cluster's Ray token. Never logged."""
+        if self.gke is None:
+            token = local_ray_token()
+            return {"Authorization": f"Bearer {token}"} if token else {}
+        gke_token = _gke_token()
+        headers = {"Authorization": f"Bearer {gke_token}"}
+        ray_token = self._ray_token_from_secret(gke_token)
+        if ray_token:
+            headers[RAY_TOKEN_HEADER] = f"Bearer {ray_token}"
+        return headers
 
     def client(self):
         """A JobSubmissionClient, re-created when the GKE token is due for renewal."""
         from ray.job_submission import JobSubmissionClient
 
         if self._client is None or time.monotonic() - self._minted_at > TOKEN_REFRESH_SECONDS:
-            headers, verify = self._auth()
-            try:
-                self._client = JobSubmissionClient(self.address, headers=headers or None, verify=verify)
-            except ConnectionError as error:
-                raise JobsApiUnreachable(
-                    f"cannot reach the Ray Jobs API at {self.describe()} ({error}); {self.how_to_reach()}"
-                ) from None
+            self._headers = self.headers()
+            self._client = JobSubmissionClient(self.address, headers=self._headers or None, verify=self._verify())
             self._minted_at = time.monotonic()
         return self._client
+
+    # ------------------------------------------------------------------ operations
+
+    def check_reachable(self) -> None:
+        """Fails within REACH_TIMEOUT_SECONDS, naming the address, instead of hanging (the SDK's
+        own version check has no timeout)."""
+        what = "cannot reach the Ray Jobs API"
+        try:
+            headers = self.headers()
+            response = requests.get(f"{self.address}/api/version", headers=headers, verify=self._verify(),
+                                    timeout=REACH_TIMEOUT_SECONDS)
+        except JobsApiError as error:
+            raise JobsApiError(error.kind, f"{what} at {self.describe()} ({error}); {self.fix_for(error.kind)}") from None
+        except OSError as error:
+            raise JobsApiError(
+                ErrorKind.UNREACHABLE,
+                f"{what} at {self.describe()} ({_first_line(error)}); {self.how_to_reach()}",
+            ) from None
+        if response.status_code != 200:
+            kind = kind_of_status(response.status_code, response.text)
+            raise JobsApiError(
+                kind, f"{what} at {self.describe()} (HTTP {response.status_code}); {self.fix_for(kind)}",
+                response.status_code,
+            )
+
+    def call(self, what: str, operation: Callable[[Any], T]) -> T:
+        """Runs `operation(client)`; any failure becomes a JobsApiError naming what was tried,
+        where, and what the answer was."""
+        try:
+            return operation(self.client())
+        except Exception as error:  # noqa: BLE001 (classified, never swallowed)
+            kind, status = classify(error)
+            if kind in (ErrorKind.UNAUTHORIZED, ErrorKind.CREDENTIALS):
+                self._client = None  # mint new credentials on the next call
+            detail = error.args[0] if isinstance(error, JobsApiError) else _first_line(error)
+            raise JobsApiError(kind, f"{what} at {self.describe()}: {kind.value} ({detail})", status) from None
+
+    def log_tail(self, job_id: str, node_id: str, lines: int = LOG_TAIL_LINES,
+                 max_bytes: int = LOG_TAIL_MAX_BYTES) -> bytes:
+        """The last `lines` lines of a job's log, as bytes, at most `max_bytes` of them.
+
+        Ray's state API serves log files as bytes, so bytes that are not UTF-8 cannot break the
+        read (the Jobs API's own log endpoint answers 500 for them), and it seeks from the end of
+        the file: a read costs the same for a 1 kB and a 1 GB log. It needs the node the job's
+        driver runs on (`JobDetails.driver_node_id`).
+        """
+        self.client()  # fresh headers when due
+        url = f"{self.address}/api/v0/logs/file"
+        params = {"submission_id": job_id, "node_id": node_id, "lines": str(lines)}
+        what = f"reading the log of {job_id}"
+        try:
+            with requests.get(url, params=params, headers=self._headers, verify=self._verify(),
+                              timeout=REQUEST_TIMEOUT_SECONDS, stream=True) as response:
+                if response.status_code != 200:
+                    kind = kind_of_status(response.status_code, response.text[:1000])
+                    raise JobsApiError(kind, f"{what}: HTTP {response.status_code}", response.status_code)
+                chunks, size = [], 0
+                for chunk in response.iter_content(chunk_size=64 * 1024):
+                    chunks.append(chunk)
+                    size += len(chunk)
+                    if size >= max_bytes:
+                        break
+        except JobsApiError:
+            raise
+        except OSError as error:
+            raise JobsApiError(ErrorKind.UNREACHABLE, f"{what}: {_first_line(error)}") from None
+        data = b"".join(chunks)
+        # When the cap cut a read short, keep whole lines only.
+        return data[:max_bytes].rsplit(b"\n", 1)[0] if size >= max_bytes else data
+
+    def cluster_check(self) -> ClusterCheck:
+        """Whether the cluster is known to be gone, for a Jobs API that does not answer.
+
+        GKE: the GKE API is asked for the cluster; only its 404 counts. A loopback address: the
+        heads this project starts (and `ray start --head --block`) take every job process down
+        with them, so a port on this machine that refuses connections is a head that is gone,
+        with its jobs. Anything else is not proof.
+        """
+        if self.gke is None:
+            if not _is_loopback(self.address):
+                return ClusterCheck(False, f"{self.address} is not on this machine, so its silence proves nothing")
+            try:
+                requests.get(f"{self.address}/api/version", timeout=5)
+            except requests.exceptions.ConnectionError as error:
+                if "refused" in str(error).lower():
+                    return ClusterCheck(True, f"nothing listens at {self.address} any more: the local head is gone")
+                return ClusterCheck(False, f"{self.address} did not answer ({_first_line(error)})")
+            except OSError as error:
+                return ClusterCheck(False, f"{self.address} did not answer ({_first_line(error)})")
+            return ClusterCheck(False, f"a server still answers at {self.address}")
+        if self.gke.cluster_id is None:
+            return ClusterCheck(False, "the stack does not record the GKE cluster's id (re-run `pulumi up` on the infra stack)")
+        try:
+            token = _gke_token()
+        except JobsApiError as error:
+            return ClusterCheck(False, f"the GKE API could not be asked: {error}")
+        base = os.environ.get(GKE_API_OVERRIDE_ENV) or GKE_API_DEFAULT
+        url = f"{base.rstrip('/')}/v1/{self.gke.cluster_id}"
+        try:
+            response = requests.get(url, headers={"Authorization": f"Bearer {token}"}, timeout=REQUEST_TIMEOUT_SECONDS)
+        except OSError as error:
+            return ClusterCheck(False, f"the GKE API did not answer ({_first_line(error)})")
+        if response.status_code == 404:
+            return ClusterCheck(True, f"the GKE API says cluster {self.gke.cluster_id} no longer exists")
+        if response.status_code == 200:
+            status = response.json().get("status", "unknown")
+            return ClusterCheck(False, f"GKE cluster {self.gke.cluster_id} still exists (status {status})")
+        return ClusterCheck(False, f"the GKE API answered HTTP {response.status_code} for {self.gke.cluster_id}")

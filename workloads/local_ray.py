@@ -1,24 +1,50 @@
 """A loopback-only Ray head on this machine, started as our own child and stopped by its pid.
 
 `ray start --head --block` stays in the foreground and takes the head's processes down with it
-when it ends, so stopping it never touches another user's Ray (unlike `ray stop`, which ends
-every Ray process of the machine by name). It runs from the trainer's virtualenv, so jobs find
-MaxText there without installing anything.
+when it ends; stop() then kills, by pid, whatever of this head's session is left (a running
+job's processes live in sessions of their own), so it never touches another user's Ray (unlike
+`ray stop`, which ends every Ray process of the machine by name). It runs from the trainer's
+virtualenv, so jobs find MaxText there without installing anything.
+
+The head requires Ray's token authentication (`RAY_AUTH_MODE=token`): the dashboard, the Jobs
+API included, answers 401 without the token and 403 with a wrong one. Each head gets a fresh
+random token, kept in a 0600 file in a 0700 directory of its temp dir; only that file's path
+(with RAY_AUTH_MODE=token: `client_env`) is passed around, never the token itself.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Iterator, Mapping, NamedTuple
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 TRAINER_VENV = PROJECT_ROOT / ".venv-trainer"
+
+# Set only in the head's environment, to the head's own temp dir. Every process of the
+# head's Ray session inherits it (GCS, raylet, dashboard, workers, job supervisors, job
+# entrypoints), so stop() can find the ones that left our process group, see _session_processes.
+SESSION_MARKER_ENV = "MAXTEXT_LOCAL_RAY_HEAD"
+
+# How long `ray start --block` gets after SIGTERM to end its subprocesses itself before every
+# process of the session is SIGKILLed. With draining off (see start()) it takes ~2-3 s, idle or
+# with a job running, so the grace only leaves room for that orderly exit on a busy machine.
+STOP_GRACE_SECONDS = 5.0
+# stop() returns within this, or raises: the grace, then SIGKILLs and waiting for them to land,
+# with room to spare. Without a bound, Ray's SIGTERM handling made a head with a job still
+# running take ~31 s to go (it drains the node for RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S=30,
+# waiting for the job to give its lease back), and every test session or smoke run that ended
+# with a job alive waited that long; a hung `ray start` would have made it 30 s more.
+STOP_BOUND_SECONDS = 12.0
 
 
 class LocalRayError(RuntimeError):
@@ -31,20 +57,98 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def dashboard_answers(address: str, timeout: float = 2.0) -> bool:
+def dashboard_answers(address: str, timeout: float = 2.0, headers: Mapping[str, str] | None = None) -> bool:
+    """Whether the dashboard at `address` answers /api/version with 200. Under token auth that
+    path needs the token (without one Ray lets through only the index page, the health checks,
+    /api/authentication_mode, /api/authenticate and static files: ray/dashboard/
+    http_server_head.py): pass `headers` (LocalRayHead.auth_headers), or a head that wants a
+    token answers 401 (403 for a wrong one) and this returns False."""
+    request = urllib.request.Request(f"{address}/api/version", headers=dict(headers or {}))
     try:
-        with urllib.request.urlopen(f"{address}/api/version", timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.status == 200
     except OSError:
         return False
 
 
+def _set_environ(values: Mapping[str, str | None]) -> None:
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+def _refresh_ray_auth_caches() -> None:
+    """Makes this process's Ray client see the current RAY_AUTH_* variables. Ray reads them
+    once (RayConfig, and AuthenticationTokenLoader caches the token); ray.init() refreshes them
+    the same way when it turns token auth on (ray/_private/authentication/
+    authentication_token_setup.py). Nothing to do until Ray's native module is loaded."""
+    if "ray._raylet" not in sys.modules:
+        return
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
+
+
+# ------------------------------------------------------------------ processes, from /proc
+# Linux only (the project's platform); without /proc stop() can only signal the process group.
+HAVE_PROC = os.path.isdir("/proc/self")
+GONE = ("Z", "X")  # a zombie has exited already: it only waits for its parent (or init) to reap it
+
+
+class _Stat(NamedTuple):
+    state: str
+    parent: int
+    group: int
+    started: int  # clock ticks since boot: tells a process from a later one reusing its pid
+
+
+def _stat(pid: int) -> _Stat | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            data = stat.read()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may itself contain spaces or ')'.
+    fields = data[data.rindex(b")") + 2:].split()
+    return _Stat(fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[19]))
+
+
 def _group_alive(group_id: int) -> bool:
+    """Whether a process of the group still runs (zombies, already dead, do not count)."""
+    if HAVE_PROC:
+        return any(
+            stat is not None and stat.group == group_id and stat.state not in GONE
+            for stat in map(_stat, _all_pids())
+        )
     try:
         os.killpg(group_id, 0)
     except ProcessLookupError:
         return False
     return True
+
+
+def _all_pids() -> list[int]:
+    try:
+        return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return []
+
+
+def _environ_has(pid: int, entry: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as environ:
+            return entry in environ.read().split(b"\0")
+    except OSError:  # gone, or another user's process we may not read: not ours either way
+        return False
+
+
+def _alive(pid: int, started: int) -> bool:
+    """The same process (pid and start time) still exists and is not a zombie."""
+    stat = _stat(pid)
+    return stat is not None and stat.started == started and stat.state not in GONE
 
 
 class LocalRayHead:
@@ -64,19 +168,73 @@ class LocalRayHead:
         self.process: subprocess.Popen | None = None
         self.temp_dir: str | None = None
         self.log_path: Path | None = None
+        self.token_path: Path | None = None
+        self._token: str | None = None
+
+    def __repr__(self) -> str:  # never the token
+        return f"LocalRayHead(address={self.address!r}, temp_dir={self.temp_dir!r})"
 
     @property
     def address(self) -> str:
         return f"http://127.0.0.1:{self.dashboard_port}"
 
+    @property
+    def client_env(self) -> dict[str, str]:
+        """What a client process (the Pulumi dynamic provider, a test's subprocess) needs in its
+        environment to send this head's token: where the token file is, and that token auth is
+        on (Ray's clients attach the token only when RAY_AUTH_MODE=token, see
+        ray/_private/authentication/http_token_authentication.py)."""
+        if self.token_path is None:
+            raise LocalRayError("the head has not been started")
+        return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(self.token_path)}
+
+    @property
+    def auth_headers(self) -> dict[str, str]:
+        """For JobSubmissionClient(head.address, headers=head.auth_headers) and raw HTTP."""
+        if self._token is None:
+            raise LocalRayError("the head has not been started")
+        return {"Authorization": f"Bearer {self._token}"}
+
+    @contextlib.contextmanager
+    def client_environment(self) -> Iterator[None]:
+        """Puts client_env in this process's environment while the block runs (and takes out
+        RAY_AUTH_TOKEN, which would win over the file), restoring the previous values after:
+        then JobSubmissionClient(head.address) here and in subprocesses finds the token the
+        way it would from a user's shell. Ray caches the auth mode and the token per process,
+        so both caches are refreshed on the way in and out, as ray.init() does when it turns
+        token auth on; don't use it while this process is connected to a Ray cluster."""
+        changes: dict[str, str | None] = {**self.client_env, "RAY_AUTH_TOKEN": None}
+        saved = {name: os.environ.get(name) for name in changes}
+        _set_environ(changes)
+        _refresh_ray_auth_caches()
+        try:
+            yield
+        finally:
+            _set_environ(saved)
+            _refresh_ray_auth_caches()
+
+    def _write_token(self) -> None:
+        assert self.temp_dir is not None
+        self._token = secrets.token_hex(32)  # 256 bits, what `ray get-auth-token --generate` makes
+        # In a 0700 directory of its own: `ray start` makes the temp dir (and the session,
+        # logs and sockets dirs in it) world-writable, 0777 without the sticky bit
+        # (ray/_common/utils.py, try_to_create_directory), where anyone could replace the file.
+        private = Path(self.temp_dir) / "auth"
+        private.mkdir(mode=0o700)
+        self.token_path = private / "auth_token"
+        descriptor = os.open(self.token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as token_file:
+            token_file.write(self._token)
+
     def start(self) -> "LocalRayHead":
         ray = self.venv / "bin" / "ray"
         if not ray.exists():
             raise LocalRayError(f"{ray} not found; run ./scripts/setup to create the trainer environment")
-        # A short private temp dir: Ray's unix sockets must fit in ~107 characters, and a
-        # private one keeps this head apart from any other Ray session on the machine.
+        # A short temp dir of its own: Ray's unix sockets must fit in ~107 characters, and a
+        # dir of its own keeps this head apart from any other Ray session on the machine.
         self.temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
         self.log_path = Path(self.temp_dir) / "head.log"
+        self._write_token()
         command = [
             str(ray), "start", "--head", "--block",
             "--node-ip-address=127.0.0.1",
@@ -103,14 +261,26 @@ class LocalRayHead:
             # Job entrypoints (`python -m trainer...`) resolve to the trainer environment.
             "PATH": f"{self.venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
             "VIRTUAL_ENV": str(self.venv),
+            # Token auth with this head's own token, read from its file. Every process of the
+            # session inherits both, so job drivers' `ray.init()` authenticate too.
+            **self.client_env,
+            # On SIGTERM Ray first drains the node for up to 30 s (for Serve on Kubernetes),
+            # waiting for running jobs to give their leases back; a local head has nothing to
+            # hand over, so it shuts down right away.
+            "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
+            SESSION_MARKER_ENV: self.temp_dir,
         }
+        # RAY_AUTH_TOKEN wins over RAY_AUTH_TOKEN_PATH: one in the caller's shell must not
+        # replace this head's token.
+        env.pop("RAY_AUTH_TOKEN", None)
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
         deadline = time.monotonic() + self.start_timeout
-        while not dashboard_answers(self.address):
+        while not dashboard_answers(self.address, headers=self.auth_headers):
             if self.process.poll() is not None:
+                self.stop()  # whatever it left behind
                 raise LocalRayError(f"ray start exited with {self.process.returncode}:\n{self._log_tail()}")
             if time.monotonic() > deadline:
                 self.stop()
@@ -123,23 +293,93 @@ class LocalRayHead:
             return ""
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """Ends the `ray start --block` we started, then waits for the rest of its session
-        (dashboard helpers exit a moment later); that session holds only our processes."""
-        if self.process is None or self.process.poll() is not None:
+    def _session_processes(self) -> dict[int, int]:
+        """{pid: start time} of the live processes of this head's Ray session.
+
+        Ray does not keep its session in our process group: the raylet starts workers in
+        process groups of their own, and the job supervisor starts each job's entrypoint (and
+        a watcher shell) with start_new_session=True (ray/dashboard/modules/job/
+        job_supervisor.py, _exec_entrypoint), so a killpg of `ray start` misses them. What we
+        rely on, both true only of processes this head started:
+          - ancestry: they descend from our `ray start` (parent links in /proc/<pid>/stat), or
+            share its process group. Only while `ray start` is not reaped: until then its pid,
+            and so its group id, cannot belong to anyone else. stop() collects this before it
+            sends any signal, while every parent still lives;
+          - environment: they inherited SESSION_MARKER_ENV=<our temp dir> (Ray passes
+            its environment on to everything it starts, job entrypoints included). This finds
+            the ones re-parented to init after their parent died. The temp dir is unique to
+            this head, so no other Ray session, another user's or ours, carries that value.
+        A process that both left the tree and cleared its environment would escape; Ray's own
+        processes and job entrypoints do neither.
+        """
+        if self.process is None or self.temp_dir is None or not HAVE_PROC:
+            return {}
+        marker = f"{SESSION_MARKER_ENV}={self.temp_dir}".encode()
+        stats = {pid: stat for pid in _all_pids() if (stat := _stat(pid)) is not None}
+        found: set[int] = set()
+        if self.process.returncode is None:
+            root = self.process.pid
+            children: dict[int, list[int]] = {}
+            for pid, stat in stats.items():
+                children.setdefault(stat.parent, []).append(pid)
+            pending = [root]
+            while pending:
+                pid = pending.pop()
+                if pid in stats and pid not in found:
+                    found.add(pid)
+                    pending.extend(children.get(pid, []))
+            found.update(pid for pid, stat in stats.items() if stat.group == root)
+        found.update(pid for pid in stats if pid not in found and _environ_has(pid, marker))
+        found.discard(os.getpid())
+        return {pid: stats[pid].started for pid in found if stats[pid].state not in GONE}
+
+    def stop(self) -> None:
+        """Ends this head and every process of its Ray session, a running job's included,
+        within STOP_BOUND_SECONDS: SIGTERM to `ray start`, STOP_GRACE_SECONDS for it to end
+        its subprocesses, then SIGKILL to its process group and to each process of the
+        session (see _session_processes). Touches no process this head did not start."""
+        if self.process is None:
             return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=timeout)
-        deadline = time.monotonic() + 10
-        while _group_alive(self.process.pid):
-            if time.monotonic() > deadline:
-                os.killpg(self.process.pid, signal.SIGKILL)
+        deadline = time.monotonic() + STOP_BOUND_SECONDS
+        session = self._session_processes()  # first: before any parent dies
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=STOP_GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
+                pass
+        # Then SIGKILL whatever is left, sweeping again for anything started in between (the
+        # job watcher's `sleep 1`, say), until none of them runs any more. Killed ones are
+        # re-parented to init, which reaps them; a zombie counts as gone.
+        while True:
+            session.update(self._session_processes())
+            self._kill(session)
+            left = sorted(pid for pid, started in session.items() if _alive(pid, started))
+            if not left and self.process.poll() is not None:
                 break
-            time.sleep(0.2)
+            if time.monotonic() > deadline:
+                raise LocalRayError(
+                    f"processes {left} of the Ray head in {self.temp_dir} outlived SIGKILL; "
+                    f"stop() gave up after {STOP_BOUND_SECONDS:.0f} s"
+                )
+            time.sleep(0.1)
+        if self.token_path is not None:
+            self.token_path.unlink(missing_ok=True)  # the head is gone; its token is useless
+
+    def _kill(self, session: dict[int, int]) -> None:
+        assert self.process is not None
+        if self.process.returncode is None:
+            # Not reaped yet, so its pid (the group's id) cannot have been reused.
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for pid, started in session.items():
+            if _alive(pid, started):  # the same process, not a later one with its pid
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
 
     def __enter__(self) -> "LocalRayHead":
         return self.start()

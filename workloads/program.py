@@ -3,26 +3,40 @@ on a Ray head reached directly."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import AbstractSet, Any
 
 import pulumi
 
 from domain.workload_settings import WorkloadSettings
 from workloads import job_inputs
-from workloads.ray_job import RayJob
+from workloads.ray_job import JOB_INPUTS, RayJob, RayJobGuard, submission_id
 
-# Infra stack outputs the job needs.
+# Infra stack outputs the job needs; the optional ones are missing from stacks deployed before
+# they existed (such a stack's cluster has no Ray token, and destroy cannot ask GKE about it).
 INFRA_OUTPUTS = (
     "clusterEndpoint", "clusterCaCertificate", "namespace", "headServiceName", "dashboardPort",
     "checkpointRoot", "preset", "accelerator", "slices", "topology", "pricePerChipHourUsd",
 )
+OPTIONAL_INFRA_OUTPUTS = ("clusterId", "rayAuthSecret")
+COST_OUTPUTS = ("flopsPerStep", "assumedMfu", "estimatedStepSeconds", "estimatedJobHours", "estimatedJobDollars")
 
 
-def build(settings: WorkloadSettings) -> dict[str, Any]:
+def _secret_if(secret: bool, value: pulumi.Output[Any]) -> pulumi.Output[Any]:
+    return pulumi.Output.secret(value) if secret else value
+
+
+def build(settings: WorkloadSettings, secret_settings: AbstractSet[str] = frozenset()) -> dict[str, Any]:
+    """`secret_settings` names the settings set as secrets: a secret runtime env keeps the job's
+    runtime env secret; any other secret setting (it reaches the command) keeps the whole job
+    description secret, in the resource's inputs, outputs and the exports derived from it."""
+    secret_job = bool(set(secret_settings) - {"runtimeEnv"})
     if settings.infra_stack:
         infra = pulumi.StackReference(settings.infra_stack)
-        cluster = pulumi.Output.all(**{name: infra.require_output(name) for name in INFRA_OUTPUTS})
-        job = cluster.apply(lambda values: job_inputs.resolve_for_cluster(settings, values))
+        cluster = pulumi.Output.all(
+            **{name: infra.require_output(name) for name in INFRA_OUTPUTS},
+            **{name: infra.get_output(name) for name in OPTIONAL_INFRA_OUTPUTS},
+        )
+        job = _secret_if(secret_job, cluster.apply(lambda values: job_inputs.resolve_for_cluster(settings, values)))
         inputs = job.apply(lambda resolved: job_inputs.ray_job_inputs(resolved, settings))
         target = {"gke": cluster.apply(job_inputs.gke_target)}
         cost = pulumi.Output.all(job, cluster).apply(
@@ -30,34 +44,23 @@ def build(settings: WorkloadSettings) -> dict[str, Any]:
         )
     else:
         resolved = job_inputs.resolve_local(settings)
-        inputs = pulumi.Output.from_input(job_inputs.ray_job_inputs(resolved, settings))
-        job = pulumi.Output.from_input(resolved)
-        target = {"address": settings.address}
+        job = _secret_if(secret_job, pulumi.Output.from_input(resolved))
+        inputs = job.apply(lambda resolved: job_inputs.ray_job_inputs(resolved, settings))
+        target = {"address": pulumi.Output.from_input(settings.address)}
         cost = pulumi.Output.from_input(job_inputs.cost_estimate(resolved, settings, 0.0))
-    ray_job = RayJob(
-        "training",
-        entrypoint=inputs["entrypoint"],
-        runtime_env=inputs["runtime_env"],
-        metadata=inputs["metadata"],
-        timeout_seconds=inputs["timeout_seconds"],
-        total_steps=inputs["total_steps"],
-        checkpoint_dir=inputs["checkpoint_dir"],
-        **target,
+    props = {name: inputs[name] for name in JOB_INPUTS}
+    if "runtimeEnv" in secret_settings:
+        props["runtime_env"] = pulumi.Output.secret(props["runtime_env"])
+    props.update(target)
+    # The submission id is a digest of the inputs: it names the job, it does not reveal it.
+    job_id = pulumi.Output.unsecret(
+        pulumi.Output.all(**props).apply(lambda values: submission_id({**values, "stack": pulumi.get_stack()}))
     )
+    guard = RayJobGuard("training-guard", job_id=job_id, **target)
+    ray_job = RayJob("training", props, opts=pulumi.ResourceOptions(depends_on=[guard]))
     return {
         "preset": job.apply(lambda resolved: resolved.preset),
         "runName": job.apply(lambda resolved: resolved.run_name),
-        "submissionId": ray_job.submission_id,
-        "status": ray_job.status,
-        "startTime": ray_job.start_time,
-        "endTime": ray_job.end_time,
-        "durationSeconds": ray_job.duration_seconds,
-        "stepsCompleted": ray_job.steps_completed,
-        "finalLoss": ray_job.final_loss,
-        "tokensPerSecondPerDevice": ray_job.tokens_per_second_per_device,
-        "tflopsPerDevice": ray_job.tflops_per_device,
-        "checkpointDir": ray_job.checkpoint_dir,
-        "dashboardUrl": ray_job.dashboard_url,
-        **{name: cost[name] for name in ("flopsPerStep", "assumedMfu", "estimatedStepSeconds",
-                                         "estimatedJobHours", "estimatedJobDollars")},
+        **ray_job.stack_outputs(),
+        **{name: cost[name] for name in COST_OUTPUTS},
     }

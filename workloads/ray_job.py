@@ -2,7 +2,10 @@
 
 A *completed* job is the resource: its outputs are the job's result (status, timings, steps,
 loss, throughput). The submission id is derived from the stack and the job-defining inputs, so
-an interrupted `pulumi up` resumes the same run instead of starting a second one.
+an interrupted `pulumi up` resumes the same run instead of starting a second one. A small
+`RayJobGuard`, registered before the job, is in the state from the moment of submission, so
+`pulumi destroy` stops a job whose `pulumi up` was interrupted (the job resource itself enters
+the state only when the job has finished).
 
 Python dynamic providers run inside the engine's `pulumi-resource-pulumi-python` plugin: they
 are pickled into state (this class is importable and holds no client or credential, so it is
@@ -18,7 +21,7 @@ import json
 import sys
 import time
 from datetime import datetime, timezone
-from typing import Any, Mapping, TextIO
+from typing import Any, Callable, Mapping, TextIO
 
 import pulumi
 from pulumi.dynamic import (
@@ -31,13 +34,34 @@ from pulumi.dynamic import (
     ResourceProvider,
     UpdateResult,
 )
+from pulumi.runtime import rpc
 
-from workloads.job_metrics import parse_steps, summarize
-from workloads.jobs_api import JobsApi, JobsApiUnreachable
+from workloads.job_metrics import ENTRYPOINT_ECHO, StepCollector
+from workloads.jobs_api import LOST_CONTACT_KINDS, ErrorKind, JobsApi, JobsApiError
 
+# ---------------------------------------------------------------------- the resource's record
+# Written once: the program, the smoke run and the provider all derive from these names.
 # Inputs that define the job: changing one means another run (a new submission id). A failed
 # run's retry is a new attempt of the same job: `<id>-2`, `<id>-3`, ...
 JOB_DEFINING = ("stack", "entrypoint", "runtime_env", "metadata", "address", "gke")
+# Inputs that change without a new run.
+UPDATABLE = ("timeout_seconds", "total_steps", "checkpoint_dir")
+INPUTS = JOB_DEFINING + UPDATABLE
+# Where the job runs (one of the two), and what the program derives from the job description.
+TARGET_INPUTS = ("address", "gke")
+JOB_INPUTS = tuple(name for name in INPUTS if name not in TARGET_INPUTS + ("stack",))
+# Inputs copied into the outputs: where the job runs (refresh and destroy need it) and the
+# updatable settings. The command, runtime env and metadata may carry secrets (`pulumi config
+# set --secret`); state keeps only a digest of each, which is all `diff` needs.
+KEPT_INPUTS = ("stack",) + TARGET_INPUTS + UPDATABLE
+# Outputs, and whether the workloads stack exports them (under their camelCase name).
+OUTPUTS = (
+    "submission_id", "status", "message", "start_time", "end_time", "duration_seconds",
+    "steps_completed", "final_loss", "tokens_per_second_per_device", "tflops_per_device",
+    "checkpoint_dir", "dashboard_url", "input_digests",
+)
+EXPORTED = tuple(name for name in OUTPUTS if name not in ("message", "input_digests"))
+
 DEFAULT_TIMEOUT_SECONDS = 6 * 60 * 60
 LOG_TAIL_LINES = 50
 POLL_SECONDS = 2.0
@@ -45,6 +69,14 @@ POLL_SECONDS = 2.0
 LOST_CONTACT_SECONDS = 30.0
 PROGRESS_EVERY_SECONDS = 15.0
 AGENT_WAIT_SECONDS = 60.0
+# How long a stop may take to show before destroy (or a timeout) gives up on confirming it.
+STOP_CONFIRM_SECONDS = 60.0
+TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+
+
+def export_name(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(word.capitalize() for word in rest)
 
 
 class RayJobError(RuntimeError):
@@ -63,11 +95,33 @@ def _integral(value: Any) -> Any:
     return value
 
 
+def _canonical(value: Any) -> str:
+    return json.dumps(_integral(value), sort_keys=True, default=str)
+
+
+# What in a GKE target says *where* the job runs; the rest (how destroy asks GKE about the
+# cluster, where the Ray token is) may be added to an infra stack later without making the same
+# job a new one.
+GKE_LOCATION_KEYS = ("endpoint", "ca_certificate", "namespace", "service", "port")
+
+
+def _defining(inputs: Mapping[str, Any], key: str) -> Any:
+    value = _integral(inputs.get(key))
+    if key == "gke" and isinstance(value, Mapping):
+        return {name: value.get(name) for name in GKE_LOCATION_KEYS}
+    return value
+
+
 def submission_id(inputs: Mapping[str, Any]) -> str:
     """Deterministic: the same stack and job-defining inputs always name the same job."""
-    defining = {key: _integral(inputs.get(key)) for key in JOB_DEFINING}
-    digest = hashlib.sha256(json.dumps(defining, sort_keys=True, default=str).encode()).hexdigest()
+    defining = {key: _defining(inputs, key) for key in JOB_DEFINING}
+    digest = hashlib.sha256(_canonical(defining).encode()).hexdigest()
     return f"pulumi-{inputs.get('stack', 'stack')}-{digest[:16]}"
+
+
+def input_digests(inputs: Mapping[str, Any]) -> dict[str, str]:
+    """One digest per job-defining input: what `diff` compares, without the values in state."""
+    return {key: hashlib.sha256(_canonical(_defining(inputs, key)).encode()).hexdigest()[:16] for key in JOB_DEFINING}
 
 
 def _attempt_number(base_id: str, job_id: str) -> int:
@@ -89,7 +143,10 @@ def _iso(milliseconds: int | None) -> str | None:
 
 
 def _tail(log: str, lines: int = LOG_TAIL_LINES) -> str:
-    return "\n".join(log.splitlines()[-lines:])
+    """The log's last lines for an error message, without Ray's echo of the command (which may
+    hold settings the stack keeps secret)."""
+    kept = [line for line in log.splitlines() if not line.startswith(ENTRYPOINT_ECHO)]
+    return "\n".join(kept[-lines:])
 
 
 class ProgressReporter:
@@ -110,11 +167,10 @@ class ProgressReporter:
     def status(self, status: str) -> None:
         self._emit(f"RayJob {self.job_id}: {status}", force=True)
 
-    def update(self, log: str) -> None:
-        steps = parse_steps(log)
-        if not steps:
+    def update(self, steps: StepCollector) -> None:
+        latest = steps.latest
+        if latest is None:
             return
-        latest = steps[-1]
         done = latest.step + 1
         now = time.monotonic()
         if self._first_seen is None:
@@ -138,6 +194,59 @@ class ProgressReporter:
         self._last_print, self._last_line = now, line
 
 
+def _api(props: Mapping[str, Any]) -> JobsApi:
+    return JobsApi(props.get("address"), props.get("gke"))
+
+
+def _status(api: JobsApi, job_id: str) -> str:
+    return str(api.call(f"asking for the status of {job_id}", lambda client: client.get_job_status(job_id)))
+
+
+def stop_and_confirm(api: JobsApi, job_id: str) -> str:
+    """Stops a job unless it has ended, and returns its final status only once Ray shows it;
+    raises if Ray still shows it running after STOP_CONFIRM_SECONDS."""
+    status = _status(api, job_id)
+    if status in TERMINAL:
+        return status
+    api.call(f"stopping {job_id}", lambda client: client.stop_job(job_id))
+    deadline = time.monotonic() + STOP_CONFIRM_SECONDS
+    while status not in TERMINAL:
+        if time.monotonic() > deadline:
+            raise RayJobError(
+                f"asked Ray to stop {job_id} at {api.describe()}, but it is still {status} after "
+                f"{STOP_CONFIRM_SECONDS:.0f} s"
+            )
+        time.sleep(1)
+        status = _status(api, job_id)
+    return status
+
+
+def _teardown(api: JobsApi, job_ids: str, action: Callable[[], None]) -> None:
+    """Runs a destroy action; succeeds only when it confirmed its effect, when the job record is
+    gone, or when the cluster is known to be gone. Everything else fails, and says what to do."""
+    try:
+        action()
+        return
+    except JobsApiError as error:
+        if error.kind is ErrorKind.NOT_FOUND:
+            return  # no record under this id: nothing of it runs
+        failure, kind = str(error), error.kind
+    except RayJobError as error:
+        failure, kind = str(error), ErrorKind.UNREACHABLE
+    check = api.cluster_check()
+    if check.gone:
+        print(f"RayJob {job_ids}: {check.evidence}; nothing left to stop", file=sys.stderr, flush=True)
+        return
+    raise RayJobError(
+        f"could not confirm that RayJob {job_ids} is stopped: {failure}.\n"
+        f"{api.cluster_name()} is not known to be gone: {check.evidence}.\n"
+        f"The job may still be running (and paying for its TPUs), so it stays in the stack. To fix: "
+        f"{api.fix_for(kind)}; then run `pulumi destroy` again.\n"
+        f"Only if you know it no longer runs: `pulumi state delete <URN>` forgets it without "
+        f"stopping it (`pulumi stack --show-urns` lists the URNs)."
+    )
+
+
 class RayJobProvider(ResourceProvider):
     """Create submits and waits; read reports; delete stops and removes. Stateless."""
 
@@ -158,110 +267,133 @@ class RayJobProvider(ResourceProvider):
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
         # `__provider` is deliberately ignored: a new version of this code is not a new job.
-        replaces = [key for key in JOB_DEFINING if olds.get(key) != news.get(key)]
-        updates = [key for key in ("timeout_seconds", "total_steps", "checkpoint_dir") if olds.get(key) != news.get(key)]
+        digests = olds.get("input_digests")
+        new_digests = input_digests(news)
+
+        def changed(key: str) -> bool:
+            if news.get(key) == rpc.UNKNOWN:
+                return True  # preview cannot tell yet: show the replacement it may be
+            if digests is None:  # state written before digests were kept
+                return _defining(olds, key) != _defining(news, key)
+            return digests.get(key) != new_digests[key]
+
+        replaces = [key for key in JOB_DEFINING if changed(key)]
+        updates = [key for key in UPDATABLE if _integral(olds.get(key)) != _integral(news.get(key))]
         return DiffResult(changes=bool(replaces or updates), replaces=replaces)
 
     def create(self, props: dict[str, Any]) -> CreateResult:
-        outs = self._run(submission_id(props), props)
+        with _api(props) as api:
+            outs = self._run(api, submission_id(props), props)
         return CreateResult(id_=outs["submission_id"], outs=outs)
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
         # Only settings that do not define the job changed: keep every output of the run.
-        return UpdateResult(outs={**olds, **{k: news.get(k) for k in ("timeout_seconds", "total_steps", "checkpoint_dir")}})
+        return UpdateResult(outs={**olds, **{key: news.get(key) for key in UPDATABLE}})
 
     def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
-        api = JobsApi(props.get("address"), props.get("gke"))
-        try:
-            info = api.client().get_job_info(id_)
-        except JobsApiUnreachable:
-            raise
-        except RuntimeError:
-            # The job record is gone (deleted, or the cluster was replaced): so is the resource.
-            return ReadResult(id_=None, outs={})
+        with _api(props) as api:
+            try:
+                info = api.call(f"reading RayJob {id_}", lambda client: client.get_job_info(id_))
+            except JobsApiError as error:
+                if error.kind is ErrorKind.NOT_FOUND:
+                    # Ray itself says the record is gone (deleted, or a new cluster): so is the resource.
+                    return ReadResult(id_=None, outs={})
+                raise RayJobError(
+                    f"refresh could not read RayJob {id_}: {error}. The resource stays in the stack "
+                    f"as it was. To fix: {api.fix_for(error.kind)}"
+                ) from None
         return ReadResult(id_=id_, outs={**props, **self._info_outputs(info)})
 
     def delete(self, id_: str, props: dict[str, Any]) -> None:
-        api = JobsApi(props.get("address"), props.get("gke"))
-        try:
-            client = api.client()
-            status = client.get_job_status(id_)
-        except (JobsApiUnreachable, ConnectionError) as error:
-            print(f"RayJob {id_}: cluster unreachable, nothing to delete ({error})", file=sys.stderr, flush=True)
-            return
-        except RuntimeError:
-            return  # the job record is already gone
-        if not status.is_terminal():
-            client.stop_job(id_)
-            deadline = time.monotonic() + 60
-            while not client.get_job_status(id_).is_terminal() and time.monotonic() < deadline:
-                time.sleep(1)
-        client.delete_job(id_)
+        with _api(props) as api:
+            def stop_then_delete() -> None:
+                stop_and_confirm(api, id_)
+                api.call(f"deleting the record of {id_}", lambda client: client.delete_job(id_))
+
+            _teardown(api, id_, stop_then_delete)
 
     # ------------------------------------------------------------------ helpers
 
-    def _run(self, job_id: str, props: dict[str, Any]) -> dict[str, Any]:
-        api = JobsApi(props.get("address"), props.get("gke"))
+    def _run(self, api: JobsApi, job_id: str, props: dict[str, Any]) -> dict[str, Any]:
         api.check_reachable()
-        client = api.client()
-        latest_id, existing = self._latest_attempt(client, job_id)
+        latest_id, existing = self._latest_attempt(api, job_id)
+        total_steps = _integral(props.get("total_steps"))
         if existing in ("FAILED", "STOPPED"):
             # A new attempt under a new id: Ray may still be finalizing the old one, and reusing
             # its id races with that (its supervisor actor has the same name). The failed
             # record stays as history.
             job_id = _next_attempt(job_id, latest_id)
-            progress = ProgressReporter(job_id, _integral(props.get("total_steps")))
+            progress = ProgressReporter(job_id, total_steps)
             progress.status(f"the previous attempt {latest_id} ended {existing}; submitting {job_id}")
             existing = None
         else:
             job_id = latest_id
-            progress = ProgressReporter(job_id, _integral(props.get("total_steps")))
+            progress = ProgressReporter(job_id, total_steps)
         if existing is None:
-            self._submit(client, job_id, props)
+            self._submit(api, job_id, props)
             progress.status(f"submitted to {api.describe()}")
         else:
             progress.status(f"adopting the existing {existing} job with this id")
-        status = self._wait(api, job_id, props, progress)
-        client = api.client()
-        log = client.get_job_logs(job_id)
-        info = client.get_job_info(job_id)
+        steps = StepCollector()
+        timeout = float(props.get("timeout_seconds") or DEFAULT_TIMEOUT_SECONDS)
+        info = self._wait(api, job_id, timeout, progress, steps)
+        status = str(info.status)
+        log, log_problem = self._read_log(api, info, steps)
         if status != "SUCCEEDED":
             # Ray's message repeats the log; its first line is the reason.
             reason = (info.message or "no message").splitlines()[0]
-            raise RayJobError(
-                f"RayJob {job_id} ended {status}.\n"
-                f"--- last {LOG_TAIL_LINES} log lines ---\n{_tail(log)}\n"
-                f"status: {status}; message: {reason}"
-            )
+            shown = f"--- last {LOG_TAIL_LINES} log lines ---\n{_tail(log)}" if log_problem is None else log_problem
+            raise RayJobError(f"RayJob {job_id} ended {status}.\n{shown}\nstatus: {status}; message: {reason}")
+        if log_problem is not None:
+            progress.status(log_problem)
         progress.status("SUCCEEDED")
-        return {**props, **self._info_outputs(info), **summarize(log),
-                "dashboard_url": None if props.get("gke") else api.address}
+        return {
+            **{key: props.get(key) for key in KEPT_INPUTS},
+            "input_digests": input_digests(props),
+            **self._info_outputs(info),
+            **steps.summary(),
+            "dashboard_url": None if props.get("gke") else api.address,
+        }
 
     @staticmethod
-    def _submit(client, job_id: str, props: dict[str, Any]) -> None:
+    def _read_log(api: JobsApi, info, steps: StepCollector) -> tuple[str, str | None]:
+        """The log's tail, read into `steps`; on failure, empty text and a line saying that the
+        metrics are incomplete. A log can never change what the job's status says."""
+        if not info.driver_node_id:
+            return "", "the job never started a driver, so it has no log"
+        try:
+            log = api.log_tail(info.submission_id, info.driver_node_id).decode("utf-8", errors="replace")
+        except JobsApiError as error:
+            return "", f"the job's log could not be read ({error}); its metrics are only what was seen before"
+        steps.add(log)
+        return log, None
+
+    @staticmethod
+    def _submit(api: JobsApi, job_id: str, props: dict[str, Any]) -> None:
         """Submits; a head that has just started answers "No available agent" for a few
         seconds until its job agent registers, so that one answer is retried briefly."""
         deadline = time.monotonic() + AGENT_WAIT_SECONDS
+        metadata = {str(k): str(v) for k, v in _integral(props.get("metadata") or {}).items()} or None
         while True:
             try:
-                client.submit_job(
+                api.call(f"submitting {job_id}", lambda client: client.submit_job(
                     entrypoint=props["entrypoint"],
                     submission_id=job_id,
                     runtime_env=props.get("runtime_env") or None,
-                    metadata={str(k): str(v) for k, v in _integral(props.get("metadata") or {}).items()} or None,
-                )
+                    metadata=metadata,
+                ))
                 return
-            except RuntimeError as error:
+            except JobsApiError as error:
                 if "No available agent" not in str(error) or time.monotonic() > deadline:
                     raise
                 time.sleep(1)
 
     @staticmethod
-    def _latest_attempt(client, base_id: str) -> tuple[str, str | None]:
+    def _latest_attempt(api: JobsApi, base_id: str) -> tuple[str, str | None]:
         """The newest attempt of this job (`<id>`, `<id>-2`, ...) and its status, if any."""
         attempts = {
             job.submission_id: str(job.status)
-            for job in client.list_jobs()
+            for job in api.call("listing jobs", lambda client: client.list_jobs())
             if job.submission_id and _attempt_number(base_id, job.submission_id)
         }
         if not attempts:
@@ -269,41 +401,50 @@ class RayJobProvider(ResourceProvider):
         latest = max(attempts, key=lambda job_id: _attempt_number(base_id, job_id))
         return latest, attempts[latest]
 
-    def _wait(self, api: JobsApi, job_id: str, props: dict[str, Any], progress: ProgressReporter) -> str:
-        timeout = float(props.get("timeout_seconds") or DEFAULT_TIMEOUT_SECONDS)
-        deadline = time.monotonic() + timeout
+    def _wait(self, api: JobsApi, job_id: str, timeout: float, progress: ProgressReporter, steps: StepCollector):
+        """Polls until the job ends. The deadline counts from the job's start on the cluster, so
+        an adopted job gets only the time it has left. Any answer that says nothing about the
+        job (unreachable, unauthorized, 5xx, no credentials) starts the lost-contact clock."""
         unreachable_since: float | None = None
         last_logs_at = 0.0
+        log_problem_shown = False
         while True:
             try:
-                client = api.client()
-                status = str(client.get_job_status(job_id))
-                unreachable_since = None
-                if time.monotonic() - last_logs_at >= PROGRESS_EVERY_SECONDS:
-                    progress.update(client.get_job_logs(job_id))
-                    last_logs_at = time.monotonic()
-            except (ConnectionError, OSError, JobsApiUnreachable) as error:
+                info = api.call(f"asking for {job_id}", lambda client: client.get_job_info(job_id))
+            except JobsApiError as error:
+                if error.kind not in LOST_CONTACT_KINDS:
+                    raise RayJobError(f"RayJob {job_id} could not be followed: {error}") from None
                 unreachable_since = unreachable_since or time.monotonic()
                 if time.monotonic() - unreachable_since > LOST_CONTACT_SECONDS:
                     raise RayJobError(
                         f"lost contact with the Ray Jobs API at {api.describe()} while waiting for "
-                        f"RayJob {job_id} ({error.__class__.__name__}); the cluster or its head may be "
-                        f"gone. {api.how_to_reach()}; then run `pulumi up` again to resume or resubmit"
+                        f"RayJob {job_id} for {LOST_CONTACT_SECONDS:.0f} s ({error}); the cluster or its "
+                        f"head may be gone. To fix: {api.fix_for(error.kind)}; then run `pulumi up` again "
+                        f"to resume, or `pulumi destroy` to stop the job"
                     ) from None
                 time.sleep(POLL_SECONDS)
                 continue
-            if status in ("SUCCEEDED", "FAILED", "STOPPED"):
-                return status
-            if time.monotonic() > deadline:
-                client.stop_job(job_id)
-                stop_deadline = time.monotonic() + 60
-                while not client.get_job_status(job_id).is_terminal() and time.monotonic() < stop_deadline:
-                    time.sleep(1)
-                log = client.get_job_logs(job_id)
+            unreachable_since = None
+            status = str(info.status)
+            if status in TERMINAL:
+                return info
+            if info.driver_node_id and time.monotonic() - last_logs_at >= PROGRESS_EVERY_SECONDS:
+                _, problem = self._read_log(api, info, steps)
+                if problem is not None and not log_problem_shown:
+                    progress.status(problem)
+                    log_problem_shown = True
+                progress.update(steps)
+                last_logs_at = time.monotonic()
+            started = (info.start_time or 0) / 1000
+            if started and time.time() > started + timeout:
+                final = stop_and_confirm(api, job_id)
+                info = api.call(f"asking for {job_id}", lambda client: client.get_job_info(job_id))
+                log, problem = self._read_log(api, info, steps)
+                shown = f"--- last {LOG_TAIL_LINES} log lines ---\n{_tail(log)}" if problem is None else problem
                 raise RayJobError(
-                    f"RayJob {job_id} did not finish within timeout_seconds={timeout:.0f}; it was stopped\n"
-                    f"--- last {LOG_TAIL_LINES} log lines ---\n{_tail(log)}\n"
-                    f"status: STOPPED (timeout after {timeout:.0f} s)"
+                    f"RayJob {job_id} did not finish within timeout_seconds={timeout:.0f} of its start "
+                    f"({_iso(info.start_time)}); it was stopped\n{shown}\n"
+                    f"status: {final} (timeout after {timeout:.0f} s)"
                 )
             time.sleep(POLL_SECONDS)
 
@@ -323,53 +464,61 @@ class RayJobProvider(ResourceProvider):
 
 
 class RayJob(Resource, module="ray", name="RayJob"):
-    """`pulumi-python:dynamic/ray:RayJob`: a Ray job that exists once it has completed."""
+    """`pulumi-python:dynamic/ray:RayJob`: a Ray job that exists once it has completed.
 
-    submission_id: pulumi.Output[str]
-    status: pulumi.Output[str]
-    start_time: pulumi.Output[str]
-    end_time: pulumi.Output[str]
-    duration_seconds: pulumi.Output[float]
-    steps_completed: pulumi.Output[int]
-    final_loss: pulumi.Output[float]
-    tokens_per_second_per_device: pulumi.Output[float]
-    tflops_per_device: pulumi.Output[float]
-    checkpoint_dir: pulumi.Output[str]
-    dashboard_url: pulumi.Output[str]
+    `inputs` takes the names in INPUTS (except `stack`, which is this stack's); the outputs are
+    attributes named as in OUTPUTS, and `stack_outputs()` gives the exported ones."""
 
-    def __init__(
-        self,
-        name: str,
-        *,
-        entrypoint: pulumi.Input[str],
-        address: pulumi.Input[str] | None = None,
-        gke: pulumi.Input[Mapping[str, Any]] | None = None,
-        runtime_env: pulumi.Input[Mapping[str, Any]] | None = None,
-        metadata: pulumi.Input[Mapping[str, str]] | None = None,
-        timeout_seconds: pulumi.Input[int] = DEFAULT_TIMEOUT_SECONDS,
-        total_steps: pulumi.Input[int] | None = None,
-        checkpoint_dir: pulumi.Input[str] | None = None,
-        opts: pulumi.ResourceOptions | None = None,
-    ):
-        outputs = dict.fromkeys(
-            ("submission_id", "status", "message", "start_time", "end_time", "duration_seconds",
-             "steps_completed", "final_loss", "tokens_per_second_per_device", "tflops_per_device",
-             "dashboard_url")
-        )
-        super().__init__(
-            RayJobProvider(),
-            name,
-            {
-                "stack": pulumi.get_stack(),
-                "entrypoint": entrypoint,
-                "address": address,
-                "gke": gke,
-                "runtime_env": runtime_env,
-                "metadata": metadata,
-                "timeout_seconds": timeout_seconds,
-                "total_steps": total_steps,
-                "checkpoint_dir": checkpoint_dir,
-                **outputs,
-            },
-            opts,
-        )
+    def __init__(self, name: str, inputs: Mapping[str, pulumi.Input[Any]], opts: pulumi.ResourceOptions | None = None):
+        unknown = sorted(set(inputs) - set(INPUTS) - {"stack"})
+        if unknown:
+            raise ValueError(f"RayJob {name}: unknown inputs {unknown}; the inputs are {list(INPUTS)}")
+        placeholders = dict.fromkeys(output for output in OUTPUTS if output not in INPUTS)
+        super().__init__(RayJobProvider(), name, {**placeholders, **inputs, "stack": pulumi.get_stack()}, opts)
+
+    def stack_outputs(self) -> dict[str, pulumi.Output[Any]]:
+        return {export_name(output): getattr(self, output) for output in EXPORTED}
+
+
+# ---------------------------------------------------------------------- the guard
+
+
+class RayJobGuardProvider(ResourceProvider):
+    """Holds a job's base submission id from before the submission; its delete stops every
+    attempt of that job (`<id>`, `<id>-2`, ...) that is still running."""
+
+    KEYS = ("job_id",) + TARGET_INPUTS
+
+    def create(self, props: dict[str, Any]) -> CreateResult:
+        return CreateResult(id_=f"{props['job_id']}-guard", outs={key: props.get(key) for key in self.KEYS})
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+        replaces = [key for key in self.KEYS if _defining(olds, key) != _defining(news, key)]
+        changes = bool(replaces) or any(_integral(olds.get(key)) != _integral(news.get(key)) for key in self.KEYS)
+        return DiffResult(changes=changes, replaces=replaces)
+
+    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+        # Only how to reach the cluster changed (e.g. the infra stack now exports its id).
+        return UpdateResult(outs={key: news.get(key) for key in self.KEYS})
+
+    def delete(self, _id: str, props: dict[str, Any]) -> None:
+        base_id = props["job_id"]
+        with _api(props) as api:
+            def stop_every_attempt() -> None:
+                jobs = api.call("listing jobs", lambda client: client.list_jobs())
+                for job in jobs:
+                    if job.submission_id and _attempt_number(base_id, job.submission_id):
+                        if str(job.status) not in TERMINAL:
+                            stop_and_confirm(api, job.submission_id)
+                            print(f"RayJob {job.submission_id}: stopped", file=sys.stderr, flush=True)
+
+            _teardown(api, f"{base_id} (every attempt)", stop_every_attempt)
+
+
+class RayJobGuard(Resource, module="ray", name="RayJobGuard"):
+    """`pulumi-python:dynamic/ray:RayJobGuard`: registered before the RayJob (which depends on
+    it), so it is in the state before the job is submitted and leaves it after the job."""
+
+    def __init__(self, name: str, *, job_id: pulumi.Input[str], address: pulumi.Input[str] | None = None,
+                 gke: pulumi.Input[Mapping[str, Any]] | None = None, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(RayJobGuardProvider(), name, {"job_id": job_id, "address": address, "gke": gke}, opts)

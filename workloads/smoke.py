@@ -25,15 +25,12 @@ import yaml
 from domain.job import JobError
 from domain.workload_settings import WorkloadSettingsError, parse_workload_settings
 from workloads import job_inputs
-from workloads.local_ray import LocalRayHead, LocalRayError, dashboard_answers
-from workloads.ray_job import RayJobError, RayJobProvider
+from workloads.local_ray import LocalRayError, LocalRayHead
+from workloads.jobs_api import ErrorKind, JobsApi, JobsApiError
+from workloads.ray_job import EXPORTED, RayJobError, RayJobProvider
 
 PROJECT = "maxtext-tpu-workloads"
 LOCAL_STACK_FILE = Path(__file__).with_name("Pulumi.local.yaml")
-RESULT_KEYS = (
-    "submission_id", "status", "start_time", "end_time", "duration_seconds", "steps_completed",
-    "final_loss", "tokens_per_second_per_device", "tflops_per_device", "checkpoint_dir", "dashboard_url",
-)
 
 
 def local_stack_config() -> dict:
@@ -67,10 +64,15 @@ def main(argv: list[str] | None = None) -> int:
         print(error, file=sys.stderr)
         return 2
     assert settings.address is not None
-    if dashboard_answers(settings.address):
+    head: contextlib.AbstractContextManager = contextlib.nullcontext()
+    try:
+        with JobsApi(settings.address) as api:
+            api.check_reachable()  # with the token Ray's own lookup finds, if any
         print(f"using the Ray head already running at {settings.address}", file=sys.stderr)
-        head = contextlib.nullcontext()
-    else:
+    except JobsApiError as error:
+        if error.kind is not ErrorKind.UNREACHABLE:
+            print(error, file=sys.stderr)  # a head answers there, but not to us: say how to fix it
+            return 2
         port = urlparse(settings.address).port or 8265
         print(f"starting a loopback-only Ray head on port {port}", file=sys.stderr, flush=True)
         head = LocalRayHead(dashboard_port=port)
@@ -85,13 +87,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     started = time.monotonic()
     try:
-        with head:
-            result = provider.create(checked.inputs)
-    except (RayJobError, LocalRayError) as error:
+        with head as local_head:
+            # The provider finds a head's Ray token the way it would from a user's shell.
+            with local_head.client_environment() if local_head else contextlib.nullcontext():
+                result = provider.create(checked.inputs)
+    except (RayJobError, JobsApiError, LocalRayError) as error:
         print(error, file=sys.stderr)
         return 1
     print(f"finished in {time.monotonic() - started:.0f} s", file=sys.stderr)
-    print(json.dumps({key: result.outs.get(key) for key in RESULT_KEYS}))
+    print(json.dumps({key: result.outs.get(key) for key in EXPORTED}))
     return 0
 
 

@@ -1,0 +1,205 @@
+"""LocalRayHead on a real Ray head: token authentication on the Jobs API, the token kept out of
+command lines and logs, jobs that still run under it, and a stop() that is bounded and leaves
+no process of the head's session behind, a running job's included."""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from ray.job_submission import JobStatus, JobSubmissionClient
+
+from workloads.local_ray import STOP_BOUND_SECONDS, LocalRayHead, dashboard_answers
+
+pytestmark = pytest.mark.slow
+
+# What the brief for stop() asks: the head is gone well within this, a running job or not.
+STOP_TARGET_SECONDS = 15
+assert STOP_BOUND_SECONDS < STOP_TARGET_SECONDS
+
+
+@pytest.fixture
+def head():
+    with LocalRayHead() as started:
+        yield started
+
+
+def status_of(url: str, headers: dict[str, str] | None = None) -> int:
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def process_start(pid: int) -> int | None:
+    """The start time of a live (not zombie) process, None if there is none with this pid."""
+    try:
+        data = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    fields = data[data.rindex(b")") + 2:].split()
+    return None if fields[0] in (b"Z", b"X") else int(fields[19])
+
+
+def group_members(group_id: int) -> list[int]:
+    """Live (not zombie) processes of a process group."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            data = Path(f"/proc/{entry}/stat").read_bytes()
+        except OSError:
+            continue
+        fields = data[data.rindex(b")") + 2:].split()
+        if int(fields[2]) == group_id and fields[0] not in (b"Z", b"X"):
+            members.append(int(entry))
+    return members
+
+
+def wait_until(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} not within {timeout} s"
+        time.sleep(0.2)
+
+
+def start_sleeping_job(head: LocalRayHead, pid_file: Path) -> tuple[int, int]:
+    """A job whose entrypoint writes its pid and then sleeps; returns (pid, start time) once
+    the job is RUNNING."""
+    client = JobSubmissionClient(head.address, headers=head.auth_headers)
+    job_id = client.submit_job(entrypoint=f"sh -c 'echo $$ > {pid_file}; exec sleep 300'")
+    wait_until(lambda: client.get_job_status(job_id) == JobStatus.RUNNING, 60, "the job RUNNING")
+    wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), 30, "the job's pid file")
+    pid = int(pid_file.read_text())
+    started = process_start(pid)
+    assert started is not None, "the job's entrypoint is not running"
+    return pid, started
+
+
+def test_the_jobs_api_wants_the_token(head):
+    jobs = f"{head.address}/api/jobs/"
+    assert status_of(jobs) == 401
+    assert status_of(jobs, {"Authorization": "Bearer " + "0" * 64}) == 403
+    assert status_of(jobs, head.auth_headers) == 200
+    assert status_of(jobs, {"X-Ray-Authorization": head.auth_headers["Authorization"]}) == 200
+    # /api/version is not among the paths Ray lets through without a token.
+    assert status_of(f"{head.address}/api/version") == 401
+    assert not dashboard_answers(head.address)
+    assert dashboard_answers(head.address, headers=head.auth_headers)
+
+    started = time.monotonic()
+    head.stop()
+    assert time.monotonic() - started < STOP_BOUND_SECONDS
+    assert not head.token_path.exists(), "the token outlived its head"
+
+
+def test_the_token_file_is_private_and_the_token_stays_out_of_command_lines_and_logs(head):
+    token = head.auth_headers["Authorization"].removeprefix("Bearer ").encode()
+    assert head.token_path.read_bytes() == token
+    assert stat.S_IMODE(head.token_path.stat().st_mode) == 0o600
+    # Its directory stays private too, though `ray start` opens the temp dir to everyone.
+    assert stat.S_IMODE(head.token_path.parent.stat().st_mode) == 0o700
+    assert head.token_path.parent.parent == Path(head.temp_dir)
+    # Some authenticated traffic first, so that anything logging requests has had its chance.
+    client = JobSubmissionClient(head.address, headers=head.auth_headers)
+    job_id = client.submit_job(entrypoint="echo hello")
+    wait_until(lambda: client.get_job_status(job_id).is_terminal(), 60, "the job's end")
+
+    assert token not in Path(f"/proc/{head.process.pid}/cmdline").read_bytes()
+    for pid in head._session_processes():
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue  # ended meanwhile
+        assert token not in cmdline, f"the token is in the command line of {pid}"
+        assert token not in environ, f"the token is in the environment of {pid}"
+    # What the session got instead: the file's path. (Only `ray start`'s environment is checked:
+    # Ray's workers retitle themselves with setproctitle, which may overwrite that memory.)
+    ray_start_environ = Path(f"/proc/{head.process.pid}/environ").read_bytes().split(b"\0")
+    assert f"RAY_AUTH_TOKEN_PATH={head.token_path}".encode() in ray_start_environ
+    assert token not in head.log_path.read_bytes()
+    for path in Path(head.temp_dir).rglob("*"):
+        if path.is_file() and not path.is_symlink() and path != head.token_path:
+            assert token not in path.read_bytes(), f"the token is in {path}"
+
+
+def test_a_jobs_driver_connects_under_token_auth(head):
+    client = JobSubmissionClient(head.address, headers=head.auth_headers)
+    job_id = client.submit_job(
+        entrypoint="python -c \"import ray; ray.init(); print('resources', ray.cluster_resources())\""
+    )
+    wait_until(lambda: client.get_job_status(job_id).is_terminal(), 120, "the job's end")
+    logs = client.get_job_logs(job_id)
+    assert client.get_job_status(job_id) == JobStatus.SUCCEEDED, logs[-3000:]
+    assert "resources {" in logs and "'CPU'" in logs
+
+
+def test_clients_find_the_token_through_client_env(head):
+    """What the Pulumi dynamic provider gets: the file's path and the mode, never the token."""
+    assert set(head.client_env) == {"RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH"}
+    assert head.client_env["RAY_AUTH_TOKEN_PATH"] == str(head.token_path)
+    listing = (
+        "from ray.job_submission import JobSubmissionClient; "
+        f"print(JobSubmissionClient({head.address!r}).list_jobs())"
+    )
+    clean = {name: value for name, value in os.environ.items() if not name.startswith("RAY_AUTH")}
+
+    def run(env: dict[str, str]) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", listing], env=env, capture_output=True, text=True, timeout=60)
+
+    assert run({**clean, **head.client_env}).returncode == 0
+    # The path alone is not enough: Ray's clients send a token only under RAY_AUTH_MODE=token.
+    without_mode = run({**clean, "RAY_AUTH_TOKEN_PATH": str(head.token_path)})
+    assert without_mode.returncode != 0 and "Missing authentication token" in without_mode.stderr
+
+    with head.client_environment():
+        assert os.environ["RAY_AUTH_TOKEN_PATH"] == str(head.token_path)
+        assert JobSubmissionClient(head.address).list_jobs() == []
+
+
+def test_stop_is_bounded_and_ends_a_running_jobs_processes(head, tmp_path):
+    job_pid, job_started = start_sleeping_job(head, tmp_path / "job.pid")
+    group = head.process.pid
+    assert os.getpgid(job_pid) != group, "Ray should start the entrypoint in a session of its own"
+    session = head._session_processes()
+    assert job_pid in session
+
+    started = time.monotonic()
+    head.stop()
+    elapsed = time.monotonic() - started
+    print(f"stop() with a running job took {elapsed:.2f} s")
+    assert elapsed < STOP_BOUND_SECONDS
+    assert process_start(job_pid) != job_started, f"the job's process {job_pid} outlived stop()"
+    assert head.process.returncode is not None
+    assert group_members(group) == []
+    assert [pid for pid, start in session.items() if process_start(pid) == start] == []
+
+
+def test_stop_is_bounded_even_when_ray_start_ignores_sigterm(head, tmp_path):
+    """ray start cannot clean up after itself here: stop() has to find and kill the session's
+    processes, the job's in its own session included, on its own."""
+    job_pid, job_started = start_sleeping_job(head, tmp_path / "job.pid")
+    group = head.process.pid
+    session = head._session_processes()
+    os.kill(head.process.pid, signal.SIGSTOP)  # the `ray start` this test started
+
+    started = time.monotonic()
+    head.stop()
+    elapsed = time.monotonic() - started
+    print(f"stop() with a stopped `ray start` and a running job took {elapsed:.2f} s")
+    assert elapsed < STOP_BOUND_SECONDS
+    assert process_start(job_pid) != job_started, f"the job's process {job_pid} outlived stop()"
+    assert group_members(group) == []
+    assert [pid for pid, start in session.items() if process_start(pid) == start] == []
