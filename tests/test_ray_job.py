@@ -338,6 +338,26 @@ def test_the_wait_applies_the_lost_contact_rule_to_a_503():
         assert len(fake.requests) > 3  # it kept asking
 
 
+def test_destroy_fails_when_a_local_head_accepts_connections_but_never_answers(monkeypatch):
+    """Unreachable without a refusal: no proof the head is gone, and no hang either."""
+    import socket
+
+    from workloads import jobs_api
+
+    monkeypatch.setattr(jobs_api, "REQUEST_TIMEOUT_SECONDS", 2)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # the kernel completes the handshake; nobody ever reads or answers
+        address = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        started = time.monotonic()
+        with pytest.raises(RayJobError) as caught:
+            RayJobProvider().delete("pulumi-test-1", {"address": address, "gke": None})
+    assert time.monotonic() - started < 30
+    message = str(caught.value)
+    assert "could not confirm that RayJob pulumi-test-1 is stopped" in message and "unreachable" in message
+    assert f"{address} did not answer" in message
+
+
 def test_a_401_is_an_authentication_problem_not_a_missing_job():
     with FakeJobsApi(401, "Unauthorized: Missing authentication token") as fake, JobsApi(fake.address) as api:
         with pytest.raises(JobsApiError) as caught:

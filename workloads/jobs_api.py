@@ -25,6 +25,7 @@ import json
 import os
 import re
 import subprocess
+import threading
 import tempfile
 import time
 from dataclasses import dataclass
@@ -38,7 +39,7 @@ from domain.kuberay import RAY_AUTH_TOKEN_KEY
 
 # Tokens from the auth plugin live an hour: mint a new client well before that.
 TOKEN_REFRESH_SECONDS = 30 * 60
-REQUEST_TIMEOUT_SECONDS = 30
+REQUEST_TIMEOUT_SECONDS = 60
 REACH_TIMEOUT_SECONDS = 10
 # One log read never fetches more than this, whatever the log's size (see `log_tail`).
 LOG_TAIL_LINES = 500
@@ -364,9 +365,31 @@ class JobsApi:
 
     def call(self, what: str, operation: Callable[[Any], T]) -> T:
         """Runs `operation(client)`; any failure becomes a JobsApiError naming what was tried,
-        where, and what the answer was."""
+        where, and what the answer was. No answer within REQUEST_TIMEOUT_SECONDS counts as
+        unreachable: the Ray SDK sends its requests with no timeout, so a server that accepts a
+        connection and never answers would otherwise hang create and destroy forever. (The
+        abandoned request's thread ends when its connection does.)"""
+        outcome: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                outcome["value"] = operation(self.client())
+            except BaseException as error:  # noqa: BLE001 (handed to the caller)
+                outcome["error"] = error
+
+        worker = threading.Thread(target=run, name=f"jobs-api: {what}", daemon=True)
+        worker.start()
+        worker.join(REQUEST_TIMEOUT_SECONDS)
+        if worker.is_alive():
+            raise JobsApiError(
+                ErrorKind.UNREACHABLE,
+                f"{what} at {self.describe()}: {ErrorKind.UNREACHABLE.value} (no answer within "
+                f"{REQUEST_TIMEOUT_SECONDS} s)",
+            )
+        if "value" in outcome:
+            return outcome["value"]
         try:
-            return operation(self.client())
+            raise outcome["error"]
         except Exception as error:  # noqa: BLE001 (classified, never swallowed)
             kind, status = classify(error)
             if kind in (ErrorKind.UNAUTHORIZED, ErrorKind.CREDENTIALS):
