@@ -54,8 +54,16 @@ TIMEOUT_SECONDS = 600
 
 # Hop-by-hop headers (RFC 9110 7.6.1) are the proxy's own; Host is rewritten to the head.
 HOP_BY_HOP = {
-    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
-    "te", "trailer", "trailers", "transfer-encoding", "upgrade",
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "trailers",
+    "transfer-encoding",
+    "upgrade",
 }
 
 # The job: N step lines in bursts, flushed after each burst, then exit 0.
@@ -78,7 +86,8 @@ while step < lines:
 """
 
 # Runs in the subprocess: the provider's create, as the engine would run it, measured.
-CREATE_PROGRAM = """\
+CREATE_PROGRAM = (
+    """\
 import json, resource, sys, time, tracemalloc
 config = json.loads(sys.argv[1])
 import ray.job_submission  # imported lazily by the provider anyway: keep it out of the delta
@@ -110,7 +119,9 @@ print(%r + json.dumps({
     "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
     "tracemalloc_peak_bytes": traced_peak,
 }, default=str), flush=True)
-""" % RESULT_MARKER
+"""
+    % RESULT_MARKER
+)
 
 
 # ---------------------------------------------------------------------------- the proxy
@@ -250,11 +261,14 @@ def run_create(props: dict, poll_seconds: float, use_tracemalloc: bool, extra_en
     config = {"props": props, "poll_seconds": poll_seconds, "tracemalloc": use_tracemalloc}
     completed = subprocess.run(
         [sys.executable, "-c", CREATE_PROGRAM, json.dumps(config)],
-        capture_output=True, text=True, env=env, timeout=TIMEOUT_SECONDS + 300,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=TIMEOUT_SECONDS + 300,
     )
     for line in completed.stdout.splitlines():
         if line.startswith(RESULT_MARKER):
-            return json.loads(line[len(RESULT_MARKER):]), completed.stderr
+            return json.loads(line[len(RESULT_MARKER) :]), completed.stderr
     raise RuntimeError(
         f"the create subprocess exited {completed.returncode} without a result:\n"
         f"{completed.stdout[-3000:]}\n{completed.stderr[-6000:]}"
@@ -309,7 +323,9 @@ def print_report(summary: dict, records: list[dict]) -> None:
     print("\nlog requests (seconds since the proxy started, response bytes)")
     for r in records:
         if "/logs" in r["path"]:
-            print(f"  {r['t']:>8.1f} s  {r['method']} {normalize(r['path'])}  {r['bytes']:>12,}  ({r.get('seconds', 0):.2f} s)")
+            print(
+                f"  {r['t']:>8.1f} s  {r['method']} {normalize(r['path'])}  {r['bytes']:>12,}  ({r.get('seconds', 0):.2f} s)"
+            )
     rows = [
         ("checkout", summary["checkout"]),
         ("job lines", f"{summary['lines']:,}"),
@@ -339,13 +355,21 @@ def print_report(summary: dict, records: list[dict]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lines", type=int, default=200_000, help="step lines the job prints")
-    parser.add_argument("--poll-seconds", type=float, default=5.0,
-                        help="PROGRESS_EVERY_SECONDS (and POLL_SECONDS) in the provider (default 5)")
+    parser.add_argument(
+        "--poll-seconds",
+        type=float,
+        default=5.0,
+        help="PROGRESS_EVERY_SECONDS (and POLL_SECONDS) in the provider (default 5)",
+    )
     parser.add_argument("--job-seconds", type=float, default=75.0, help="how long the job spreads its lines over")
     parser.add_argument("--bursts", type=int, default=50, help="bursts of lines the job prints")
-    parser.add_argument("--trainer-venv", type=Path, default=None,
-                        help="the virtualenv the Ray head runs from (default: <checkout>/.venv-trainer "
-                             f"if it exists, else {FALLBACK_TRAINER_VENV})")
+    parser.add_argument(
+        "--trainer-venv",
+        type=Path,
+        default=None,
+        help="the virtualenv the Ray head runs from (default: <checkout>/.venv-trainer "
+        f"if it exists, else {FALLBACK_TRAINER_VENV})",
+    )
     parser.add_argument("--no-tracemalloc", action="store_true", help="do not trace allocations in create")
     parser.add_argument("--keep-temp", action="store_true", help="keep the head's temp dir (its logs)")
     parser.add_argument("--show-stderr", action="store_true", help="print the provider's stderr (progress lines)")
@@ -359,8 +383,11 @@ def main() -> int:
     proxy_thread: threading.Thread | None = None
     try:
         head.start()
-        print(f"Ray head {head.address} (pid {head.process.pid if head.process else '?'}), "
-              f"started in {time.monotonic() - started:.1f} s", flush=True)
+        print(
+            f"Ray head {head.address} (pid {head.process.pid if head.process else '?'}), "
+            f"started in {time.monotonic() - started:.1f} s",
+            flush=True,
+        )
         proxy = CountingProxy(head.address)
         proxy_thread = threading.Thread(target=proxy.serve_forever, name="counting-proxy", daemon=True)
         proxy_thread.start()
@@ -377,8 +404,11 @@ def main() -> int:
             "total_steps": args.lines,
         }
         extra_env = getattr(head, "client_env", None) or {}
-        print(f"create: {args.lines:,} lines over ~{args.job_seconds:.0f} s, polling every "
-              f"{args.poll_seconds} s{' (client_env passed)' if extra_env else ''} ...", flush=True)
+        print(
+            f"create: {args.lines:,} lines over ~{args.job_seconds:.0f} s, polling every "
+            f"{args.poll_seconds} s{' (client_env passed)' if extra_env else ''} ...",
+            flush=True,
+        )
         result, stderr = run_create(props, args.poll_seconds, not args.no_tracemalloc, dict(extra_env))
         if args.show_stderr or result.get("error"):
             print("--- provider stderr ---\n" + stderr[-6000:], flush=True)

@@ -59,16 +59,30 @@ def finish(client: JobSubmissionClient, job_id: str, wall_seconds: float) -> tup
 
 def run_provider(client: JobSubmissionClient, entrypoint: str, metadata: dict[str, str]) -> tuple[float, float]:
     """Its submission id derives from the inputs: a new `metadata` makes a new job."""
-    props = {"stack": "bench", "entrypoint": entrypoint, "address": client.get_address(),
-             "metadata": metadata, "timeout_seconds": TIMEOUT_SECONDS}
+    props = {
+        "stack": "bench",
+        "entrypoint": entrypoint,
+        "address": client.get_address(),
+        "metadata": metadata,
+        "timeout_seconds": TIMEOUT_SECONDS,
+    }
     started = time.perf_counter()
     result = RayJobProvider().create(props)  # raises unless the job SUCCEEDED
     return finish(client, result.id, time.perf_counter() - started)
 
 
 def run_cli(client: JobSubmissionClient, entrypoint: str, job_id: str) -> tuple[float, float]:
-    command = [str(RAY_CLI), "job", "submit", "--address", client.get_address(), "--submission-id", job_id,
-               "--", *shlex.split(entrypoint)]
+    command = [
+        str(RAY_CLI),
+        "job",
+        "submit",
+        "--address",
+        client.get_address(),
+        "--submission-id",
+        job_id,
+        "--",
+        *shlex.split(entrypoint),
+    ]
     started = time.perf_counter()
     completed = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_SECONDS)
     wall_seconds = time.perf_counter() - started
@@ -111,12 +125,16 @@ def benchmark(address: str, rounds: int, make_entrypoint: Callable[[str], str]) 
         provider_times.append(provider)
         cli_times.append(cli)
         first = "provider" if round_ % 2 else "cli"
-        print(f"{round_:>5} {first:>8} {provider:>10.2f} {provider_overhead:>8.2f} "
-              f"{cli:>8.2f} {cli_overhead:>8.2f}", flush=True)
+        print(
+            f"{round_:>5} {first:>8} {provider:>10.2f} {provider_overhead:>8.2f} {cli:>8.2f} {cli_overhead:>8.2f}",
+            flush=True,
+        )
 
     provider_median, cli_median = statistics.median(provider_times), statistics.median(cli_times)
-    print(f"median: provider {provider_median:.2f} s, cli {cli_median:.2f} s, "
-          f"provider/cli {provider_median / cli_median:.2f}")
+    print(
+        f"median: provider {provider_median:.2f} s, cli {cli_median:.2f} s, "
+        f"provider/cli {provider_median / cli_median:.2f}"
+    )
 
 
 def main() -> int:

@@ -88,8 +88,7 @@ class MemoryEstimate:
 
     @property
     def total_gib(self) -> float:
-        return (self.state_gib + self.gradients_gib + self.saved_activations_gib
-                + self.logits_gib + self.working_set_gib)
+        return self.state_gib + self.gradients_gib + self.saved_activations_gib + self.logits_gib + self.working_set_gib
 
     def headroom_percent(self, usable_gib: float) -> float:
         return 100 * (usable_gib - self.total_gib) / usable_gib
@@ -155,12 +154,22 @@ class CostEstimate:
 
 
 def cost_per_hour(chips: int, price_per_chip_hour_usd: float) -> CostEstimate:
-    return CostEstimate(chips=chips, price_per_chip_hour_usd=price_per_chip_hour_usd,
-                        dollars_per_hour=round(chips * price_per_chip_hour_usd, 2))
+    return CostEstimate(
+        chips=chips,
+        price_per_chip_hour_usd=price_per_chip_hour_usd,
+        dollars_per_hour=round(chips * price_per_chip_hour_usd, 2),
+    )
 
 
-def job_cost(*, flops_per_step: float, steps: int, chips: int, peak_tflops_per_chip: float,
-             assumed_mfu: float, price_per_chip_hour_usd: float) -> CostEstimate:
+def job_cost(
+    *,
+    flops_per_step: float,
+    steps: int,
+    chips: int,
+    peak_tflops_per_chip: float,
+    assumed_mfu: float,
+    price_per_chip_hour_usd: float,
+) -> CostEstimate:
     """Steps x (FLOPs per step / what the chips deliver at the assumed MFU), at the hourly price."""
     if not 0 < assumed_mfu <= 1:
         raise ValueError(f"assumed MFU = {assumed_mfu} must be in (0, 1]")
@@ -168,7 +177,12 @@ def job_cost(*, flops_per_step: float, steps: int, chips: int, peak_tflops_per_c
     hours = steps * step_seconds / 3600
     hourly = cost_per_hour(chips, price_per_chip_hour_usd)
     return CostEstimate(
-        chips=chips, price_per_chip_hour_usd=price_per_chip_hour_usd,
-        dollars_per_hour=hourly.dollars_per_hour, step_seconds=step_seconds, steps=steps,
-        assumed_mfu=assumed_mfu, job_hours=hours, job_dollars=round(hours * hourly.dollars_per_hour, 2),
+        chips=chips,
+        price_per_chip_hour_usd=price_per_chip_hour_usd,
+        dollars_per_hour=hourly.dollars_per_hour,
+        step_seconds=step_seconds,
+        steps=steps,
+        assumed_mfu=assumed_mfu,
+        job_hours=hours,
+        job_dollars=round(hours * hourly.dollars_per_hour, 2),
     )

@@ -134,9 +134,7 @@ def cluster_args(settings: StackSettings, node_service_account_email: Any) -> di
         # Autopilot always runs Dataplane V2 and Workload Identity and manages its own nodes;
         # the nodes it creates run as the least-privilege account.
         args["enable_autopilot"] = True
-        args["cluster_autoscaling"] = {
-            "auto_provisioning_defaults": {"service_account": node_service_account_email}
-        }
+        args["cluster_autoscaling"] = {"auto_provisioning_defaults": {"service_account": node_service_account_email}}
         return args
     args.update(
         {
@@ -162,9 +160,7 @@ def _node_config(service_account_email: Any, machine_type: str) -> dict[str, Any
     }
 
 
-def head_pool_args(
-    settings: StackSettings, cluster_name: Any, service_account_email: Any
-) -> dict[str, Any]:
+def head_pool_args(settings: StackSettings, cluster_name: Any, service_account_email: Any) -> dict[str, Any]:
     """On-demand CPU nodes for the Ray head (the procedure's default pool, n1-standard-16).
 
     Never Spot: losing the head ends the job and every worker's progress since the checkpoint.
@@ -225,8 +221,7 @@ def tpu_pool_args(
     if dcn_networks:
         args["network_config"] = {
             "additional_node_network_configs": [
-                {"network": network, "subnetwork": subnetwork}
-                for network, subnetwork in dcn_networks
+                {"network": network, "subnetwork": subnetwork} for network, subnetwork in dcn_networks
             ]
         }
     return args

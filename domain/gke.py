@@ -26,8 +26,7 @@ def parse_version(version: str) -> tuple[int, int, int, int]:
     match = _VERSION.match(version)
     if match is None:
         raise ValueError(
-            f"GKE version {version!r} is not of the form MAJOR.MINOR.PATCH-gke.BUILD "
-            f"(for example {DEFAULT_VERSION})"
+            f"GKE version {version!r} is not of the form MAJOR.MINOR.PATCH-gke.BUILD (for example {DEFAULT_VERSION})"
         )
     major, minor, patch, build = (int(part) for part in match.groups())
     return major, minor, patch, build

@@ -139,14 +139,10 @@ def resolve_job(
         resolved[f"dcn_{chosen.dcn_axis}_parallelism"] = "-1"
     user = {str(key): str(value) for key, value in (overrides or {}).items()}
     resolved.update(user)
-    problems += maxtext_config.override_problems(
-        user, chips_per_slice=None, slices=max(slices, 1)
-    )
+    problems += maxtext_config.override_problems(user, chips_per_slice=None, slices=max(slices, 1))
     if not problems and shape is not None:
-        for check_slices in ({min_slices, slices} if elastic else {slices}):
-            problems += maxtext_config.override_problems(
-                resolved, chips_per_slice=shape.chips, slices=check_slices
-            )
+        for check_slices in {min_slices, slices} if elastic else {slices}:
+            problems += maxtext_config.override_problems(resolved, chips_per_slice=shape.chips, slices=check_slices)
     if problems:
         raise JobError(sorted(set(problems), key=problems.index))
     return JobSpec(

@@ -32,8 +32,7 @@ def gke_kubeconfig(context_name: str, endpoint: str, ca_certificate_b64: str) ->
                         "apiVersion": "client.authentication.k8s.io/v1beta1",
                         "command": AUTH_PLUGIN,
                         "installHint": (
-                            "Install gke-gcloud-auth-plugin: "
-                            "`gcloud components install gke-gcloud-auth-plugin`"
+                            "Install gke-gcloud-auth-plugin: `gcloud components install gke-gcloud-auth-plugin`"
                         ),
                         "provideClusterInfo": True,
                         "interactiveMode": "Never",
@@ -44,4 +43,3 @@ def gke_kubeconfig(context_name: str, endpoint: str, ca_certificate_b64: str) ->
         "contexts": [{"name": context_name, "context": {"cluster": context_name, "user": context_name}}],
         "current-context": context_name,
     }
-

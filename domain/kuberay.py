@@ -26,9 +26,7 @@ CHECKPOINT_MOUNT = "/data"
 
 GCS_FUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
 GCS_FUSE_VOLUME = "gcs-fuse-csi-ephemeral"
-GCS_FUSE_MOUNT_OPTIONS = (
-    "implicit-dirs,uid=1000,gid=1000,dir-mode=775,file-mode=664,file-cache:max-size-mb:-1"
-)
+GCS_FUSE_MOUNT_OPTIONS = "implicit-dirs,uid=1000,gid=1000,dir-mode=775,file-mode=664,file-cache:max-size-mb:-1"
 # The sidecar's own limits set to "0" (unlimited), as the procedure does, so checkpoint writes of
 # tens of GB are not throttled by a small default sidecar.
 GCS_FUSE_ANNOTATIONS = {
@@ -175,11 +173,7 @@ _NOT_ON_SPOT = {
     "nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [
-                {
-                    "matchExpressions": [
-                        {"key": "cloud.google.com/gke-spot", "operator": "DoesNotExist"}
-                    ]
-                }
+                {"matchExpressions": [{"key": "cloud.google.com/gke-spot", "operator": "DoesNotExist"}]}
             ]
         }
     }
@@ -276,9 +270,7 @@ def _worker_group(settings: StackSettings, bucket_name: Any, image: Any) -> dict
         "nodeSelector": _worker_node_selector(settings),
     }
     if dranet:
-        pod_spec["resourceClaims"] = [
-            {"name": CLAIM_NAME, "resourceClaimTemplateName": CLAIM_TEMPLATE_NAME}
-        ]
+        pod_spec["resourceClaims"] = [{"name": CLAIM_NAME, "resourceClaimTemplateName": CLAIM_TEMPLATE_NAME}]
     return {
         "groupName": WORKER_GROUP_NAME,
         "replicas": settings.slices,

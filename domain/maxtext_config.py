@@ -39,11 +39,7 @@ def base_config() -> Mapping[str, Any]:
 
 
 def _parallelism(values: Mapping[str, Any], prefix: str) -> dict[str, int]:
-    return {
-        key: int(value)
-        for key, value in values.items()
-        if key.startswith(prefix) and key.endswith("_parallelism")
-    }
+    return {key: int(value) for key, value in values.items() if key.startswith(prefix) and key.endswith("_parallelism")}
 
 
 def _product_problem(axes: dict[str, int], devices: int, what: str) -> str | None:
@@ -60,9 +56,7 @@ def _product_problem(axes: dict[str, int], devices: int, what: str) -> str | Non
     return f"{what}: {described or 'all 1'} multiply to {fixed}, but there are {devices}"
 
 
-def override_problems(
-    overrides: Mapping[str, str], *, chips_per_slice: int | None, slices: int
-) -> list[str]:
+def override_problems(overrides: Mapping[str, str], *, chips_per_slice: int | None, slices: int) -> list[str]:
     """Every reason `overrides` cannot run on `slices` slices of `chips_per_slice` chips.
 
     `chips_per_slice=None` means a CPU run, where the device mesh is not checked.

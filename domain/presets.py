@@ -139,9 +139,7 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
 PROCEDURE_OVERRIDES: Mapping[str, Mapping[str, str]] = MappingProxyType(
     {
         "llama3-8b": _frozen({"ici_fsdp_parallelism": "4", "ici_tensor_parallelism": "4"}),
-        "llama3-70b": _frozen(
-            {"weight_dtype": "float32", "remat_policy": "full", "decoder_layer_input": "device"}
-        ),
+        "llama3-70b": _frozen({"weight_dtype": "float32", "remat_policy": "full", "decoder_layer_input": "device"}),
     }
 )
 

@@ -204,10 +204,7 @@ def parse_settings(raw: Mapping[str, Any], *, stack: str, project_name: str) -> 
 
     unknown = sorted(set(raw) - set(DEFAULTS) - {"project", "region", "zone"})
     for key in unknown:
-        problems.append(
-            f"{project_name}:{key} is not a setting of this project; valid settings: "
-            f"{', '.join(DEFAULTS)}"
-        )
+        problems.append(f"{project_name}:{key} is not a setting of this project; valid settings: {', '.join(DEFAULTS)}")
 
     project = reader.text("project") or ""
     region = reader.text("region") or ""

@@ -59,8 +59,7 @@ class Accelerator:
             return self.shapes[topology]
         except KeyError:
             raise ValueError(
-                f"topology {topology!r} is not offered for TPU {self.name}; valid topologies: "
-                f"{', '.join(self.shapes)}"
+                f"topology {topology!r} is not offered for TPU {self.name}; valid topologies: {', '.join(self.shapes)}"
             ) from None
 
     def slice_type(self, topology: str) -> str:
@@ -69,9 +68,7 @@ class Accelerator:
 
 
 def _shapes(*entries: tuple[str, str, int]) -> Mapping[str, SliceShape]:
-    return MappingProxyType(
-        {topology: SliceShape(topology, machine, chips) for topology, machine, chips in entries}
-    )
+    return MappingProxyType({topology: SliceShape(topology, machine, chips) for topology, machine, chips in entries})
 
 
 _V6E_MULTI_HOST = "ct6e-standard-4t"
@@ -154,9 +151,7 @@ def accelerator(name: str) -> Accelerator:
     try:
         return ACCELERATORS[name]
     except KeyError:
-        raise ValueError(
-            f"unknown TPU accelerator {name!r}; valid accelerators: {', '.join(ACCELERATORS)}"
-        ) from None
+        raise ValueError(f"unknown TPU accelerator {name!r}; valid accelerators: {', '.join(ACCELERATORS)}") from None
 
 
 def accelerator_by_ray_type(ray_accelerator_type: str) -> Accelerator:

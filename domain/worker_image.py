@@ -103,19 +103,14 @@ def repository_args(settings: StackSettings) -> dict[str, Any]:
 def image_uri(settings: StackSettings, tag: str) -> str:
     # Domain-scoped project ids (example.com:project) become a path in Artifact Registry URLs.
     project_path = settings.project.replace(":", "/")
-    return (
-        f"{settings.region}-docker.pkg.dev/{project_path}/{repository_id(settings)}/"
-        f"{IMAGE_NAME}:{tag}"
-    )
+    return f"{settings.region}-docker.pkg.dev/{project_path}/{repository_id(settings)}/{IMAGE_NAME}:{tag}"
 
 
 def cloudbuild_config(image: str) -> dict[str, Any]:
     """The build: `docker build` of trainer/Dockerfile over the uploaded root, then a push of the
     listed image (Cloud Build fails the build when that push fails)."""
     return {
-        "steps": [
-            {"name": DOCKER_BUILDER, "args": ["build", "--file", DOCKERFILE, "--tag", image, "."]}
-        ],
+        "steps": [{"name": DOCKER_BUILDER, "args": ["build", "--file", DOCKERFILE, "--tag", image, "."]}],
         "images": [image],
     }
 
@@ -123,11 +118,17 @@ def cloudbuild_config(image: str) -> dict[str, Any]:
 def submit_arguments(settings: StackSettings) -> list[str]:
     """`gcloud builds submit` without `--config` and the source, which the build script adds."""
     return [
-        "gcloud", "builds", "submit",
-        "--project", settings.project,
-        "--region", settings.region,
-        "--ignore-file", IGNORE_FILE,
-        "--timeout", BUILD_TIMEOUT,
+        "gcloud",
+        "builds",
+        "submit",
+        "--project",
+        settings.project,
+        "--region",
+        settings.region,
+        "--ignore-file",
+        IGNORE_FILE,
+        "--timeout",
+        BUILD_TIMEOUT,
         # The build's log stays in Cloud Build (gcloud prints its link); stdout, which the
         # command resource keeps in state, stays a few lines long.
         "--suppress-logs",
@@ -137,8 +138,15 @@ def submit_arguments(settings: StackSettings) -> list[str]:
 
 def existence_check_arguments(settings: StackSettings, image: str) -> list[str]:
     return [
-        "gcloud", "artifacts", "docker", "images", "describe", image,
-        "--project", settings.project, "--quiet",
+        "gcloud",
+        "artifacts",
+        "docker",
+        "images",
+        "describe",
+        image,
+        "--project",
+        settings.project,
+        "--quiet",
     ]
 
 
@@ -161,7 +169,7 @@ def build_script(settings: StackSettings, image: str) -> str:
             "fi",
             'work="$(mktemp -d)"',
             "trap 'rm -rf \"$work\"' EXIT",
-            f'printf \'%s\\n\' {shlex.quote(config)} >"$work/cloudbuild.json"',
+            f"printf '%s\\n' {shlex.quote(config)} >\"$work/cloudbuild.json\"",
             f'{shlex.join(submit_arguments(settings))} --config "$work/cloudbuild.json" .',
         ]
     )

@@ -12,7 +12,7 @@ def _project_keys(project: str) -> set[str]:
     """Every `project:key` the stack sets, so a misspelt key is reported instead of ignored."""
     prefix = f"{project}:"
     keys = set(runtime_config.CONFIG.get()) | set(runtime_config.get_config_env())
-    return {key[len(prefix):] for key in keys if key.startswith(prefix)}
+    return {key[len(prefix) :] for key in keys if key.startswith(prefix)}
 
 
 def read_settings() -> StackSettings:

@@ -74,8 +74,15 @@ def resources_of(run: ProgramRun) -> list[dict[str, Any]]:
     """Registrations as the pack sees them (components included: policies skip what they do not
     know). Dependencies tell a firewall's network apart where mocks give ids no name."""
     return [
-        {"type": r.type, "name": r.name, "urn": r.urn, "props": r.inputs,
-         "parent": r.parent, "provider": r.provider, "dependencies": r.dependencies}
+        {
+            "type": r.type,
+            "name": r.name,
+            "urn": r.urn,
+            "props": r.inputs,
+            "parent": r.parent,
+            "provider": r.provider,
+            "dependencies": r.dependencies,
+        }
         for r in run.registrations
     ]
 
@@ -84,8 +91,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stack", required=True, help="stack name, e.g. dev (reads Pulumi.<stack>.yaml)")
     parser.add_argument("--project", choices=list(PROJECTS), default="infra")
-    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                        help="change a config value for this check only (repeatable)")
+    parser.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="change a config value for this check only (repeatable)",
+    )
     parser.add_argument("--policy-config", type=Path, help="a JSON file of policy config, as for --policy-pack-config")
     args = parser.parse_args(argv)
     name, directory = PROJECTS[args.project]

@@ -88,8 +88,13 @@ def evaluate(
         if isinstance(policy, ResourceValidationPolicy) and policy.has_validation():
             for resource, props in zip(resources, wire):
                 args = ResourceValidationArgs(
-                    resource["type"], _proxied(props), resource["urn"], resource["name"],
-                    _options(resource), _provider(resource, by_urn), dict(properties),
+                    resource["type"],
+                    _proxied(props),
+                    resource["urn"],
+                    resource["name"],
+                    _options(resource),
+                    _provider(resource, by_urn),
+                    dict(properties),
                 )
                 _run(policy, args, reported, resource["urn"], violations)
         elif isinstance(policy, StackValidationPolicy):
@@ -129,9 +134,7 @@ def reconcile_config(
     return result
 
 
-def _entry(
-    name: str, value: Any, policy: Policy | None
-) -> tuple[EnforcementLevel | None, dict[str, Any]]:
+def _entry(name: str, value: Any, policy: Policy | None) -> tuple[EnforcementLevel | None, dict[str, Any]]:
     """(level, properties) of one config entry: a level string, or an object."""
     if isinstance(value, (str, EnforcementLevel)):
         value = {"enforcementLevel": value}
@@ -201,8 +204,15 @@ def _stack(
     """The stack's resources linked to their parents and dependencies, as AnalyzeStack does."""
     built = {
         resource["urn"]: PolicyResource(
-            resource["type"], _proxied(props), resource["urn"], resource["name"],
-            _options(resource), _provider(resource, by_urn), None, [], {},
+            resource["type"],
+            _proxied(props),
+            resource["urn"],
+            resource["name"],
+            _options(resource),
+            _provider(resource, by_urn),
+            None,
+            [],
+            {},
         )
         for resource, props in zip(resources, wire)
     }
@@ -234,8 +244,12 @@ def _run(
     except UnknownValueError as error:
         # The analyzer turns an unknown value a policy tripped over into an advisory note.
         violations.append(
-            Violation(policy.name, EnforcementLevel.ADVISORY.value,
-                      f"can't run policy '{policy.name}' during preview: {error.message}", default_urn)
+            Violation(
+                policy.name,
+                EnforcementLevel.ADVISORY.value,
+                f"can't run policy '{policy.name}' during preview: {error.message}",
+                default_urn,
+            )
         )
     except _NotApplicableError:
         pass

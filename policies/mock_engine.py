@@ -63,8 +63,7 @@ class _FakeProviderOutputs(pulumi.runtime.Mocks):
             outputs["masterAuth"] = {"clusterCaCertificate": FAKE_CA}
             # The provider's id of a cluster is its full resource name.
             resource_id = (
-                f"projects/{args.inputs['project']}/locations/{args.inputs['location']}"
-                f"/clusters/{outputs['name']}"
+                f"projects/{args.inputs['project']}/locations/{args.inputs['location']}/clusters/{outputs['name']}"
             )
         elif args.typ == "gcp:serviceaccount/account:Account":
             outputs["email"] = f"{args.inputs['accountId']}@{args.inputs['project']}.iam.gserviceaccount.com"
@@ -166,9 +165,7 @@ def run_program(
     """
     monitor = monitor or RecordingMonitor()
     pulumi.runtime.set_mocks(monitor.mocks, project=project, stack=stack, preview=False, monitor=monitor)
-    pulumi.runtime.set_all_config(
-        {key: _as_engine_value(value) for key, value in config.items()}, sorted(secret_keys)
-    )
+    pulumi.runtime.set_all_config({key: _as_engine_value(value) for key, value in config.items()}, sorted(secret_keys))
     captured: dict[str, Any] = {}
 
     @pulumi.runtime.test

@@ -30,8 +30,12 @@ def test_llama3_parameter_counts():
 
 def test_state_matches_the_compilers_arguments():
     """The compiled step's arguments are exactly weights + AdamW moments, sharded."""
-    assert estimate_memory(overrides("llama3-70b"), chips_per_slice=16, slices=2).state_gib == pytest.approx(12.32, abs=0.01)
-    assert estimate_memory(overrides("llama3-8b"), chips_per_slice=16, slices=2).state_gib == pytest.approx(5.61, abs=0.01)
+    assert estimate_memory(overrides("llama3-70b"), chips_per_slice=16, slices=2).state_gib == pytest.approx(
+        12.32, abs=0.01
+    )
+    assert estimate_memory(overrides("llama3-8b"), chips_per_slice=16, slices=2).state_gib == pytest.approx(
+        5.61, abs=0.01
+    )
 
 
 def test_the_procedures_70b_job_is_clearly_over_and_the_preset_is_under():
@@ -53,9 +57,14 @@ def test_unmodelled_remat_policy_says_so():
 )
 def test_more_chips_never_raise_per_chip_state(model, slices, more):
     """Adding slices (sharded across them by FSDP) never adds per-chip state."""
+
     def state(count):
-        return estimate_memory(overrides(model, count, dcn_fsdp_parallelism=count, dcn_data_parallelism=1),
-                               chips_per_slice=16, slices=count).state_gib
+        return estimate_memory(
+            overrides(model, count, dcn_fsdp_parallelism=count, dcn_data_parallelism=1),
+            chips_per_slice=16,
+            slices=count,
+        ).state_gib
+
     assert state(slices + more) <= state(slices)
 
 
@@ -79,11 +88,16 @@ def test_hourly_cost_of_the_default_stack():
 
 
 def test_job_cost_from_flops_and_an_assumed_mfu():
-    estimate = job_cost(flops_per_step=1e15, steps=3600, chips=10, peak_tflops_per_chip=100,
-                        assumed_mfu=0.5, price_per_chip_hour_usd=2.0)
+    estimate = job_cost(
+        flops_per_step=1e15,
+        steps=3600,
+        chips=10,
+        peak_tflops_per_chip=100,
+        assumed_mfu=0.5,
+        price_per_chip_hour_usd=2.0,
+    )
     assert estimate.step_seconds == pytest.approx(2.0)  # 1e15 / (10 x 100e12 x 0.5)
     assert estimate.job_hours == pytest.approx(2.0)
     assert estimate.job_dollars == pytest.approx(40.0)
     with pytest.raises(ValueError, match="assumed MFU = 1.5"):
-        job_cost(flops_per_step=1, steps=1, chips=1, peak_tflops_per_chip=1, assumed_mfu=1.5,
-                 price_per_chip_hour_usd=1)
+        job_cost(flops_per_step=1, steps=1, chips=1, peak_tflops_per_chip=1, assumed_mfu=1.5, price_per_chip_hour_usd=1)

@@ -33,14 +33,21 @@ class FakeApiServer:
                     self._reply(final_status, {"kind": "Status", "status": "Failure", "code": final_status})
                 else:
                     condition = {"type": "Established", "status": "True" if established else "False"}
-                    self._reply(200, {
-                        "apiVersion": "apiextensions.k8s.io/v1",
-                        "kind": "CustomResourceDefinition",
-                        "metadata": {"name": RAY_CLUSTER_CRD},
-                        "spec": {"group": "ray.io", "names": {"kind": "RayCluster", "plural": "rayclusters"},
-                                 "scope": "Namespaced", "versions": []},
-                        "status": {"conditions": [condition]},
-                    })
+                    self._reply(
+                        200,
+                        {
+                            "apiVersion": "apiextensions.k8s.io/v1",
+                            "kind": "CustomResourceDefinition",
+                            "metadata": {"name": RAY_CLUSTER_CRD},
+                            "spec": {
+                                "group": "ray.io",
+                                "names": {"kind": "RayCluster", "plural": "rayclusters"},
+                                "scope": "Namespaced",
+                                "versions": [],
+                            },
+                            "status": {"conditions": [condition]},
+                        },
+                    )
 
             def _reply(self, status, body):
                 payload = json.dumps(body).encode()

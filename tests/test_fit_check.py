@@ -58,7 +58,9 @@ def test_cache_key_follows_the_config_not_the_output_directory():
     assert fit_check.cache_key(first) != fit_check.cache_key(other)
 
 
-@pytest.mark.parametrize("argv", [["--preset", "llama3-70b", "lerning_rate=1"], ["--preset", "llama3-70b", "ici_tensor_parallelism=8"]])
+@pytest.mark.parametrize(
+    "argv", [["--preset", "llama3-70b", "lerning_rate=1"], ["--preset", "llama3-70b", "ici_tensor_parallelism=8"]]
+)
 def test_bad_overrides_exit_2_before_compiling(argv, capsys):
     assert fit_check.main(argv) == 2
     assert "fit check:" in capsys.readouterr().err

@@ -47,7 +47,9 @@ def test_every_nested_input_converts_to_typed_args(variant):
 
 
 def test_typed_conversion_reaches_nested_values():
-    pool = to_typed_args(gcp.container.NodePoolArgs, gcp_resources.tpu_pool_args(VARIANTS["standard"], 0, "c", EMAIL, NETWORKS))
+    pool = to_typed_args(
+        gcp.container.NodePoolArgs, gcp_resources.tpu_pool_args(VARIANTS["standard"], 0, "c", EMAIL, NETWORKS)
+    )
     assert isinstance(pool.node_config, gcp.container.NodePoolNodeConfigArgs)
     assert pool.node_config.advanced_machine_features.threads_per_core == 1
     attached = pool.network_config.additional_node_network_configs

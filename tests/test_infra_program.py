@@ -60,16 +60,52 @@ STANDARD_PROCEDURE = [
     ("subnets create tpu-subnet-1 --region", SUBNET, "tpu-subnet-1", "region", REGION),
     ("subnets create tpu-subnet-2 --range", SUBNET, "tpu-subnet-2", "ipCidrRange", "10.60.0.0/16"),
     ("subnets create tpu-subnet-2 --region", SUBNET, "tpu-subnet-2", "region", REGION),
-    ("(missing in procedure) DCN ingress", FIREWALL, "maxtext-tpu-net-1-allow-internal", "sourceRanges", ["10.50.0.0/16"]),
-    ("(missing in procedure) DCN ingress", FIREWALL, "maxtext-tpu-net-2-allow-internal", "sourceRanges", ["10.60.0.0/16"]),
+    (
+        "(missing in procedure) DCN ingress",
+        FIREWALL,
+        "maxtext-tpu-net-1-allow-internal",
+        "sourceRanges",
+        ["10.50.0.0/16"],
+    ),
+    (
+        "(missing in procedure) DCN ingress",
+        FIREWALL,
+        "maxtext-tpu-net-2-allow-internal",
+        "sourceRanges",
+        ["10.60.0.0/16"],
+    ),
     ("clusters create --location=ZONE", CLUSTER, "maxtext-tpu", "location", ZONE),
     ("clusters create --cluster-version", CLUSTER, "maxtext-tpu", "minMasterVersion", "1.35.2-gke.1842000"),
-    ("clusters create --addons=RayOperator", CLUSTER, "maxtext-tpu", "addonsConfig.rayOperatorConfigs[0].enabled", True),
-    ("clusters create --addons=GcsFuseCsiDriver", CLUSTER, "maxtext-tpu", "addonsConfig.gcsFuseCsiDriverConfig.enabled", True),
+    (
+        "clusters create --addons=RayOperator",
+        CLUSTER,
+        "maxtext-tpu",
+        "addonsConfig.rayOperatorConfigs[0].enabled",
+        True,
+    ),
+    (
+        "clusters create --addons=GcsFuseCsiDriver",
+        CLUSTER,
+        "maxtext-tpu",
+        "addonsConfig.gcsFuseCsiDriverConfig.enabled",
+        True,
+    ),
     ("clusters create --enable-dataplane-v2", CLUSTER, "maxtext-tpu", "datapathProvider", "ADVANCED_DATAPATH"),
-    ("clusters create --workload-pool", CLUSTER, "maxtext-tpu", "workloadIdentityConfig.workloadPool", f"{PROJECT}.svc.id.goog"),
+    (
+        "clusters create --workload-pool",
+        CLUSTER,
+        "maxtext-tpu",
+        "workloadIdentityConfig.workloadPool",
+        f"{PROJECT}.svc.id.goog",
+    ),
     ("teardown works by default", CLUSTER, "maxtext-tpu", "deletionProtection", False),
-    ("clusters create --machine-type=n1-standard-16", POOL, "ray-head-pool", "nodeConfig.machineType", "n1-standard-16"),
+    (
+        "clusters create --machine-type=n1-standard-16",
+        POOL,
+        "ray-head-pool",
+        "nodeConfig.machineType",
+        "n1-standard-16",
+    ),
     ("head pool on-demand (not Spot)", POOL, "ray-head-pool", "nodeConfig.spot", False),
     *[
         row
@@ -78,18 +114,45 @@ STANDARD_PROCEDURE = [
             ("node-pools create --location", POOL, pool, "location", ZONE),
             ("node-pools create --node-locations", POOL, pool, "nodeLocations", [ZONE]),
             ("node-pools create --machine-type", POOL, pool, "nodeConfig.machineType", "ct6e-standard-4t"),
-            ("node-pools create --threads-per-core=1", POOL, pool, "nodeConfig.advancedMachineFeatures.threadsPerCore", 1),
+            (
+                "node-pools create --threads-per-core=1",
+                POOL,
+                pool,
+                "nodeConfig.advancedMachineFeatures.threadsPerCore",
+                1,
+            ),
             ("node-pools create --tpu-topology=4x4", POOL, pool, "placementPolicy.tpuTopology", "4x4"),
             ("node-pools create (multi-host slice placement)", POOL, pool, "placementPolicy.type", "COMPACT"),
             ("node-pools create --num-nodes=4", POOL, pool, "nodeCount", 4),
-            ("node-pools create --additional-node-network net-1", POOL, pool,
-             "networkConfig.additionalNodeNetworkConfigs[0]", {"network": "maxtext-tpu-net-1", "subnetwork": "tpu-subnet-1"}),
-            ("node-pools create --additional-node-network net-2", POOL, pool,
-             "networkConfig.additionalNodeNetworkConfigs[1]", {"network": "maxtext-tpu-net-2", "subnetwork": "tpu-subnet-2"}),
-            ("node-pools create --node-labels (DRANET)", POOL, pool,
-             "nodeConfig.labels", {"cloud.google.com/gke-networking-dra-driver": "true"}),
+            (
+                "node-pools create --additional-node-network net-1",
+                POOL,
+                pool,
+                "networkConfig.additionalNodeNetworkConfigs[0]",
+                {"network": "maxtext-tpu-net-1", "subnetwork": "tpu-subnet-1"},
+            ),
+            (
+                "node-pools create --additional-node-network net-2",
+                POOL,
+                pool,
+                "networkConfig.additionalNodeNetworkConfigs[1]",
+                {"network": "maxtext-tpu-net-2", "subnetwork": "tpu-subnet-2"},
+            ),
+            (
+                "node-pools create --node-labels (DRANET)",
+                POOL,
+                pool,
+                "nodeConfig.labels",
+                {"cloud.google.com/gke-networking-dra-driver": "true"},
+            ),
             ("node-pools create --enable-gvnic", POOL, pool, "nodeConfig.gvnic.enabled", True),
-            ("node-pools create --scopes", POOL, pool, "nodeConfig.oauthScopes", ["https://www.googleapis.com/auth/cloud-platform"]),
+            (
+                "node-pools create --scopes",
+                POOL,
+                pool,
+                "nodeConfig.oauthScopes",
+                ["https://www.googleapis.com/auth/cloud-platform"],
+            ),
             ("Workload Identity on TPU nodes", POOL, pool, "nodeConfig.workloadMetadataConfig.mode", "GKE_METADATA"),
             ("on-demand unless spot is set", POOL, pool, "nodeConfig.spot", False),
         ]
@@ -116,9 +179,11 @@ def autopilot_run():
     return run_infra(config)
 
 
-@pytest.mark.parametrize("step, type_token, name, path, expected", STANDARD_PROCEDURE, ids=[
-    f"{row[0]}:{row[2]}" for row in STANDARD_PROCEDURE
-])
+@pytest.mark.parametrize(
+    "step, type_token, name, path, expected",
+    STANDARD_PROCEDURE,
+    ids=[f"{row[0]}:{row[2]}" for row in STANDARD_PROCEDURE],
+)
 def test_standard_mode_has_every_flag_of_the_procedure(standard_run, step, type_token, name, path, expected):
     assert value_at(find(standard_run, type_token, name).inputs, path) == expected, step
 
@@ -127,16 +192,22 @@ AUTOPILOT_PROCEDURE = [
     ("clusters create-auto", CLUSTER, "maxtext-tpu", "enableAutopilot", True),
     ("clusters create-auto --location=REGION", CLUSTER, "maxtext-tpu", "location", REGION),
     ("clusters create-auto --cluster-version", CLUSTER, "maxtext-tpu", "minMasterVersion", "1.35.2-gke.1842000"),
-    ("clusters create-auto --enable-ray-operator", CLUSTER, "maxtext-tpu", "addonsConfig.rayOperatorConfigs[0].enabled", True),
+    (
+        "clusters create-auto --enable-ray-operator",
+        CLUSTER,
+        "maxtext-tpu",
+        "addonsConfig.rayOperatorConfigs[0].enabled",
+        True,
+    ),
     ("teardown works by default", CLUSTER, "maxtext-tpu", "deletionProtection", False),
     ("buckets create --default-storage-class=STANDARD", BUCKET, None, "storageClass", "STANDARD"),
     ("add-iam-policy-binding --member", BUCKET_IAM, None, "member", PRINCIPAL),
 ]
 
 
-@pytest.mark.parametrize("step, type_token, name, path, expected", AUTOPILOT_PROCEDURE, ids=[
-    row[0] for row in AUTOPILOT_PROCEDURE
-])
+@pytest.mark.parametrize(
+    "step, type_token, name, path, expected", AUTOPILOT_PROCEDURE, ids=[row[0] for row in AUTOPILOT_PROCEDURE]
+)
 def test_autopilot_mode_has_every_flag_of_the_procedure(autopilot_run, step, type_token, name, path, expected):
     assert value_at(find(autopilot_run, type_token, name).inputs, path) == expected, step
 
@@ -295,8 +366,15 @@ STABLE_OUTPUTS = {
 def test_stack_outputs_for_the_workloads_project(standard_run):
     for name, expected in STABLE_OUTPUTS.items():
         assert standard_run.outputs[name] == expected, name
-    for name in ("clusterEndpoint", "clusterCaCertificate", "bucketName", "serviceAccount", "clusterLocation",
-                 "clusterId", "rayAuthSecret"):
+    for name in (
+        "clusterEndpoint",
+        "clusterCaCertificate",
+        "bucketName",
+        "serviceAccount",
+        "clusterLocation",
+        "clusterId",
+        "rayAuthSecret",
+    ):
         assert standard_run.outputs[name], name
 
 

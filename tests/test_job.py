@@ -53,12 +53,27 @@ def test_json_round_trip():
 @pytest.mark.parametrize(
     "kwargs, expected",
     [
-        ({"overrides": {"lerning_rate": 1}}, "'lerning_rate' is not a MaxText setting (not in base.yml); did you mean 'learning_rate'?"),
-        ({"overrides": {"run_name": "x"}}, "MaxText key 'run_name' cannot be overridden: it is set from the job's run name"),
-        ({"overrides": {"base_output_directory": "gs://x"}}, "cannot be overridden: it is set from the stack's checkpoint root"),
-        ({"overrides": {"ici_tensor_parallelism": 4}}, "ICI parallelism within a slice of 16 chips: ici_fsdp_parallelism=16, ici_tensor_parallelism=4 multiply to 64, but there are 16"),
+        (
+            {"overrides": {"lerning_rate": 1}},
+            "'lerning_rate' is not a MaxText setting (not in base.yml); did you mean 'learning_rate'?",
+        ),
+        (
+            {"overrides": {"run_name": "x"}},
+            "MaxText key 'run_name' cannot be overridden: it is set from the job's run name",
+        ),
+        (
+            {"overrides": {"base_output_directory": "gs://x"}},
+            "cannot be overridden: it is set from the stack's checkpoint root",
+        ),
+        (
+            {"overrides": {"ici_tensor_parallelism": 4}},
+            "ICI parallelism within a slice of 16 chips: ici_fsdp_parallelism=16, ici_tensor_parallelism=4 multiply to 64, but there are 16",
+        ),
         ({"overrides": {"ici_fsdp_parallelism": -1, "ici_tensor_parallelism": -1}}, "only one axis may be -1"),
-        ({"overrides": {"dcn_data_parallelism": 3}}, "DCN parallelism across 2 slice(s): dcn_data_parallelism=3 multiply to 3, but there are 2"),
+        (
+            {"overrides": {"dcn_data_parallelism": 3}},
+            "DCN parallelism across 2 slice(s): dcn_data_parallelism=3 multiply to 3, but there are 2",
+        ),
         ({"overrides": {"ici_data_parallelism": "two"}}, "not a whole number"),
         ({"run_name": "My Run"}, "runName = 'My Run' is not valid"),
         ({"checkpoint_root": ""}, "the checkpoint root is empty"),

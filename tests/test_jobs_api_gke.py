@@ -43,8 +43,12 @@ def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fake-kube-apiserver")])
     now = datetime.datetime.now(datetime.timezone.utc)
     certificate = (
-        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
         .not_valid_after(now + datetime.timedelta(hours=1))
         .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
@@ -52,8 +56,9 @@ def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
     )
     cert_path, key_path = directory / "apiserver.crt", directory / "apiserver.key"
     cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     return cert_path, key_path
 
 
@@ -82,11 +87,16 @@ class FakeApiServer:
                 body = self.rfile.read(length) if length else None
                 # As the API server does: `Authorization` authenticated this request and is
                 # dropped; every other header goes on to the service.
-                headers = {name: value for name, value in self.headers.items()
-                           if name.lower() not in ("authorization", "host", "content-length")}
+                headers = {
+                    name: value
+                    for name, value in self.headers.items()
+                    if name.lower() not in ("authorization", "host", "content-length")
+                }
                 outer.forwarded_headers.append(headers)
                 request = urllib.request.Request(
-                    f"http://127.0.0.1:{head_port}{self.path[len(prefix):]}", data=body, method=self.command,
+                    f"http://127.0.0.1:{head_port}{self.path[len(prefix) :]}",
+                    data=body,
+                    method=self.command,
                     headers=headers,
                 )
                 try:
@@ -131,8 +141,11 @@ def auth_plugin(tmp_path, monkeypatch):
     """A stand-in for gke-gcloud-auth-plugin: prints an ExecCredential, as the real one does."""
     plugin = tmp_path / "bin" / "gke-gcloud-auth-plugin"
     plugin.parent.mkdir()
-    credential = {"kind": "ExecCredential", "apiVersion": "client.authentication.k8s.io/v1beta1",
-                  "status": {"token": TOKEN, "expirationTimestamp": "2099-01-01T00:00:00Z"}}
+    credential = {
+        "kind": "ExecCredential",
+        "apiVersion": "client.authentication.k8s.io/v1beta1",
+        "status": {"token": TOKEN, "expirationTimestamp": "2099-01-01T00:00:00Z"},
+    }
     plugin.write_text(f"#!/bin/sh\necho '{json.dumps(credential)}'\n")
     plugin.chmod(plugin.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{plugin.parent}{os.pathsep}{os.environ['PATH']}")
@@ -146,8 +159,9 @@ def api_server(tmp_path, local_ray_head, monkeypatch):
     monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
     cert, key = self_signed_certificate(tmp_path)
     ray_token = local_ray_head.token_path.read_text().strip()
-    with FakeApiServer(cert, key, "training", "maxtext-tpu-cluster-head-svc", local_ray_head.dashboard_port,
-                       ray_token) as server:
+    with FakeApiServer(
+        cert, key, "training", "maxtext-tpu-cluster-head-svc", local_ray_head.dashboard_port, ray_token
+    ) as server:
         server.ca = base64.b64encode(cert.read_bytes()).decode()
         server.ray_token = ray_token
         yield server
@@ -173,9 +187,15 @@ def gke_api(request, monkeypatch):
 
 
 def gke_target(server, head_port: int, ca: str | None = None) -> dict:
-    return {"endpoint": server.endpoint, "ca_certificate": ca or server.ca, "namespace": "training",
-            "service": "maxtext-tpu-cluster-head-svc", "port": head_port, "cluster_id": CLUSTER_ID,
-            "auth_secret": AUTH_SECRET}
+    return {
+        "endpoint": server.endpoint,
+        "ca_certificate": ca or server.ca,
+        "namespace": "training",
+        "service": "maxtext-tpu-cluster-head-svc",
+        "port": head_port,
+        "cluster_id": CLUSTER_ID,
+        "auth_secret": AUTH_SECRET,
+    }
 
 
 def ca_files() -> set[Path]:
@@ -185,9 +205,15 @@ def ca_files() -> set[Path]:
 def test_a_job_runs_through_the_api_server_proxy(api_server, local_ray_head, auth_plugin, monkeypatch, capsys):
     monkeypatch.setattr(ray_job, "POLL_SECONDS", 0.2)
     before = ca_files()
-    props = {"stack": "gke-test", "entrypoint": f"python -c \"print('{STEP}')\"", "address": None,
-             "gke": gke_target(api_server, local_ray_head.dashboard_port),
-             "metadata": {"test": str(id(api_server))}, "timeout_seconds": 120, "total_steps": 1}
+    props = {
+        "stack": "gke-test",
+        "entrypoint": f"python -c \"print('{STEP}')\"",
+        "address": None,
+        "gke": gke_target(api_server, local_ray_head.dashboard_port),
+        "metadata": {"test": str(id(api_server))},
+        "timeout_seconds": 120,
+        "total_steps": 1,
+    }
     result = RayJobProvider().create(props)
     assert result.outs["status"] == "SUCCEEDED" and result.outs["final_loss"] == 2.5
     assert result.outs["dashboard_url"] is None  # nothing public to point at
@@ -206,8 +232,10 @@ def test_destroy_fails_when_the_gcloud_login_has_expired(api_server, local_ray_h
     plugin.chmod(plugin.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{plugin.parent}{os.pathsep}{os.environ['PATH']}")
     target = gke_target(api_server, local_ray_head.dashboard_port)
-    for delete in (lambda: RayJobProvider().delete("pulumi-gke-1", {"gke": target}),
-                   lambda: RayJobGuardProvider().delete("g", {"job_id": "pulumi-gke-1", "gke": target})):
+    for delete in (
+        lambda: RayJobProvider().delete("pulumi-gke-1", {"gke": target}),
+        lambda: RayJobGuardProvider().delete("g", {"job_id": "pulumi-gke-1", "gke": target}),
+    ):
         with pytest.raises(RayJobError) as caught:
             delete()
         message = str(caught.value)
@@ -216,7 +244,8 @@ def test_destroy_fails_when_the_gcloud_login_has_expired(api_server, local_ray_h
 
 
 def test_destroy_with_the_api_server_unreachable_asks_gke_whether_the_cluster_is_gone(
-        api_server, local_ray_head, auth_plugin, gke_api, capsys):
+    api_server, local_ray_head, auth_plugin, gke_api, capsys
+):
     from workloads.local_ray import free_port
 
     target = {**gke_target(api_server, local_ray_head.dashboard_port), "endpoint": f"127.0.0.1:{free_port()}"}

@@ -144,9 +144,7 @@ def test_same_container_port_with_another_protocol_is_a_distinct_key(raycluster,
 def test_duplicate_items_of_a_list_set_are_rejected(raycluster, raycluster_crd):
     container = raycluster["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
     container["restartPolicy"] = "Never"
-    container["restartPolicyRules"] = [
-        {"action": "Restart", "exitCodes": {"operator": "In", "values": [42, 42]}}
-    ]
+    container["restartPolicyRules"] = [{"action": "Restart", "exitCodes": {"operator": "In", "values": [42, 42]}}]
     errors = validate_custom_resource(raycluster, raycluster_crd)
     rule = "spec.workerGroupSpecs[0].template.spec.containers[0].restartPolicyRules[0]"
     assert_one_error(errors, f"{rule}.exitCodes.values[1]", "Duplicate value")
@@ -200,9 +198,7 @@ def test_managed_by_outside_allowed_values_fails_its_cel_rule(raycluster, rayclu
     ]
 
 
-def test_managed_by_allowed_value_passes_and_its_transition_rule_is_skipped(
-    raycluster, raycluster_crd
-):
+def test_managed_by_allowed_value_passes_and_its_transition_rule_is_skipped(raycluster, raycluster_crd):
     # spec.managedBy also carries "self == oldSelf"; evaluating it on create would fail.
     raycluster["spec"]["managedBy"] = "kueue.x-k8s.io/multikueue"
     assert validate_custom_resource(raycluster, raycluster_crd) == []
@@ -275,8 +271,7 @@ def test_manual_accelerator_network_profile_fails_its_cel_rule(compute_class, co
     compute_class["spec"]["priorities"][0]["acceleratorNetworkProfile"] = "manual"
     errors = validate_against_schema(compute_class, computeclass_schema)
     assert errors == [
-        "spec.priorities[0].acceleratorNetworkProfile: acceleratorNetworkProfile must be 'auto' or "
-        "start with 'auto-'"
+        "spec.priorities[0].acceleratorNetworkProfile: acceleratorNetworkProfile must be 'auto' or start with 'auto-'"
     ]
 
 
@@ -286,12 +281,8 @@ def test_machine_family_with_machine_type_fails_its_cel_rule(compute_class, comp
     assert errors == ["spec.priorities[0]: MachineFamily and MachineType cannot be set together"]
 
 
-@pytest.mark.parametrize(
-    ("machine_type", "valid"), [("n2d-standard-8", True), ("ct6e-standard-4t", False)]
-)
-def test_split_shim_runs_in_confidential_node_rule(
-    compute_class, computeclass_schema, machine_type, valid
-):
+@pytest.mark.parametrize(("machine_type", "valid"), [("n2d-standard-8", True), ("ct6e-standard-4t", False)])
+def test_split_shim_runs_in_confidential_node_rule(compute_class, computeclass_schema, machine_type, valid):
     # The SEV rule calls machineType.split('-'), a Kubernetes CEL function cel-python lacks.
     compute_class["spec"]["nodePoolConfig"]["confidentialNodeType"] = "SEV"
     compute_class["spec"]["priorities"][0]["machineType"] = machine_type

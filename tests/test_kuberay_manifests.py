@@ -68,8 +68,13 @@ def test_builtin_objects_are_valid_kubernetes_1_34(variant_run):
 def test_compute_class_matches_its_schema():
     schema = yaml.safe_load(require_schema("computeclass_v1.json").read_text())
     config = stack_config("dev")
-    config.update({"maxtext-tpu-infra:mode": "autopilot", "maxtext-tpu-infra:spot": True,
-                   "maxtext-tpu-infra:reservation": "v6e-res"})
+    config.update(
+        {
+            "maxtext-tpu-infra:mode": "autopilot",
+            "maxtext-tpu-infra:spot": True,
+            "maxtext-tpu-infra:reservation": "v6e-res",
+        }
+    )
     [compute_class] = manifests(run_infra(config), "ComputeClass")
     assert validate_against_schema(compute_class, schema) == []
 
@@ -128,8 +133,7 @@ DELIBERATE_DIFFERENCES = {
     "MaxText installed",
     "RayCluster.spec.workerGroupSpecs[0].template.spec.containers[0].imagePullPolicy": "IfNotPresent "
     "for the pinned tag",
-    "RayCluster.spec.workerGroupSpecs[0].template.spec.resourceClaims[0].resourceClaimTemplateName":
-    "follows the claim template's name",
+    "RayCluster.spec.workerGroupSpecs[0].template.spec.resourceClaims[0].resourceClaimTemplateName": "follows the claim template's name",
 }
 
 KSA, BUCKET = "maxtext-ray", "checkpoints-bucket"  # the dev stack's service account; the mock bucket
@@ -174,8 +178,14 @@ def test_ray_cluster_matches_the_procedure_but_for_listed_reasons():
     }
 
     def explained_by(path: str) -> str | None:
-        return next((prefix for prefix in DELIBERATE_DIFFERENCES if path == prefix or path.startswith(prefix + ".")
-                     or path.startswith(prefix + "[")), None)
+        return next(
+            (
+                prefix
+                for prefix in DELIBERATE_DIFFERENCES
+                if path == prefix or path.startswith(prefix + ".") or path.startswith(prefix + "[")
+            ),
+            None,
+        )
 
     unexplained = sorted(path for path in differing if explained_by(path) is None)
     assert unexplained == [], {path: (ours_flat.get(path), reference_flat.get(path)) for path in unexplained}

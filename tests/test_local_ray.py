@@ -47,7 +47,7 @@ def process_start(pid: int) -> int | None:
         data = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:
         return None
-    fields = data[data.rindex(b")") + 2:].split()
+    fields = data[data.rindex(b")") + 2 :].split()
     return None if fields[0] in (b"Z", b"X") else int(fields[19])
 
 
@@ -61,7 +61,7 @@ def group_members(group_id: int) -> list[int]:
             data = Path(f"/proc/{entry}/stat").read_bytes()
         except OSError:
             continue
-        fields = data[data.rindex(b")") + 2:].split()
+        fields = data[data.rindex(b")") + 2 :].split()
         if int(fields[2]) == group_id and fields[0] not in (b"Z", b"X"):
             members.append(int(entry))
     return members
@@ -151,8 +151,7 @@ def test_clients_find_the_token_through_client_env(head):
     assert set(head.client_env) == {"RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH"}
     assert head.client_env["RAY_AUTH_TOKEN_PATH"] == str(head.token_path)
     listing = (
-        "from ray.job_submission import JobSubmissionClient; "
-        f"print(JobSubmissionClient({head.address!r}).list_jobs())"
+        f"from ray.job_submission import JobSubmissionClient; print(JobSubmissionClient({head.address!r}).list_jobs())"
     )
     clean = {name: value for name, value in os.environ.items() if not name.startswith("RAY_AUTH")}
 

@@ -28,7 +28,9 @@ def analyzer():
     # The engine passes its own address for logs; nothing here logs, so any address will do.
     process = subprocess.Popen(
         [sys.executable, "-m", "pulumi.policy", "127.0.0.1:1", str(PROJECT_ROOT / "policies")],
-        cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     port = process.stdout.readline().decode().strip()
@@ -50,7 +52,9 @@ def to_struct(properties: dict) -> struct_pb2.Struct:
 
 def analyze(stub, resource: dict) -> list:
     request = analyzer_pb2.AnalyzeRequest(
-        type=resource["type"], name=resource["name"], urn=resource["urn"],
+        type=resource["type"],
+        name=resource["name"],
+        urn=resource["urn"],
         properties=to_struct(resource["props"]),
     )
     return list(stub.Analyze(request).diagnostics)
@@ -81,13 +85,19 @@ def test_a_shipped_bucket_passes_and_a_public_one_is_refused(analyzer, bucket):
 def test_configure_downgrades_a_policy(analyzer, bucket):
     public = {**bucket, "props": {**bucket["props"], "publicAccessPrevention": "inherited"}}
     names = {d.policyName for d in analyze(analyzer, public)}
-    analyzer.Configure(analyzer_pb2.ConfigureAnalyzerRequest(policyConfig={
-        name: analyzer_pb2.PolicyConfig(enforcementLevel=analyzer_pb2.ADVISORY) for name in names
-    }))
+    analyzer.Configure(
+        analyzer_pb2.ConfigureAnalyzerRequest(
+            policyConfig={name: analyzer_pb2.PolicyConfig(enforcementLevel=analyzer_pb2.ADVISORY) for name in names}
+        )
+    )
     try:
         diagnostics = analyze(analyzer, public)
         assert diagnostics and all(d.enforcementLevel == analyzer_pb2.ADVISORY for d in diagnostics)
     finally:
-        analyzer.Configure(analyzer_pb2.ConfigureAnalyzerRequest(policyConfig={
-            name: analyzer_pb2.PolicyConfig(enforcementLevel=analyzer_pb2.MANDATORY) for name in names
-        }))
+        analyzer.Configure(
+            analyzer_pb2.ConfigureAnalyzerRequest(
+                policyConfig={
+                    name: analyzer_pb2.PolicyConfig(enforcementLevel=analyzer_pb2.MANDATORY) for name in names
+                }
+            )
+        )

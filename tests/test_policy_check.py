@@ -32,8 +32,21 @@ def test_a_production_stack_without_deletion_protection_fails_naming_the_rule(ca
 
 def test_a_job_that_cannot_fit_fails_before_any_tpu_is_provisioned(capsys):
     procedure_70b = '{"weight_dtype": "float32", "remat_policy": "full"}'
-    assert check.main(["--project", "workloads", "--stack", "dev", "--set", "preset=llama3-70b",
-                       "--set", f"maxtextOverrides={procedure_70b}"]) == 1
+    assert (
+        check.main(
+            [
+                "--project",
+                "workloads",
+                "--stack",
+                "dev",
+                "--set",
+                "preset=llama3-70b",
+                "--set",
+                f"maxtextOverrides={procedure_70b}",
+            ]
+        )
+        == 1
+    )
     assert "[mandatory]" in capsys.readouterr().out
 
 
@@ -50,7 +63,8 @@ def test_unknown_stack_is_a_usage_error():
 def test_a_dcn_network_without_its_firewall_is_caught_from_the_mock_run():
     from policies.evaluate import evaluate
 
-    resources = [r for r in check.resources_of(check.run_stack("infra", "dev"))
-                 if r["type"] != "gcp:compute/firewall:Firewall"]
+    resources = [
+        r for r in check.resources_of(check.run_stack("infra", "dev")) if r["type"] != "gcp:compute/firewall:Firewall"
+    ]
     fired = {v.policy_name for v in evaluate(resources) if v.enforcement_level == "mandatory"}
     assert fired == {"dcn-network-internal-firewall"}

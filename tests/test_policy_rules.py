@@ -40,9 +40,14 @@ SIGNATURE_KEY = "4dabf18193072939515e22adb298388d"  # marks a secret, asset or a
 MAP_KEYS = {(key,) for key in ("labels", "resourceLabels", "nodeSelector", "annotations", "limits", "requests")}
 # Resource types some rule reads.
 READ_TYPES = {
-    "gcp:compute/network:Network", "gcp:compute/subnetwork:Subnetwork", "gcp:compute/firewall:Firewall",
-    "gcp:container/cluster:Cluster", "gcp:container/nodePool:NodePool", "gcp:storage/bucket:Bucket",
-    "gcp:storage/bucketIAMMember:BucketIAMMember", "kubernetes:ray.io/v1:RayCluster",
+    "gcp:compute/network:Network",
+    "gcp:compute/subnetwork:Subnetwork",
+    "gcp:compute/firewall:Firewall",
+    "gcp:container/cluster:Cluster",
+    "gcp:container/nodePool:NodePool",
+    "gcp:storage/bucket:Bucket",
+    "gcp:storage/bucketIAMMember:BucketIAMMember",
+    "kubernetes:ray.io/v1:RayCluster",
     "pulumi-python:dynamic/ray:RayJob",
 }
 RESOURCE_POLICIES = [policy for policy in ALL if isinstance(policy, ResourceValidationPolicy)]
@@ -70,8 +75,15 @@ def resources_of(run: ProgramRun) -> list[dict[str, Any]]:
     """Registrations as the engine hands them to the pack, dependencies included (AnalyzeStack
     gets them too; the DCN rules use them to tell which network a firewall protects)."""
     return [
-        {"type": r.type, "name": r.name, "urn": r.urn, "props": r.inputs, "parent": r.parent,
-         "provider": r.provider, "dependencies": r.dependencies}
+        {
+            "type": r.type,
+            "name": r.name,
+            "urn": r.urn,
+            "props": r.inputs,
+            "parent": r.parent,
+            "provider": r.provider,
+            "dependencies": r.dependencies,
+        }
         for r in run.registrations
     ]
 
@@ -145,14 +157,24 @@ def add_head_service(resources: list[dict[str, Any]]) -> None:
     """A hand-made Service in front of the Ray head, as a quick dashboard fix would add it."""
     cluster = named(resources, "ray-cluster")
     urn = cluster["urn"].rsplit("::", 1)[0].replace("ray.io/v1:RayCluster", "core/v1:Service")
-    resources.append({
-        "type": "kubernetes:core/v1:Service", "name": "dashboard", "urn": f"{urn}::dashboard",
-        "provider": cluster["provider"],
-        "props": {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "ray-dashboard"},
-                  "spec": {"type": "ClusterIP", "selector": {"ray.io/cluster": "maxtext-tpu-cluster",
-                                                             "ray.io/node-type": "head"},
-                           "ports": [{"port": 8265, "targetPort": 8265}]}},
-    })
+    resources.append(
+        {
+            "type": "kubernetes:core/v1:Service",
+            "name": "dashboard",
+            "urn": f"{urn}::dashboard",
+            "provider": cluster["provider"],
+            "props": {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": "ray-dashboard"},
+                "spec": {
+                    "type": "ClusterIP",
+                    "selector": {"ray.io/cluster": "maxtext-tpu-cluster", "ray.io/node-type": "head"},
+                    "ports": [{"port": 8265, "targetPort": 8265}],
+                },
+            },
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -189,84 +211,159 @@ class Case:
 
 STD, AUTO, WDEV = "infra-standard", "infra-autopilot", "workloads-dev"
 PROCEDURE_70B = {**maxtext_overrides(preset("llama3-70b"), 2), **PROCEDURE_OVERRIDES["llama3-70b"]}
-BF16_FULL_REMAT_70B = {**maxtext_overrides(preset("llama3-70b"), 2),
-                       "remat_policy": "full", "decoder_layer_input": "device"}
+BF16_FULL_REMAT_70B = {
+    **maxtext_overrides(preset("llama3-70b"), 2),
+    "remat_policy": "full",
+    "decoder_layer_input": "device",
+}
 
 CASES = [
     Case("dcn-network-custom-mode", STD, "dcn-net-1", ("autoCreateSubnetworks",), True),
     Case("dcn-network-mtu", STD, "dcn-net-2", ("mtu",), 1460),
-    Case("dcn-network-internal-firewall", STD, "dcn-net-1-allow-internal", ("sourceRanges",),
-         ["192.168.0.0/16"], subject="dcn-net-1"),
+    Case(
+        "dcn-network-internal-firewall",
+        STD,
+        "dcn-net-1-allow-internal",
+        ("sourceRanges",),
+        ["192.168.0.0/16"],
+        subject="dcn-net-1",
+    ),
     Case("tpu-pool-catalog-shape", STD, "tpu-0", ("nodeCount",), 3),
-    Case("tpu-pool-catalog-shape", STD, "tpu-1", ("nodeConfig", "machineType"), "ct6e-standard-8t",
-         label="machine"),
+    Case("tpu-pool-catalog-shape", STD, "tpu-1", ("nodeConfig", "machineType"), "ct6e-standard-8t", label="machine"),
     Case("tpu-pool-compact-placement", STD, "tpu-1", ("placementPolicy", "type"), "TYPE_UNSPECIFIED"),
     Case("tpu-pool-dranet-networks", STD, "tpu-0", ("nodeConfig", "labels"), {}),
-    Case("tpu-pool-dranet-networks", STD, "tpu-1", ("networkConfig", "additionalNodeNetworkConfigs"),
-         lambda networks: networks[:1], label="networks"),
+    Case(
+        "tpu-pool-dranet-networks",
+        STD,
+        "tpu-1",
+        ("networkConfig", "additionalNodeNetworkConfigs"),
+        lambda networks: networks[:1],
+        label="networks",
+    ),
     Case("tpu-pool-gvnic", STD, "tpu-0", ("nodeConfig", "gvnic", "enabled"), False),
-    Case("tpu-pool-gke-metadata", STD, "tpu-1", ("nodeConfig", "workloadMetadataConfig", "mode"),
-         "GCE_METADATA"),
+    Case("tpu-pool-gke-metadata", STD, "tpu-1", ("nodeConfig", "workloadMetadataConfig", "mode"), "GCE_METADATA"),
     Case("gke-cluster-dranet-version", STD, "maxtext-tpu", ("minMasterVersion",), "1.33.5-gke.1000"),
     # Above the Standard minimum, below Autopilot's.
-    Case("gke-cluster-dranet-version", AUTO, "maxtext-tpu", ("minMasterVersion",), "1.35.1-gke.1000",
-         label="autopilot"),
+    Case(
+        "gke-cluster-dranet-version", AUTO, "maxtext-tpu", ("minMasterVersion",), "1.35.1-gke.1000", label="autopilot"
+    ),
     Case("gke-cluster-workload-identity", STD, "maxtext-tpu", ("workloadIdentityConfig", "workloadPool"), ""),
     Case("gke-cluster-dataplane-v2", STD, "maxtext-tpu", ("datapathProvider",), "LEGACY_DATAPATH"),
-    Case("gke-cluster-ray-operator", AUTO, "maxtext-tpu",
-         ("addonsConfig", "rayOperatorConfigs", 0, "enabled"), False),
-    Case("gke-cluster-gcs-fuse", STD, "maxtext-tpu",
-         ("addonsConfig", "gcsFuseCsiDriverConfig", "enabled"), False),
-    Case("gke-cluster-production-deletion-protection", STD, "maxtext-tpu",
-         ("resourceLabels", "environment"), "production", unknown_path=("deletionProtection",)),
+    Case("gke-cluster-ray-operator", AUTO, "maxtext-tpu", ("addonsConfig", "rayOperatorConfigs", 0, "enabled"), False),
+    Case("gke-cluster-gcs-fuse", STD, "maxtext-tpu", ("addonsConfig", "gcsFuseCsiDriverConfig", "enabled"), False),
+    Case(
+        "gke-cluster-production-deletion-protection",
+        STD,
+        "maxtext-tpu",
+        ("resourceLabels", "environment"),
+        "production",
+        unknown_path=("deletionProtection",),
+    ),
     Case("storage-bucket-uniform-access", STD, "checkpoints-bucket", ("uniformBucketLevelAccess",), False),
-    Case("storage-bucket-public-access-prevention", STD, "checkpoints-bucket",
-         ("publicAccessPrevention",), "inherited"),
+    Case(
+        "storage-bucket-public-access-prevention", STD, "checkpoints-bucket", ("publicAccessPrevention",), "inherited"
+    ),
     Case("storage-no-public-members", STD, "checkpoints-checkpoint-access", ("member",), "allUsers"),
     Case("storage-no-admin-roles", STD, "checkpoints-checkpoint-access", ("role",), "roles/storage.admin"),
-    Case("storage-workload-identity-members", STD, "checkpoints-checkpoint-access", ("member",),
-         "serviceAccount:trainer@my-gcp-project.iam.gserviceaccount.com"),
+    Case(
+        "storage-workload-identity-members",
+        STD,
+        "checkpoints-checkpoint-access",
+        ("member",),
+        "serviceAccount:trainer@my-gcp-project.iam.gserviceaccount.com",
+    ),
     Case("raycluster-hosts-per-slice", STD, "ray-cluster", (*WORKER, "numOfHosts"), 2),
-    Case("raycluster-chips-per-host", AUTO, "ray-cluster",
-         (*WORKER_CONTAINER, "resources", "limits", "google.com/tpu"), "8"),
+    Case(
+        "raycluster-chips-per-host",
+        AUTO,
+        "ray-cluster",
+        (*WORKER_CONTAINER, "resources", "limits", "google.com/tpu"),
+        "8",
+    ),
     Case("raycluster-megascale-slices", STD, "ray-cluster", (*WORKER_CONTAINER, "env", 0, "value"), "4"),
-    Case("raycluster-images-pinned", STD, "ray-cluster", (*HEAD_CONTAINER, "image"),
-         "rayproject/ray:nightly-py312-tpu"),
-    Case("raycluster-privileged-only-for-tpu", STD, "ray-cluster", (*HEAD_CONTAINER, "securityContext"),
-         {"privileged": True}),
-    Case("raycluster-head-not-on-spot", STD, "ray-cluster",
-         (*HEAD_POD, "nodeSelector", "cloud.google.com/gke-spot"), "true"),
-    Case("raycluster-head-service-cluster-ip", AUTO, "ray-cluster",
-         ("spec", "headGroupSpec", "serviceType"), "LoadBalancer"),
+    Case(
+        "raycluster-images-pinned", STD, "ray-cluster", (*HEAD_CONTAINER, "image"), "rayproject/ray:nightly-py312-tpu"
+    ),
+    Case(
+        "raycluster-privileged-only-for-tpu",
+        STD,
+        "ray-cluster",
+        (*HEAD_CONTAINER, "securityContext"),
+        {"privileged": True},
+    ),
+    Case(
+        "raycluster-head-not-on-spot",
+        STD,
+        "ray-cluster",
+        (*HEAD_POD, "nodeSelector", "cloud.google.com/gke-spot"),
+        "true",
+    ),
+    Case(
+        "raycluster-head-service-cluster-ip",
+        AUTO,
+        "ray-cluster",
+        ("spec", "headGroupSpec", "serviceType"),
+        "LoadBalancer",
+    ),
     # Without the spec nothing can be told; a spec without authOptions is decided (see
     # DECIDED_WHEN_MISSING).
-    Case("raycluster-token-auth", STD, "ray-cluster", (*AUTH_OPTIONS, "mode"), "disabled",
-         unknown_path=("spec",)),
-    Case("ray-head-service-not-public", STD, "dashboard", ("spec", "type"), "NodePort",
-         change=add_head_service),
-    Case("raycluster-tpu-selectors", STD, "ray-cluster",
-         (*WORKER_POD, "nodeSelector", "cloud.google.com/gke-tpu-accelerator"), "tpu-v5-lite-podslice"),
-    Case("raycluster-tpu-selectors", AUTO, "ray-cluster",
-         (*WORKER_POD, "nodeSelector", "cloud.google.com/gke-tpu-topology"), "3x3", label="autopilot"),
-    Case("raycluster-replicas-match-slices", STD, "ray-cluster", (*WORKER, "replicas"),
-         change=without("tpu-1")),
-    Case("rayjob-maxtext-mesh", WDEV, "training", ("entrypoint",),
-         job_edit({"dcn_data_parallelism": "3"})),
-    Case("rayjob-fits-hbm", WDEV, "training", ("entrypoint",),
-         job_edit(PROCEDURE_70B, preset="llama3-70b")),
-    Case("rayjob-hbm-headroom", WDEV, "training", ("entrypoint",),
-         job_edit(BF16_FULL_REMAT_70B, preset="llama3-70b")),
+    Case("raycluster-token-auth", STD, "ray-cluster", (*AUTH_OPTIONS, "mode"), "disabled", unknown_path=("spec",)),
+    Case("ray-head-service-not-public", STD, "dashboard", ("spec", "type"), "NodePort", change=add_head_service),
+    Case(
+        "raycluster-tpu-selectors",
+        STD,
+        "ray-cluster",
+        (*WORKER_POD, "nodeSelector", "cloud.google.com/gke-tpu-accelerator"),
+        "tpu-v5-lite-podslice",
+    ),
+    Case(
+        "raycluster-tpu-selectors",
+        AUTO,
+        "ray-cluster",
+        (*WORKER_POD, "nodeSelector", "cloud.google.com/gke-tpu-topology"),
+        "3x3",
+        label="autopilot",
+    ),
+    Case("raycluster-replicas-match-slices", STD, "ray-cluster", (*WORKER, "replicas"), change=without("tpu-1")),
+    Case("rayjob-maxtext-mesh", WDEV, "training", ("entrypoint",), job_edit({"dcn_data_parallelism": "3"})),
+    Case("rayjob-fits-hbm", WDEV, "training", ("entrypoint",), job_edit(PROCEDURE_70B, preset="llama3-70b")),
+    Case("rayjob-hbm-headroom", WDEV, "training", ("entrypoint",), job_edit(BF16_FULL_REMAT_70B, preset="llama3-70b")),
     Case("rayjob-elastic-checkpointing", WDEV, "training", ("entrypoint",), job_edit(elastic=True)),
-    Case("tpu-chip-cap", STD, "tpu-0", ("nodeCount",), config={"tpu-chip-cap": {"chipCap": 16}},
-         subject=None),
-    Case("tpu-chip-cap", AUTO, "ray-cluster", (*WORKER, "replicas"),
-         config={"tpu-chip-cap": {"chipCap": 16}}, subject=None, label="autopilot"),
-    Case("tpu-hourly-budget", STD, "tpu-1", ("nodeCount",),
-         config={"tpu-hourly-budget": {"budgetDollarsPerHour": 50}}, subject=None),
-    Case("allowed-regions", STD, "dcn-subnet-1", ("region",), "europe-west4",
-         config={"allowed-regions": {"allowedRegions": ["us-east5"]}}),
-    Case("allowed-regions", AUTO, "checkpoints-bucket", ("location",), "EU",
-         config={"allowed-regions": {"allowedRegions": ["us-east5"]}}, label="multi-region"),
+    Case("tpu-chip-cap", STD, "tpu-0", ("nodeCount",), config={"tpu-chip-cap": {"chipCap": 16}}, subject=None),
+    Case(
+        "tpu-chip-cap",
+        AUTO,
+        "ray-cluster",
+        (*WORKER, "replicas"),
+        config={"tpu-chip-cap": {"chipCap": 16}},
+        subject=None,
+        label="autopilot",
+    ),
+    Case(
+        "tpu-hourly-budget",
+        STD,
+        "tpu-1",
+        ("nodeCount",),
+        config={"tpu-hourly-budget": {"budgetDollarsPerHour": 50}},
+        subject=None,
+    ),
+    Case(
+        "allowed-regions",
+        STD,
+        "dcn-subnet-1",
+        ("region",),
+        "europe-west4",
+        config={"allowed-regions": {"allowedRegions": ["us-east5"]}},
+    ),
+    Case(
+        "allowed-regions",
+        AUTO,
+        "checkpoints-bucket",
+        ("location",),
+        "EU",
+        config={"allowed-regions": {"allowedRegions": ["us-east5"]}},
+        label="multi-region",
+    ),
 ]
 
 
@@ -327,9 +424,7 @@ def test_all_sets_every_level_and_a_policy_entry_wins(shipped):
     assert evaluate(resources, {"all": "disabled"}) == []
     assert {v.enforcement_level for v in evaluate(resources, {"all": "advisory"})} == {"advisory"}
     override = {"all": "disabled", case.policy: {"enforcementLevel": "mandatory"}}
-    assert {(v.policy_name, v.enforcement_level) for v in evaluate(resources, override)} == {
-        (case.policy, "mandatory")
-    }
+    assert {(v.policy_name, v.enforcement_level) for v in evaluate(resources, override)} == {(case.policy, "mandatory")}
     # The analyzer reports what a remediation left behind as mandatory.
     assert {v.enforcement_level for v in evaluate(resources, {case.policy: "remediate"})} == {"mandatory"}
 
@@ -475,30 +570,52 @@ def _storage_resource(shipped, resource_type: str, props: dict[str, Any]) -> lis
     resources = copy.deepcopy(shipped["infra-standard"])
     member = named(resources, "checkpoints-checkpoint-access")
     urn = member["urn"].rsplit("::", 1)[0].replace("gcp:storage/bucketIAMMember:BucketIAMMember", resource_type)
-    resources.append({"type": resource_type, "name": "extra-grant", "urn": f"{urn}::extra-grant",
-                      "props": {"bucket": "checkpoints-bucket", **props}})
+    resources.append(
+        {
+            "type": resource_type,
+            "name": "extra-grant",
+            "urn": f"{urn}::extra-grant",
+            "props": {"bucket": "checkpoints-bucket", **props},
+        }
+    )
     return resources
 
 
 @pytest.mark.parametrize(
     "resource_type, props, policies",
     [
-        ("gcp:storage/bucketIAMBinding:BucketIAMBinding",
-         {"role": "roles/storage.objectViewer", "members": ["allAuthenticatedUsers"]},
-         {"storage-no-public-members"}),
-        ("gcp:storage/bucketIAMPolicy:BucketIAMPolicy",
-         {"policyData": json.dumps({"bindings": [{"role": "roles/owner", "members": ["user:a@example.com"]}]})},
-         {"storage-no-admin-roles", "storage-workload-identity-members"}),
-        ("gcp:storage/bucketACL:BucketACL", {"roleEntities": ["OWNER:project-owners-1", "READER:allUsers"]},
-         {"storage-no-public-members"}),
+        (
+            "gcp:storage/bucketIAMBinding:BucketIAMBinding",
+            {"role": "roles/storage.objectViewer", "members": ["allAuthenticatedUsers"]},
+            {"storage-no-public-members"},
+        ),
+        (
+            "gcp:storage/bucketIAMPolicy:BucketIAMPolicy",
+            {"policyData": json.dumps({"bindings": [{"role": "roles/owner", "members": ["user:a@example.com"]}]})},
+            {"storage-no-admin-roles", "storage-workload-identity-members"},
+        ),
+        (
+            "gcp:storage/bucketACL:BucketACL",
+            {"roleEntities": ["OWNER:project-owners-1", "READER:allUsers"]},
+            {"storage-no-public-members"},
+        ),
         ("gcp:storage/bucketACL:BucketACL", {"predefinedAcl": "publicRead"}, {"storage-no-public-members"}),
-        ("gcp:storage/objectAccessControl:ObjectAccessControl",
-         {"object": "ckpt", "role": "READER", "entity": "allUsers"}, {"storage-no-public-members"}),
-        ("gcp:storage/bucketIAMBinding:BucketIAMBinding",
-         {"role": "roles/storage.objectViewer", "members": [
-             "principalSet://iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/"
-             "p.svc.id.goog/namespace/default"]},
-         set()),
+        (
+            "gcp:storage/objectAccessControl:ObjectAccessControl",
+            {"object": "ckpt", "role": "READER", "entity": "allUsers"},
+            {"storage-no-public-members"},
+        ),
+        (
+            "gcp:storage/bucketIAMBinding:BucketIAMBinding",
+            {
+                "role": "roles/storage.objectViewer",
+                "members": [
+                    "principalSet://iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/"
+                    "p.svc.id.goog/namespace/default"
+                ],
+            },
+            set(),
+        ),
         ("gcp:storage/bucketIAMPolicy:BucketIAMPolicy", {"policyData": UNKNOWN_STRING_VALUE}, set()),
     ],
 )
@@ -561,8 +678,12 @@ def test_a_stack_known_only_by_its_resources_produces_no_violation(shipped, stac
 
 
 def test_the_evaluator_handles_unknowns_and_async_rules_as_the_analyzer_does():
-    resource = {"type": "test:index:Thing", "name": "thing", "urn": "urn:pulumi:dev::p::test:index:Thing::thing",
-                "props": {"size": UNKNOWN_NUMBER_VALUE, "kind": "big"}}
+    resource = {
+        "type": "test:index:Thing",
+        "name": "thing",
+        "urn": "urn:pulumi:dev::p::test:index:Thing::thing",
+        "props": {"size": UNKNOWN_NUMBER_VALUE, "kind": "big"},
+    }
 
     def reads_unknown(args: ResourceValidationArgs, report_violation):
         report_violation(f"size {args.props['size']}")
@@ -575,13 +696,17 @@ def test_the_evaluator_handles_unknowns_and_async_rules_as_the_analyzer_does():
 
     policies = [
         ResourceValidationPolicy("reads-unknown", "Reads a value unknown in preview.", reads_unknown),
-        ResourceValidationPolicy("reports-later", "Reports from a coroutine.", reports_later,
-                                 enforcement_level=EnforcementLevel.MANDATORY),
+        ResourceValidationPolicy(
+            "reports-later", "Reports from a coroutine.", reports_later, enforcement_level=EnforcementLevel.MANDATORY
+        ),
         ResourceValidationPolicy("not-applicable", "Never applies.", not_applicable),
     ]
     assert evaluate([resource], policies=policies) == [
-        Violation("reads-unknown", "advisory",
-                  "can't run policy 'reads-unknown' during preview: number value at .size can't be known during preview",
-                  resource["urn"]),
+        Violation(
+            "reads-unknown",
+            "advisory",
+            "can't run policy 'reads-unknown' during preview: number value at .size can't be known during preview",
+            resource["urn"],
+        ),
         Violation("reports-later", "mandatory", "thing is big.", resource["urn"]),
     ]

@@ -51,5 +51,7 @@ def test_tiny_preset_runs_on_cpu():
 
 
 def test_unknown_preset_lists_valid_ones():
-    with pytest.raises(ValueError, match="unknown preset 'llama3-405b'; valid presets: llama3-8b, llama3-70b, tiny-cpu"):
+    with pytest.raises(
+        ValueError, match="unknown preset 'llama3-405b'; valid presets: llama3-8b, llama3-70b, tiny-cpu"
+    ):
         preset("llama3-405b")

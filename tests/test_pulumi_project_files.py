@@ -59,7 +59,7 @@ def test_every_stack_key_is_declared_by_its_project(stack_file):
     project = yaml.safe_load((stack_file.parent / "Pulumi.yaml").read_text())
     declared = set(project.get("config") or {})
     stack = yaml.safe_load(stack_file.read_text())
-    for key in (stack.get("config") or {}):
+    for key in stack.get("config") or {}:
         namespace, _, name = key.partition(":")
         if namespace in FOREIGN_NAMESPACES:
             continue

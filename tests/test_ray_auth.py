@@ -18,12 +18,16 @@ from domain.ray_version import RAY_VERSION
         # Exactly 50 characters: kept whole.
         ("a" * 50, "a" * 50),
         # Longer than 50 (63 here): KubeRay keeps the last 50, not the first.
-        ("llama3-70b-multislice-training-cluster-for-team-vision-research",
-         "ltislice-training-cluster-for-team-vision-research"),
+        (
+            "llama3-70b-multislice-training-cluster-for-team-vision-research",
+            "ltislice-training-cluster-for-team-vision-research",
+        ),
         ("x" + "b" * 50, "b" * 50),
         # 54, cut to "-2-llama3...": the leading "-" becomes "r".
-        ("prod-2-llama3-70b-multislice-training-run-cluster-west",
-         "r2-llama3-70b-multislice-training-run-cluster-west"),
+        (
+            "prod-2-llama3-70b-multislice-training-run-cluster-west",
+            "r2-llama3-70b-multislice-training-run-cluster-west",
+        ),
         # A leading digit becomes "r".
         ("70b-cluster", "r0b-cluster"),
         ("8", "r"),

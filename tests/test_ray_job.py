@@ -28,9 +28,11 @@ from workloads.ray_job import (
 slow = pytest.mark.slow
 
 STEP = "completed step: {step}, seconds: 0.5, TFLOP/s/device: 2.0, Tokens/s/device: {tokens}, total_weights: 64, loss: {loss}"
-FAKE_TRAINER = "python -c \"" + "; ".join(
-    f"print('{STEP.format(step=step, tokens=100.0 * (step + 1), loss=3.0 - step)}')" for step in range(3)
-) + "\""
+FAKE_TRAINER = (
+    'python -c "'
+    + "; ".join(f"print('{STEP.format(step=step, tokens=100.0 * (step + 1), loss=3.0 - step)}')" for step in range(3))
+    + '"'
+)
 
 
 @pytest.fixture(autouse=True)
@@ -126,14 +128,18 @@ def test_a_failing_job_raises_with_status_message_and_log_tail(local_ray_head):
         RayJobProvider().create(props)
     message = str(caught.value)
     assert "ended FAILED" in message and "loss exploded" in message
-    assert message.splitlines()[-1].startswith("status: FAILED; message: Job entrypoint command failed with exit code 3")
+    assert message.splitlines()[-1].startswith(
+        "status: FAILED; message: Job entrypoint command failed with exit code 3"
+    )
 
 
 @slow
 def test_timeout_stops_the_job_and_says_so(local_ray_head):
     props = inputs(local_ray_head, entrypoint="sleep 120", timeout_seconds=2)
     started = time.monotonic()
-    with pytest.raises(RayJobError, match=r"did not finish within timeout_seconds=2 of its start \(.*\); it was stopped"):
+    with pytest.raises(
+        RayJobError, match=r"did not finish within timeout_seconds=2 of its start \(.*\); it was stopped"
+    ):
         RayJobProvider().create(props)
     assert time.monotonic() - started < 60
     assert client(local_ray_head).get_job_status(submission_id(props)) == JobStatus.STOPPED
@@ -209,8 +215,16 @@ def test_losing_the_head_mid_wait_fails_clearly_without_hanging(monkeypatch):
 
 def test_diff_replaces_on_job_defining_inputs_only():
     provider = RayJobProvider()
-    olds = {"stack": "s", "entrypoint": "a", "address": "http://x", "gke": None, "runtime_env": None,
-            "metadata": None, "timeout_seconds": 10, "__provider": "old"}
+    olds = {
+        "stack": "s",
+        "entrypoint": "a",
+        "address": "http://x",
+        "gke": None,
+        "runtime_env": None,
+        "metadata": None,
+        "timeout_seconds": 10,
+        "__provider": "old",
+    }
     assert provider.diff("id", olds, {**olds, "entrypoint": "b"}).replaces == ["entrypoint"]
     unchanged = provider.diff("id", olds, {**olds, "__provider": "new code"})
     assert unchanged.changes is False and unchanged.replaces == []
@@ -225,13 +239,17 @@ def test_update_keeps_every_output():
 
 
 def test_check_names_bad_inputs():
-    failures = RayJobProvider().check({}, {"entrypoint": " ", "address": None, "gke": None, "timeout_seconds": 0}).failures
+    failures = (
+        RayJobProvider().check({}, {"entrypoint": " ", "address": None, "gke": None, "timeout_seconds": 0}).failures
+    )
     assert {failure.property for failure in failures} == {"entrypoint", "address", "timeout_seconds"}
 
 
 def test_submission_id_is_the_same_for_numbers_the_engine_turned_into_floats():
     gke = {"endpoint": "e", "ca_certificate": "c", "namespace": "n", "service": "s", "port": 8265}
-    assert submission_id({"stack": "dev", "gke": gke}) == submission_id({"stack": "dev", "gke": {**gke, "port": 8265.0}})
+    assert submission_id({"stack": "dev", "gke": gke}) == submission_id(
+        {"stack": "dev", "gke": {**gke, "port": 8265.0}}
+    )
 
 
 def test_submission_id_ignores_settings_that_do_not_define_the_job():
@@ -290,8 +308,7 @@ def test_error_kinds_come_from_the_status_code_not_the_exception_type():
 def test_diff_treats_an_unknown_job_input_as_a_possible_replacement():
     from pulumi.runtime import rpc
 
-    olds = {"stack": "s", "entrypoint": "a", "address": "http://x", "gke": None, "runtime_env": None,
-            "metadata": None}
+    olds = {"stack": "s", "entrypoint": "a", "address": "http://x", "gke": None, "runtime_env": None, "metadata": None}
     olds["input_digests"] = ray_job.input_digests(olds)
     assert RayJobProvider().diff("id", olds, {**olds, "entrypoint": rpc.UNKNOWN}).replaces == ["entrypoint"]
 
@@ -305,8 +322,7 @@ def test_a_gke_target_that_gains_the_cluster_id_is_the_same_job():
 # ---------------------------------------------------------------- a Jobs API that misbehaves
 
 
-@pytest.mark.parametrize("status, body", [(503, "upstream connect error"), (401, "Unauthorized"),
-                                          (500, TRACEBACK_500)])
+@pytest.mark.parametrize("status, body", [(503, "upstream connect error"), (401, "Unauthorized"), (500, TRACEBACK_500)])
 def test_refresh_keeps_the_job_when_the_jobs_api_does_not_say_it_is_gone(status, body):
     with FakeJobsApi(status, body) as fake:
         with pytest.raises(RayJobError) as caught:
@@ -333,7 +349,9 @@ def test_the_wait_applies_the_lost_contact_rule_to_a_503():
     with FakeJobsApi(503, "Service Unavailable") as fake, JobsApi(fake.address) as api:
         started = time.monotonic()
         with pytest.raises(RayJobError, match="lost contact with the Ray Jobs API"):
-            RayJobProvider()._wait(api, "pulumi-test-1", 600, ProgressReporter("j", None, io.StringIO()), StepCollector())
+            RayJobProvider()._wait(
+                api, "pulumi-test-1", 600, ProgressReporter("j", None, io.StringIO()), StepCollector()
+            )
         assert time.monotonic() - started >= ray_job.LOST_CONTACT_SECONDS
         assert len(fake.requests) > 3  # it kept asking
 
@@ -367,13 +385,16 @@ def test_a_401_is_an_authentication_problem_not_a_missing_job():
 
 # ---------------------------------------------------------------- logs, deadlines, secrets, the guard
 
-NOT_UTF8 = "python -c \"import sys; sys.stdout.buffer.write(b'before \\xff\\xfe after\\n'); sys.stdout.flush(); {rest}\""
+NOT_UTF8 = (
+    "python -c \"import sys; sys.stdout.buffer.write(b'before \\xff\\xfe after\\n'); sys.stdout.flush(); {rest}\""
+)
 
 
 @slow
 def test_a_job_printing_bytes_that_are_not_utf8_is_recorded_succeeded(local_ray_head):
-    entrypoint = NOT_UTF8.format(rest="; ".join(
-        f"print('{STEP.format(step=step, tokens=100.0, loss=3.0 - step)}')" for step in range(3)))
+    entrypoint = NOT_UTF8.format(
+        rest="; ".join(f"print('{STEP.format(step=step, tokens=100.0, loss=3.0 - step)}')" for step in range(3))
+    )
     result = RayJobProvider().create(inputs(local_ray_head, entrypoint=entrypoint))
     assert result.outs["status"] == "SUCCEEDED"
     assert (result.outs["steps_completed"], result.outs["final_loss"]) == (3, 1.0)
@@ -386,7 +407,9 @@ def test_a_failing_job_printing_bytes_that_are_not_utf8_keeps_its_status_and_rea
         RayJobProvider().create(inputs(local_ray_head, entrypoint=entrypoint))
     message = str(caught.value)
     assert "loss exploded" in message and "before \ufffd\ufffd after" in message
-    assert message.splitlines()[-1].startswith("status: FAILED; message: Job entrypoint command failed with exit code 3")
+    assert message.splitlines()[-1].startswith(
+        "status: FAILED; message: Job entrypoint command failed with exit code 3"
+    )
 
 
 @slow
@@ -421,8 +444,7 @@ def test_an_adopted_job_gets_only_the_time_left_of_its_deadline(local_ray_head):
 @slow
 def test_a_secret_env_var_never_reaches_the_outputs_or_the_progress_lines(local_ray_head, capsys):
     secret = "wandb-key-" + str(time.monotonic_ns())
-    props = inputs(local_ray_head, runtime_env={"env_vars": {"WANDB_API_KEY": secret}},
-                   metadata={"note": secret})
+    props = inputs(local_ray_head, runtime_env={"env_vars": {"WANDB_API_KEY": secret}}, metadata={"note": secret})
     result = RayJobProvider().create(props)
     assert result.outs["status"] == "SUCCEEDED"
     assert secret not in repr(result.outs)

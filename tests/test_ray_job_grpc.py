@@ -78,9 +78,15 @@ def job_inputs(address: str, **changes: Any) -> dict[str, Any]:
 
 
 def check(stub, news: dict[str, Any]) -> provider_pb2.CheckResponse:
-    return stub.Check(provider_pb2.CheckRequest(
-        urn=URN, name="grpc-job", type=TYPE, olds=to_struct({}), news=to_struct(with_provider(news)),
-    ))
+    return stub.Check(
+        provider_pb2.CheckRequest(
+            urn=URN,
+            name="grpc-job",
+            type=TYPE,
+            olds=to_struct({}),
+            news=to_struct(with_provider(news)),
+        )
+    )
 
 
 class Plugin:
@@ -94,7 +100,9 @@ class Plugin:
         with open(stderr_path, "ab") as stderr:
             self.process = subprocess.Popen(
                 [sys.executable, "-u", "-m", "pulumi.dynamic"],
-                cwd=PROJECT_ROOT / "workloads", stdout=subprocess.PIPE, stderr=stderr,
+                cwd=PROJECT_ROOT / "workloads",
+                stdout=subprocess.PIPE,
+                stderr=stderr,
             )
         self.channel = None
         try:
@@ -158,9 +166,15 @@ def test_lifecycle_through_the_plugin(plugin, local_ray_head):
     assert from_struct(checked.inputs) == with_provider(inputs)
     checked_inputs = checked.inputs
 
-    created = stub.Create(provider_pb2.CreateRequest(
-        urn=URN, name="grpc-job", type=TYPE, properties=checked_inputs, timeout=300,
-    ))
+    created = stub.Create(
+        provider_pb2.CreateRequest(
+            urn=URN,
+            name="grpc-job",
+            type=TYPE,
+            properties=checked_inputs,
+            timeout=300,
+        )
+    )
     job_id, outputs = created.id, from_struct(created.properties)
     assert job_id.startswith("pulumi-grpc-test-")
     # The plugin sees the inputs after the wire's round trip; the id must still be the one a
@@ -175,17 +189,31 @@ def test_lifecycle_through_the_plugin(plugin, local_ray_head):
     assert outputs["__provider"] == PROVIDER
     assert f"RayJob {job_id}: SUCCEEDED" in stderr_path.read_text()
 
-    read = stub.Read(provider_pb2.ReadRequest(
-        id=job_id, urn=URN, name="grpc-job", type=TYPE, properties=created.properties, inputs=checked_inputs,
-    ))
+    read = stub.Read(
+        provider_pb2.ReadRequest(
+            id=job_id,
+            urn=URN,
+            name="grpc-job",
+            type=TYPE,
+            properties=created.properties,
+            inputs=checked_inputs,
+        )
+    )
     assert read.id == job_id
     assert from_struct(read.properties)["status"] == "SUCCEEDED"
 
     def diff(news: dict[str, Any]) -> provider_pb2.DiffResponse:
-        return stub.Diff(provider_pb2.DiffRequest(
-            id=job_id, urn=URN, name="grpc-job", type=TYPE,
-            olds=created.properties, old_inputs=checked_inputs, news=to_struct(news),
-        ))
+        return stub.Diff(
+            provider_pb2.DiffRequest(
+                id=job_id,
+                urn=URN,
+                name="grpc-job",
+                type=TYPE,
+                olds=created.properties,
+                old_inputs=checked_inputs,
+                news=to_struct(news),
+            )
+        )
 
     changed = diff(with_provider(job_inputs(local_ray_head.address, entrypoint="python -c 'print(1)'")))
     assert changed.changes == provider_pb2.DiffResponse.DIFF_SOME
@@ -198,12 +226,26 @@ def test_lifecycle_through_the_plugin(plugin, local_ray_head):
     assert new_code.changes == provider_pb2.DiffResponse.DIFF_NONE
     assert list(new_code.replaces) == []
 
-    stub.Delete(provider_pb2.DeleteRequest(
-        id=job_id, urn=URN, name="grpc-job", type=TYPE, properties=created.properties, old_inputs=checked_inputs,
-    ))
-    gone = stub.Read(provider_pb2.ReadRequest(
-        id=job_id, urn=URN, name="grpc-job", type=TYPE, properties=created.properties, inputs=checked_inputs,
-    ))
+    stub.Delete(
+        provider_pb2.DeleteRequest(
+            id=job_id,
+            urn=URN,
+            name="grpc-job",
+            type=TYPE,
+            properties=created.properties,
+            old_inputs=checked_inputs,
+        )
+    )
+    gone = stub.Read(
+        provider_pb2.ReadRequest(
+            id=job_id,
+            urn=URN,
+            name="grpc-job",
+            type=TYPE,
+            properties=created.properties,
+            inputs=checked_inputs,
+        )
+    )
     assert gone.id == ""
 
 
@@ -223,19 +265,34 @@ def test_an_interrupted_create_is_stopped_by_destroy(local_ray_head, tmp_path):
     from ray.job_submission import JobStatus, JobSubmissionClient
 
     pidfile = tmp_path / "job.pid"
-    inputs = job_inputs(local_ray_head.address, entrypoint=f"sh -c 'echo $$ > {pidfile}; exec sleep 300'",
-                        metadata={"test": str(time.monotonic_ns())})
+    inputs = job_inputs(
+        local_ray_head.address,
+        entrypoint=f"sh -c 'echo $$ > {pidfile}; exec sleep 300'",
+        metadata={"test": str(time.monotonic_ns())},
+    )
     job_id = submission_id(inputs)
     ray = JobSubmissionClient(local_ray_head.address, headers=local_ray_head.auth_headers)
 
     first = Plugin(tmp_path / "first.log")
     guard_inputs = to_struct(with_provider({"job_id": job_id, "address": local_ray_head.address}, GUARD_PROVIDER))
-    guard = first.stub.Create(provider_pb2.CreateRequest(
-        urn=GUARD_URN, name="grpc-job-guard", type=GUARD_TYPE, properties=guard_inputs, timeout=60,
-    ))
-    in_flight = first.stub.Create.future(provider_pb2.CreateRequest(
-        urn=URN, name="grpc-job", type=TYPE, properties=to_struct(with_provider(inputs)), timeout=600,
-    ))
+    guard = first.stub.Create(
+        provider_pb2.CreateRequest(
+            urn=GUARD_URN,
+            name="grpc-job-guard",
+            type=GUARD_TYPE,
+            properties=guard_inputs,
+            timeout=60,
+        )
+    )
+    in_flight = first.stub.Create.future(
+        provider_pb2.CreateRequest(
+            urn=URN,
+            name="grpc-job",
+            type=TYPE,
+            properties=to_struct(with_provider(inputs)),
+            timeout=600,
+        )
+    )
     deadline = time.monotonic() + 90
     while not (pidfile.exists() and pidfile.read_text().strip()):
         assert time.monotonic() < deadline, "the job never started"
@@ -249,9 +306,15 @@ def test_an_interrupted_create_is_stopped_by_destroy(local_ray_head, tmp_path):
 
     second = Plugin(tmp_path / "second.log")
     try:
-        second.stub.Delete(provider_pb2.DeleteRequest(
-            id=guard.id, urn=GUARD_URN, name="grpc-job-guard", type=GUARD_TYPE, properties=guard.properties,
-        ))
+        second.stub.Delete(
+            provider_pb2.DeleteRequest(
+                id=guard.id,
+                urn=GUARD_URN,
+                name="grpc-job-guard",
+                type=GUARD_TYPE,
+                properties=guard.properties,
+            )
+        )
     finally:
         second.stop()
     assert ray.get_job_status(job_id) == JobStatus.STOPPED
@@ -267,9 +330,15 @@ def test_a_secret_env_var_stays_out_of_outputs_and_log_lines(plugin, local_ray_h
     stub, stderr_path = plugin
     secret = f"wandb-{time.monotonic_ns()}"
     inputs = job_inputs(local_ray_head.address, runtime_env={"env_vars": {"WANDB_API_KEY": secret}})
-    created = stub.Create(provider_pb2.CreateRequest(
-        urn=URN, name="grpc-job", type=TYPE, properties=to_struct(with_provider(inputs)), timeout=300,
-    ))
+    created = stub.Create(
+        provider_pb2.CreateRequest(
+            urn=URN,
+            name="grpc-job",
+            type=TYPE,
+            properties=to_struct(with_provider(inputs)),
+            timeout=300,
+        )
+    )
     outputs = from_struct(created.properties)
     assert outputs["status"] == "SUCCEEDED"
     assert secret not in created.properties.SerializeToString().decode("utf-8", "replace")

@@ -44,10 +44,19 @@ def test_engine_strings_are_parsed():
 @pytest.mark.parametrize(
     "overrides, expected",
     [
-        ({"preset": "llama3-405b"}, "preset = 'llama3-405b' is not valid; choose one of: llama3-8b, llama3-70b, tiny-cpu"),
-        ({"preset": "tiny-cpu"}, "preset = 'tiny-cpu' runs on CPU through a local Ray cluster, not on GKE; choose a TPU preset: llama3-8b, llama3-70b"),
+        (
+            {"preset": "llama3-405b"},
+            "preset = 'llama3-405b' is not valid; choose one of: llama3-8b, llama3-70b, tiny-cpu",
+        ),
+        (
+            {"preset": "tiny-cpu"},
+            "preset = 'tiny-cpu' runs on CPU through a local Ray cluster, not on GKE; choose a TPU preset: llama3-8b, llama3-70b",
+        ),
         ({"mode": "serverless"}, "mode = 'serverless' is not valid; choose one of: standard, autopilot"),
-        ({"topology": "3x3"}, "topology = '3x3' is not a topology of TPU v6e; valid topologies: 1x1, 2x2, 2x4, 4x4, 4x8, 8x8, 8x16, 16x16"),
+        (
+            {"topology": "3x3"},
+            "topology = '3x3' is not a topology of TPU v6e; valid topologies: 1x1, 2x2, 2x4, 4x4, 4x8, 8x8, 8x16, 16x16",
+        ),
         ({"slices": "0"}, f"slices = 0 is out of range; use 1 to {MAX_SLICES}"),
         ({"slices": "65"}, f"slices = 65 is out of range; use 1 to {MAX_SLICES}"),
         ({"slices": "two"}, "slices = 'two' is not a whole number"),
@@ -58,9 +67,15 @@ def test_engine_strings_are_parsed():
             {"dcnSubnets": '["10.50.0.0/16", "10.50.128.0/17"]'},
             "dcnSubnets: 10.50.0.0/16 overlaps 10.50.128.0/17; use non-overlapping private ranges",
         ),
-        ({"dcnSubnets": '["10.50.0.0/16"]'}, "dcnSubnets has 1 ranges but TPU v6e needs 2 DCN networks; give exactly 2"),
+        (
+            {"dcnSubnets": '["10.50.0.0/16"]'},
+            "dcnSubnets has 1 ranges but TPU v6e needs 2 DCN networks; give exactly 2",
+        ),
         ({"dcnSubnets": '["8.8.0.0/16", "10.60.0.0/16"]'}, "dcnSubnets: 8.8.0.0/16 is not a private (RFC 1918) range"),
-        ({"dcnSubnets": '["10.50.0.1/16", "10.60.0.0/16"]'}, "dcnSubnets: '10.50.0.1/16' is not an IPv4 network in CIDR form"),
+        (
+            {"dcnSubnets": '["10.50.0.1/16", "10.60.0.0/16"]'},
+            "dcnSubnets: '10.50.0.1/16' is not an IPv4 network in CIDR form",
+        ),
         (
             {"mode": "autopilot", "gkeVersion": "1.34.1-gke.1829001"},
             "gkeVersion = '1.34.1-gke.1829001' is below the managed DRANET minimum for autopilot clusters; use 1.35.2-gke.1842000 or later",
@@ -70,7 +85,10 @@ def test_engine_strings_are_parsed():
             "gkeVersion = '1.33.5-gke.1000' is below the managed DRANET minimum for standard clusters; use 1.34.1-gke.1829001 or later",
         ),
         ({"gkeVersion": "latest"}, "gkeVersion: GKE version 'latest' is not of the form MAJOR.MINOR.PATCH-gke.BUILD"),
-        ({"releaseChannel": "BETA"}, "releaseChannel = 'BETA' is not valid; choose one of: RAPID, REGULAR, STABLE, EXTENDED"),
+        (
+            {"releaseChannel": "BETA"},
+            "releaseChannel = 'BETA' is not valid; choose one of: RAPID, REGULAR, STABLE, EXTENDED",
+        ),
         ({"spot": "yes"}, "spot = 'yes' is not a boolean; use true or false"),
         ({"clusterName": "My_Cluster"}, "clusterName = 'My_Cluster' is not valid; use lowercase letters"),
         ({"rayImage": "rayproject/ray"}, "rayImage = 'rayproject/ray' has no tag; pin a version"),
@@ -108,4 +126,3 @@ def test_other_accelerator_topologies_are_checked_against_their_catalog():
     # A v6e preset with a v5p-style 3-D topology is rejected, naming v6e's valid ones.
     problems = problems_of(topology="2x2x2")
     assert any("not a topology of TPU v6e" in problem for problem in problems)
-

@@ -14,7 +14,10 @@ pytestmark = pytest.mark.slow
 def test_smoke_trains_the_tiny_preset_and_ends_with_the_result_as_json():
     completed = subprocess.run(
         [sys.executable, "-m", "workloads.smoke"],
-        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     result = json.loads(completed.stdout.strip().splitlines()[-1])

@@ -84,7 +84,10 @@ def test_tiny_preset_trains_logs_finite_losses_and_checkpoints(local_ray_head, t
 
 def test_worker_killed_after_a_checkpoint_resumes_from_it(local_ray_head, tmp_path):
     job = resolve_job(
-        "tiny-cpu", run_name="fault-run", checkpoint_root=str(tmp_path), elastic=True,
+        "tiny-cpu",
+        run_name="fault-run",
+        checkpoint_root=str(tmp_path),
+        elastic=True,
         overrides=FAULT_RUN_OVERRIDES,
     )
     total = FAULT_RUN_OVERRIDES["steps"]

@@ -182,11 +182,17 @@ def test_repository_is_docker_in_the_region_with_immutable_tags():
 
 def test_submit_arguments():
     assert worker_image.submit_arguments(settings()) == [
-        "gcloud", "builds", "submit",
-        "--project", "my-project",
-        "--region", "us-east5",
-        "--ignore-file", ".dockerignore",
-        "--timeout", "3600s",
+        "gcloud",
+        "builds",
+        "submit",
+        "--project",
+        "my-project",
+        "--region",
+        "us-east5",
+        "--ignore-file",
+        ".dockerignore",
+        "--timeout",
+        "3600s",
         "--suppress-logs",
         "--quiet",
     ]
@@ -245,7 +251,11 @@ def run_build(tmp_path: Path):
         }
         result = subprocess.run(
             ["/bin/sh", "-c", worker_image.build_script(settings(), image)],
-            cwd=source, env=env, capture_output=True, text=True, timeout=30,
+            cwd=source,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
         calls = {path.name: path.read_text() for path in record.iterdir()}
         return result, calls, source
@@ -335,7 +345,9 @@ def test_default_stack_builds_the_image_and_runs_it(built_run):
 def test_default_stack_creates_the_repository(built_run):
     repository = built_run.one(REPOSITORY).inputs
     assert (repository["repositoryId"], repository["location"], repository["format"]) == (
-        "maxtext-tpu-images", DEV_REGION, "DOCKER",
+        "maxtext-tpu-images",
+        DEV_REGION,
+        "DOCKER",
     )
     assert repository["dockerConfig"] == {"immutableTags": True}
     assert dev_image_uri().startswith(f"{DEV_REGION}-docker.pkg.dev/{DEV_PROJECT}/maxtext-tpu-images/maxtext-ray:")
@@ -376,7 +388,9 @@ def test_nodes_can_pull_but_not_push(built_run):
     """The node account's project-level reader role covers the new repository; it gets no more."""
     roles = {member.inputs["role"] for member in built_run.of_type(IAM_MEMBER)}
     assert "roles/artifactregistry.reader" in roles
-    assert not {role for role in roles if role.startswith("roles/artifactregistry.") and role != "roles/artifactregistry.reader"}
+    assert not {
+        role for role in roles if role.startswith("roles/artifactregistry.") and role != "roles/artifactregistry.reader"
+    }
     assert "roles/artifactregistry.reader" in gcp_resources.NODE_SERVICE_ACCOUNT_ROLES
 
 

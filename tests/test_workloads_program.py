@@ -37,8 +37,14 @@ def run_workloads(stack: str, secrets: tuple[str, ...] = (), infra_outputs=None,
     config = stack_config(stack, WORKLOADS_DIR)
     config.update({f"{PROJECT}:{key}": value for key, value in overrides.items()})
     monitor = RecordingMonitor(stack_outputs={INFRA_STACK: infra_outputs or INFRA_OUTPUTS})
-    run = run_program(lambda: build(read_settings(), secret_settings()), config, project=PROJECT, stack=stack,
-                      monitor=monitor, secret_keys=frozenset(f"{PROJECT}:{key}" for key in secrets))
+    run = run_program(
+        lambda: build(read_settings(), secret_settings()),
+        config,
+        project=PROJECT,
+        stack=stack,
+        monitor=monitor,
+        secret_keys=frozenset(f"{PROJECT}:{key}" for key in secrets),
+    )
     return run, run.one(RAY_JOB).inputs
 
 
@@ -138,11 +144,14 @@ def test_bad_workloads_config_is_refused(raw, expected):
 def test_a_missing_trainer_program_is_refused_before_submission(monkeypatch):
     from workloads import job_inputs
 
-    settings = parse_workload_settings({"address": "http://127.0.0.1:8265", "preset": "tiny-cpu"},
-                                       stack="local", project_name=PROJECT)
+    settings = parse_workload_settings(
+        {"address": "http://127.0.0.1:8265", "preset": "tiny-cpu"}, stack="local", project_name=PROJECT
+    )
     job = job_inputs.resolve_local(settings)
     monkeypatch.setattr(job_inputs.importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(JobError, match="the trainer program trainer.maxtext_multi_slice_trainer is not in this checkout"):
+    with pytest.raises(
+        JobError, match="the trainer program trainer.maxtext_multi_slice_trainer is not in this checkout"
+    ):
         job_inputs.ray_job_inputs(job, settings)
 
 
@@ -184,7 +193,11 @@ def test_every_exported_job_output_is_a_stack_output():
 
 
 def test_the_infra_stack_cluster_id_and_token_secret_reach_the_job_target():
-    outputs = {**INFRA_OUTPUTS, "clusterId": "projects/p/locations/l/clusters/c", "rayAuthSecret": "maxtext-tpu-cluster"}
+    outputs = {
+        **INFRA_OUTPUTS,
+        "clusterId": "projects/p/locations/l/clusters/c",
+        "rayAuthSecret": "maxtext-tpu-cluster",
+    }
     _, inputs = run_workloads("dev", infra_outputs=outputs)
     assert inputs["gke"]["cluster_id"] == "projects/p/locations/l/clusters/c"
     assert inputs["gke"]["auth_secret"] == "maxtext-tpu-cluster"
@@ -194,6 +207,7 @@ def test_the_job_description_gives_exactly_the_job_inputs_the_resource_declares(
     from workloads import job_inputs
     from workloads.ray_job import JOB_INPUTS
 
-    settings = parse_workload_settings({"address": "http://127.0.0.1:8265", "preset": "tiny-cpu"},
-                                       stack="local", project_name=PROJECT)
+    settings = parse_workload_settings(
+        {"address": "http://127.0.0.1:8265", "preset": "tiny-cpu"}, stack="local", project_name=PROJECT
+    )
     assert set(job_inputs.ray_job_inputs(job_inputs.resolve_local(settings), settings)) == set(JOB_INPUTS)

@@ -84,7 +84,10 @@ def compile_command(job: JobSpec, python: Path) -> list[str]:
     """MaxText's AOT compile for the job's TPU shape: its overrides plus the compile target."""
     acc = accelerator_by_ray_type(job.accelerator_type or "")
     return [
-        str(python), "-m", "maxtext.trainers.pre_train.train_compile", str(base_config_path()),
+        str(python),
+        "-m",
+        "maxtext.trainers.pre_train.train_compile",
+        str(base_config_path()),
         *job.maxtext_args(),
         f"compile_topology={acc.slice_type(job.topology or '')}",
         f"compile_topology_num_slices={job.slices}",
@@ -95,8 +98,12 @@ def parse_output(output: str, job: JobSpec) -> FitResult:
     """Reads the compiler's memory and cost analysis, or its out-of-memory error."""
     acc = accelerator_by_ray_type(job.accelerator_type or "")
     shape = acc.shape(job.topology or "")
-    common = dict(slice_type=acc.slice_type(shape.topology), slices=job.slices,
-                  chips=shape.chips * job.slices, usable_gib=acc.usable_hbm_gib)
+    common = dict(
+        slice_type=acc.slice_type(shape.topology),
+        slices=job.slices,
+        chips=shape.chips * job.slices,
+        usable_gib=acc.usable_hbm_gib,
+    )
     oom = OOM_LINE.search(output)
     memory = MEMORY_LINE.search(output)
     if memory is None:
@@ -104,8 +111,8 @@ def parse_output(output: str, job: JobSpec) -> FitResult:
             raise RuntimeError("the compiler printed neither a memory analysis nor an out-of-memory error")
         return FitResult(fits=False, message=oom.group(0).strip()[:2000], **common)
     fields = dict(
-        (key.strip(), int(value)) for key, value in
-        (pair.split("=", 1) for pair in memory["fields"].split(",") if "=" in pair)
+        (key.strip(), int(value))
+        for key, value in (pair.split("=", 1) for pair in memory["fields"].split(",") if "=" in pair)
     )
     argument, temp = fields["argument_size_in_bytes"] / GIB, fields["temp_size_in_bytes"] / GIB
     output_gib, alias = fields["output_size_in_bytes"] / GIB, fields["alias_size_in_bytes"] / GIB
@@ -113,8 +120,12 @@ def parse_output(output: str, job: JobSpec) -> FitResult:
     flops = FLOPS_FIELD.search(output)
     return FitResult(
         fits=total <= acc.usable_hbm_gib,
-        argument_gib=argument, temp_gib=temp, output_gib=output_gib, alias_gib=alias,
-        total_gib=total, flops_per_step=float(flops["flops"]) if flops else None,
+        argument_gib=argument,
+        temp_gib=temp,
+        output_gib=output_gib,
+        alias_gib=alias,
+        total_gib=total,
+        flops_per_step=float(flops["flops"]) if flops else None,
         **common,
     )
 
@@ -133,8 +144,10 @@ def run_fit_check(job: JobSpec, *, use_cache: bool = True, python: Path | None =
     if use_cache and cached.exists():
         return FitResult(**json.loads(cached.read_text()))
     with tempfile.TemporaryDirectory(prefix="fit-check-") as output_dir:
-        command = [part if not part.startswith("base_output_directory=") else f"base_output_directory={output_dir}"
-                   for part in command]
+        command = [
+            part if not part.startswith("base_output_directory=") else f"base_output_directory={output_dir}"
+            for part in command
+        ]
         completed = subprocess.run(command, capture_output=True, text=True, cwd=output_dir)
     result = parse_output(completed.stdout + completed.stderr, job)
     if result.fits or result.message:
@@ -155,8 +168,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"{', '.join(malformed)}: overrides are KEY=VALUE, for example weight_dtype=bfloat16")
     try:
         overrides = dict(pair.split("=", 1) for pair in args.overrides)
-        job = resolve_job(args.preset, run_name="fit-check", checkpoint_root="/tmp/fit-check",
-                          slices=args.slices, overrides=overrides)
+        job = resolve_job(
+            args.preset, run_name="fit-check", checkpoint_root="/tmp/fit-check", slices=args.slices, overrides=overrides
+        )
         result = run_fit_check(job, use_cache=not args.no_cache)
     except JobError as error:
         print(f"fit check: {error}", file=sys.stderr)

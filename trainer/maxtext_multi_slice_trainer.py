@@ -1,6 +1,6 @@
 """Multislice MaxText training: a fixed number of workers, one per TPU VM of every slice.
 
-    python -m trainer.maxtext_multi_slice_trainer --job '<resolved job JSON>'
+python -m trainer.maxtext_multi_slice_trainer --job '<resolved job JSON>'
 """
 
 import sys

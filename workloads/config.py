@@ -11,7 +11,7 @@ from domain.workload_settings import WorkloadSettings, parse_workload_settings
 def _project_keys() -> tuple[str, list[str]]:
     prefix = f"{pulumi.get_project()}:"
     keys = set(runtime_config.CONFIG.get()) | set(runtime_config.get_config_env())
-    return prefix, sorted(key[len(prefix):] for key in keys if key.startswith(prefix))
+    return prefix, sorted(key[len(prefix) :] for key in keys if key.startswith(prefix))
 
 
 def read_settings() -> WorkloadSettings:

@@ -26,10 +26,12 @@ def resolve_for_cluster(settings: WorkloadSettings, cluster: Mapping[str, Any]) 
     preset = settings.preset or cluster["preset"]
     chosen = PRESETS.get(preset)
     if chosen is not None and chosen.accelerator_name != cluster["accelerator"]:
-        raise JobError([
-            f"preset = {preset!r} is for TPU {chosen.accelerator_name}, but the infra stack's "
-            f"cluster has {cluster['accelerator']}; use a preset for {cluster['accelerator']}"
-        ])
+        raise JobError(
+            [
+                f"preset = {preset!r} is for TPU {chosen.accelerator_name}, but the infra stack's "
+                f"cluster has {cluster['accelerator']}; use a preset for {cluster['accelerator']}"
+            ]
+        )
     return resolve_job(
         preset,
         run_name=settings.run_name_for(preset),
@@ -75,10 +77,12 @@ def ray_job_inputs(job: JobSpec, settings: WorkloadSettings) -> dict[str, Any]:
     missing here: the image is built from this tree, so a job naming a program that is not in it
     would only fail on the cluster."""
     if importlib.util.find_spec(job.trainer_module) is None:
-        raise JobError([
-            f"the trainer program {job.trainer_module} is not in this checkout; restore "
-            f"{job.trainer_module.replace('.', '/')}.py (and run ./scripts/setup)"
-        ])
+        raise JobError(
+            [
+                f"the trainer program {job.trainer_module} is not in this checkout; restore "
+                f"{job.trainer_module.replace('.', '/')}.py (and run ./scripts/setup)"
+            ]
+        )
     return {
         "entrypoint": job.entrypoint(),
         "runtime_env": dict(settings.runtime_env) or None,
@@ -93,14 +97,18 @@ def cost_estimate(job: JobSpec, settings: WorkloadSettings, price_per_chip_hour:
     """What the job should cost: its steps x an estimated step time (model FLOPs per step over
     what the chips deliver at the assumed MFU), at the chips' hourly price. None for CPU jobs."""
     if not job.use_tpu or job.total_steps is None:
-        return dict.fromkeys(("flopsPerStep", "assumedMfu", "estimatedStepSeconds",
-                              "estimatedJobHours", "estimatedJobDollars"))
+        return dict.fromkeys(
+            ("flopsPerStep", "assumedMfu", "estimatedStepSeconds", "estimatedJobHours", "estimatedJobDollars")
+        )
     chips = job.max_workers * job.chips_per_host
     flops = train_flops_per_step(job.maxtext_overrides, chips=chips)
     estimate = job_cost(
-        flops_per_step=flops, steps=job.total_steps, chips=chips,
+        flops_per_step=flops,
+        steps=job.total_steps,
+        chips=chips,
         peak_tflops_per_chip=accelerator_by_ray_type(job.accelerator_type or "").peak_bf16_tflops_per_chip,
-        assumed_mfu=settings.assumed_mfu, price_per_chip_hour_usd=price_per_chip_hour,
+        assumed_mfu=settings.assumed_mfu,
+        price_per_chip_hour_usd=price_per_chip_hour,
     )
     return {
         "flopsPerStep": flops,

@@ -84,9 +84,7 @@ class StepCollector:
                 "tokens_per_second_per_device": None,
                 "tflops_per_device": None,
             }
-        samples = list(self._samples) or [
-            (self.latest.tokens_per_second_per_device, self.latest.tflops_per_device)
-        ]
+        samples = list(self._samples) or [(self.latest.tokens_per_second_per_device, self.latest.tflops_per_device)]
         return {
             "steps_completed": self.highest_step + 1,
             "final_loss": self.latest.loss,

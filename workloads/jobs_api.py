@@ -141,10 +141,7 @@ class GkeTarget:
 
     @property
     def proxy_url(self) -> str:
-        return (
-            f"{self.server}/api/v1/namespaces/{self.namespace}/services/"
-            f"{self.service}:{self.port}/proxy"
-        )
+        return f"{self.server}/api/v1/namespaces/{self.namespace}/services/{self.service}:{self.port}/proxy"
 
     @classmethod
     def from_inputs(cls, values: Mapping[str, Any]) -> "GkeTarget":
@@ -162,9 +159,7 @@ class GkeTarget:
 def _gke_token() -> str:
     """A fresh access token from gke-gcloud-auth-plugin (the exec plugin kubectl uses)."""
     try:
-        completed = subprocess.run(
-            ["gke-gcloud-auth-plugin"], capture_output=True, text=True, timeout=60, check=True
-        )
+        completed = subprocess.run(["gke-gcloud-auth-plugin"], capture_output=True, text=True, timeout=60, check=True)
         return json.loads(completed.stdout)["status"]["token"]
     except FileNotFoundError:
         raise JobsApiError(
@@ -302,7 +297,9 @@ class JobsApi:
         what = f"reading the Ray token from Secret {self.gke.namespace}/{self.gke.auth_secret}"
         try:
             response = requests.get(
-                url, headers={"Authorization": f"Bearer {gke_token}"}, verify=self._verify(),
+                url,
+                headers={"Authorization": f"Bearer {gke_token}"},
+                verify=self._verify(),
                 timeout=REQUEST_TIMEOUT_SECONDS,
             )
         except OSError as error:
@@ -347,10 +344,13 @@ class JobsApi:
         what = "cannot reach the Ray Jobs API"
         try:
             headers = self.headers()
-            response = requests.get(f"{self.address}/api/version", headers=headers, verify=self._verify(),
-                                    timeout=REACH_TIMEOUT_SECONDS)
+            response = requests.get(
+                f"{self.address}/api/version", headers=headers, verify=self._verify(), timeout=REACH_TIMEOUT_SECONDS
+            )
         except JobsApiError as error:
-            raise JobsApiError(error.kind, f"{what} at {self.describe()} ({error}); {self.fix_for(error.kind)}") from None
+            raise JobsApiError(
+                error.kind, f"{what} at {self.describe()} ({error}); {self.fix_for(error.kind)}"
+            ) from None
         except OSError as error:
             raise JobsApiError(
                 ErrorKind.UNREACHABLE,
@@ -359,7 +359,8 @@ class JobsApi:
         if response.status_code != 200:
             kind = kind_of_status(response.status_code, response.text)
             raise JobsApiError(
-                kind, f"{what} at {self.describe()} (HTTP {response.status_code}); {self.fix_for(kind)}",
+                kind,
+                f"{what} at {self.describe()} (HTTP {response.status_code}); {self.fix_for(kind)}",
                 response.status_code,
             )
 
@@ -397,8 +398,9 @@ class JobsApi:
             detail = error.args[0] if isinstance(error, JobsApiError) else _first_line(error)
             raise JobsApiError(kind, f"{what} at {self.describe()}: {kind.value} ({detail})", status) from None
 
-    def log_tail(self, job_id: str, node_id: str, lines: int = LOG_TAIL_LINES,
-                 max_bytes: int = LOG_TAIL_MAX_BYTES) -> bytes:
+    def log_tail(
+        self, job_id: str, node_id: str, lines: int = LOG_TAIL_LINES, max_bytes: int = LOG_TAIL_MAX_BYTES
+    ) -> bytes:
         """The last `lines` lines of a job's log, as bytes, at most `max_bytes` of them.
 
         Ray's state API serves log files as bytes, so bytes that are not UTF-8 cannot break the
@@ -411,8 +413,14 @@ class JobsApi:
         params = {"submission_id": job_id, "node_id": node_id, "lines": str(lines)}
         what = f"reading the log of {job_id}"
         try:
-            with requests.get(url, params=params, headers=self._headers, verify=self._verify(),
-                              timeout=REQUEST_TIMEOUT_SECONDS, stream=True) as response:
+            with requests.get(
+                url,
+                params=params,
+                headers=self._headers,
+                verify=self._verify(),
+                timeout=REQUEST_TIMEOUT_SECONDS,
+                stream=True,
+            ) as response:
                 if response.status_code != 200:
                     kind = kind_of_status(response.status_code, response.text[:1000])
                     raise JobsApiError(kind, f"{what}: HTTP {response.status_code}", response.status_code)
@@ -451,7 +459,9 @@ class JobsApi:
                 return ClusterCheck(False, f"{self.address} did not answer ({_first_line(error)})")
             return ClusterCheck(False, f"a server still answers at {self.address}")
         if self.gke.cluster_id is None:
-            return ClusterCheck(False, "the stack does not record the GKE cluster's id (re-run `pulumi up` on the infra stack)")
+            return ClusterCheck(
+                False, "the stack does not record the GKE cluster's id (re-run `pulumi up` on the infra stack)"
+            )
         try:
             token = _gke_token()
         except JobsApiError as error:

@@ -112,7 +112,7 @@ def _stat(pid: int) -> _Stat | None:
     except OSError:
         return None
     # The command name (field 2) is in parentheses and may itself contain spaces or ')'.
-    fields = data[data.rindex(b")") + 2:].split()
+    fields = data[data.rindex(b")") + 2 :].split()
     return _Stat(fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[19]))
 
 
@@ -120,8 +120,7 @@ def _group_alive(group_id: int) -> bool:
     """Whether a process of the group still runs (zombies, already dead, do not count)."""
     if HAVE_PROC:
         return any(
-            stat is not None and stat.group == group_id and stat.state not in GONE
-            for stat in map(_stat, _all_pids())
+            stat is not None and stat.group == group_id and stat.state not in GONE for stat in map(_stat, _all_pids())
         )
     try:
         os.killpg(group_id, 0)
@@ -236,7 +235,10 @@ class LocalRayHead:
         self.log_path = Path(self.temp_dir) / "head.log"
         self._write_token()
         command = [
-            str(ray), "start", "--head", "--block",
+            str(ray),
+            "start",
+            "--head",
+            "--block",
             "--node-ip-address=127.0.0.1",
             "--dashboard-host=127.0.0.1",
             f"--dashboard-port={self.dashboard_port}",
@@ -284,7 +286,9 @@ class LocalRayHead:
                 raise LocalRayError(f"ray start exited with {self.process.returncode}:\n{self._log_tail()}")
             if time.monotonic() > deadline:
                 self.stop()
-                raise LocalRayError(f"the Ray head did not answer within {self.start_timeout:.0f} s:\n{self._log_tail()}")
+                raise LocalRayError(
+                    f"the Ray head did not answer within {self.start_timeout:.0f} s:\n{self._log_tail()}"
+                )
             time.sleep(0.5)
         return self
 

@@ -14,8 +14,17 @@ from workloads.ray_job import JOB_INPUTS, RayJob, RayJobGuard, submission_id
 # Infra stack outputs the job needs; the optional ones are missing from stacks deployed before
 # they existed (such a stack's cluster has no Ray token, and destroy cannot ask GKE about it).
 INFRA_OUTPUTS = (
-    "clusterEndpoint", "clusterCaCertificate", "namespace", "headServiceName", "dashboardPort",
-    "checkpointRoot", "preset", "accelerator", "slices", "topology", "pricePerChipHourUsd",
+    "clusterEndpoint",
+    "clusterCaCertificate",
+    "namespace",
+    "headServiceName",
+    "dashboardPort",
+    "checkpointRoot",
+    "preset",
+    "accelerator",
+    "slices",
+    "topology",
+    "pricePerChipHourUsd",
 )
 OPTIONAL_INFRA_OUTPUTS = ("clusterId", "rayAuthSecret")
 COST_OUTPUTS = ("flopsPerStep", "assumedMfu", "estimatedStepSeconds", "estimatedJobHours", "estimatedJobDollars")

@@ -56,9 +56,19 @@ JOB_INPUTS = tuple(name for name in INPUTS if name not in TARGET_INPUTS + ("stac
 KEPT_INPUTS = ("stack",) + TARGET_INPUTS + UPDATABLE
 # Outputs, and whether the workloads stack exports them (under their camelCase name).
 OUTPUTS = (
-    "submission_id", "status", "message", "start_time", "end_time", "duration_seconds",
-    "steps_completed", "final_loss", "tokens_per_second_per_device", "tflops_per_device",
-    "checkpoint_dir", "dashboard_url", "input_digests",
+    "submission_id",
+    "status",
+    "message",
+    "start_time",
+    "end_time",
+    "duration_seconds",
+    "steps_completed",
+    "final_loss",
+    "tokens_per_second_per_device",
+    "tflops_per_device",
+    "checkpoint_dir",
+    "dashboard_url",
+    "input_digests",
 )
 EXPORTED = tuple(name for name in OUTPUTS if name not in ("message", "input_digests"))
 
@@ -154,8 +164,13 @@ class ProgressReporter:
     measured step rate. Lines, not a redrawn bar: the engine shows the plugin's stderr line by
     line, and a terminal shows them the same way."""
 
-    def __init__(self, job_id: str, total_steps: int | None, stream: TextIO | None = None,
-                 every_seconds: float = PROGRESS_EVERY_SECONDS):
+    def __init__(
+        self,
+        job_id: str,
+        total_steps: int | None,
+        stream: TextIO | None = None,
+        every_seconds: float = PROGRESS_EVERY_SECONDS,
+    ):
         self.job_id = job_id
         self.total_steps = total_steps
         self.stream = stream or sys.stderr
@@ -257,9 +272,11 @@ class RayJobProvider(ResourceProvider):
             failures.append(CheckFailure("entrypoint", "entrypoint is empty; give the command to run"))
         has_address, has_gke = news.get("address") is not None, news.get("gke") is not None
         if has_address == has_gke:
-            failures.append(CheckFailure(
-                "address", "give exactly one of address (a Ray dashboard URL) or gke (the infra stack's cluster)"
-            ))
+            failures.append(
+                CheckFailure(
+                    "address", "give exactly one of address (a Ray dashboard URL) or gke (the infra stack's cluster)"
+                )
+            )
         timeout = news.get("timeout_seconds")
         if isinstance(timeout, (int, float)) and timeout <= 0:
             failures.append(CheckFailure("timeout_seconds", f"timeout_seconds = {timeout} must be positive"))
@@ -306,6 +323,7 @@ class RayJobProvider(ResourceProvider):
 
     def delete(self, id_: str, props: dict[str, Any]) -> None:
         with _api(props) as api:
+
             def stop_then_delete() -> None:
                 stop_and_confirm(api, id_)
                 api.call(f"deleting the record of {id_}", lambda client: client.delete_job(id_))
@@ -376,12 +394,15 @@ class RayJobProvider(ResourceProvider):
         metadata = {str(k): str(v) for k, v in _integral(props.get("metadata") or {}).items()} or None
         while True:
             try:
-                api.call(f"submitting {job_id}", lambda client: client.submit_job(
-                    entrypoint=props["entrypoint"],
-                    submission_id=job_id,
-                    runtime_env=props.get("runtime_env") or None,
-                    metadata=metadata,
-                ))
+                api.call(
+                    f"submitting {job_id}",
+                    lambda client: client.submit_job(
+                        entrypoint=props["entrypoint"],
+                        submission_id=job_id,
+                        runtime_env=props.get("runtime_env") or None,
+                        metadata=metadata,
+                    ),
+                )
                 return
             except JobsApiError as error:
                 if "No available agent" not in str(error) or time.monotonic() > deadline:
@@ -504,6 +525,7 @@ class RayJobGuardProvider(ResourceProvider):
     def delete(self, _id: str, props: dict[str, Any]) -> None:
         base_id = props["job_id"]
         with _api(props) as api:
+
             def stop_every_attempt() -> None:
                 jobs = api.call("listing jobs", lambda client: client.list_jobs())
                 for job in jobs:
@@ -519,6 +541,13 @@ class RayJobGuard(Resource, module="ray", name="RayJobGuard"):
     """`pulumi-python:dynamic/ray:RayJobGuard`: registered before the RayJob (which depends on
     it), so it is in the state before the job is submitted and leaves it after the job."""
 
-    def __init__(self, name: str, *, job_id: pulumi.Input[str], address: pulumi.Input[str] | None = None,
-                 gke: pulumi.Input[Mapping[str, Any]] | None = None, opts: pulumi.ResourceOptions | None = None):
+    def __init__(
+        self,
+        name: str,
+        *,
+        job_id: pulumi.Input[str],
+        address: pulumi.Input[str] | None = None,
+        gke: pulumi.Input[Mapping[str, Any]] | None = None,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
         super().__init__(RayJobGuardProvider(), name, {"job_id": job_id, "address": address, "gke": gke}, opts)

@@ -41,8 +41,14 @@ def local_stack_config() -> dict:
 def parse_args(argv: list[str] | None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--elastic", action="store_true", help="run the elastic trainer")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="a MaxText setting to add or override, e.g. --set steps=20 (repeatable)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a MaxText setting to add or override, e.g. --set steps=20 (repeatable)",
+    )
     args = parser.parse_args(argv)
     for pair in args.overrides:
         if "=" not in pair or pair.startswith("="):
@@ -78,8 +84,12 @@ def main(argv: list[str] | None = None) -> int:
         head = LocalRayHead(dashboard_port=port)
 
     provider = RayJobProvider()
-    props = {"stack": settings.stack, "address": settings.address, "gke": None,
-             **job_inputs.ray_job_inputs(job, settings)}
+    props = {
+        "stack": settings.stack,
+        "address": settings.address,
+        "gke": None,
+        **job_inputs.ray_job_inputs(job, settings),
+    }
     checked = provider.check({}, props)
     if checked.failures:
         for failure in checked.failures:

@@ -74,9 +74,9 @@ class GkeCluster(pulumi.ComponentResource):
         self.endpoint = self.cluster.endpoint
         self.ca_certificate = self.cluster.master_auth.cluster_ca_certificate
         self.node_service_account_email = node_account.email
-        self.kubeconfig = pulumi.Output.all(
-            self.cluster.name, self.cluster.endpoint, self.ca_certificate
-        ).apply(lambda values: gke_kubeconfig(f"gke_{settings.project}_{values[0]}", values[1], values[2]))
+        self.kubeconfig = pulumi.Output.all(self.cluster.name, self.cluster.endpoint, self.ca_certificate).apply(
+            lambda values: gke_kubeconfig(f"gke_{settings.project}_{values[0]}", values[1], values[2])
+        )
         self.provider = k8s.Provider(
             f"{name}-k8s",
             kubeconfig=self.kubeconfig.apply(lambda config: json.dumps(config, sort_keys=True)),

@@ -57,9 +57,7 @@ class KubeRay(pulumi.ComponentResource):
                 _custom_resource(
                     f"{name}-netdev-claim",
                     kuberay.resource_claim_template(settings),
-                    pulumi.ResourceOptions.merge(
-                        k8s_opts, pulumi.ResourceOptions(depends_on=storage.ready)
-                    ),
+                    pulumi.ResourceOptions.merge(k8s_opts, pulumi.ResourceOptions(depends_on=storage.ready)),
                 )
             )
         _custom_resource(
@@ -69,9 +67,7 @@ class KubeRay(pulumi.ComponentResource):
             kuberay.ray_cluster(settings, storage.bucket_name, image),
             pulumi.ResourceOptions.merge(
                 k8s_opts,
-                pulumi.ResourceOptions(
-                    depends_on=[crd_ready, *storage.ready, *slices.capacity, *claim_templates]
-                ),
+                pulumi.ResourceOptions(depends_on=[crd_ready, *storage.ready, *slices.capacity, *claim_templates]),
             ),
         )
         self.ray_cluster_name = pulumi.Output.from_input(kuberay.RAY_CLUSTER_NAME)

@@ -50,6 +50,4 @@ class DcnNetworks(pulumi.ComponentResource):
             self.attachments.append((network.name, subnet.name))
         self.network_names = pulumi.Output.all(*[n.name for n in networks])
         self.subnet_names = pulumi.Output.all(*[s.name for s in subnets])
-        self.register_outputs(
-            {"network_names": self.network_names, "subnet_names": self.subnet_names}
-        )
+        self.register_outputs({"network_names": self.network_names, "subnet_names": self.subnet_names})

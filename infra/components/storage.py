@@ -36,15 +36,11 @@ class CheckpointStorage(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[apis]),
         )
 
-        k8s_opts = pulumi.ResourceOptions(
-            parent=self, provider=cluster.provider, depends_on=cluster.ready
-        )
+        k8s_opts = pulumi.ResourceOptions(parent=self, provider=cluster.provider, depends_on=cluster.ready)
         namespace_ready: list[pulumi.Resource] = []
         if settings.namespace != "default":
             namespace_ready.append(
-                k8s.core.v1.Namespace(
-                    f"{name}-namespace", metadata={"name": settings.namespace}, opts=k8s_opts
-                )
+                k8s.core.v1.Namespace(f"{name}-namespace", metadata={"name": settings.namespace}, opts=k8s_opts)
             )
         service_account = k8s.core.v1.ServiceAccount(
             f"{name}-ksa",

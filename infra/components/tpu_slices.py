@@ -38,9 +38,7 @@ class TpuSlices(pulumi.ComponentResource):
                         kind=manifest["kind"],
                         metadata=manifest["metadata"],
                         spec=manifest["spec"],
-                        opts=pulumi.ResourceOptions(
-                            parent=self, provider=cluster.provider, depends_on=cluster.ready
-                        ),
+                        opts=pulumi.ResourceOptions(parent=self, provider=cluster.provider, depends_on=cluster.ready),
                     )
                 )
             self.pool_names = pulumi.Output.from_input([])

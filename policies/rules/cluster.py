@@ -129,9 +129,7 @@ def gcs_fuse(args: ResourceValidationArgs, report_violation: ReportViolation) ->
         )
 
 
-def production_deletion_protection(
-    args: ResourceValidationArgs, report_violation: ReportViolation
-) -> None:
+def production_deletion_protection(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
     """A production cluster must survive a `pulumi destroy` run against the wrong stack."""
     cluster = _cluster(args)
     if cluster is None:

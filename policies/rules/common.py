@@ -311,9 +311,7 @@ class StackView:
     def pools_decided(self) -> bool:
         """Whether every node pool's machine type is known, so `tpu_pools` is the whole list
         rather than a part of it (a pool of unknown machine type may be a TPU slice)."""
-        return all(
-            known(at(pool.props, "nodeConfig", "machineType")) for pool in self.of_type(NODE_POOL)
-        )
+        return all(known(at(pool.props, "nodeConfig", "machineType")) for pool in self.of_type(NODE_POOL))
 
     def resolve(
         self, holder: StackResource, prop: str, reference: Any, candidates: list[StackResource]
@@ -326,9 +324,7 @@ class StackView:
             for candidate in candidates:
                 identities = [at(candidate.props, key) for key in ("id", "selfLink")]
                 name = at(candidate.props, "name")
-                if reference in identities or (
-                    isinstance(name, str) and reference.rsplit("/", 1)[-1] == name
-                ):
+                if reference in identities or (isinstance(name, str) and reference.rsplit("/", 1)[-1] == name):
                     return candidate
         by_urn = {candidate.urn: candidate for candidate in candidates}
         for dependencies in (

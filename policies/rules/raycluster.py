@@ -110,7 +110,7 @@ def chips_per_host(args: ResourceValidationArgs, report_violation: ReportViolati
                     f"{label}: {_container_name(container)} of worker group '{group.name}' asks "
                     f"for {chips} TPU chips, but a {group.topology} VM of TPU "
                     f"{group.accelerator.name} has {group.shape.chips_per_vm}. Set its "
-                    f"google.com/tpu limit and request to \"{group.shape.chips_per_vm}\".",
+                    f'google.com/tpu limit and request to "{group.shape.chips_per_vm}".',
                     args.urn,
                 )
 
@@ -135,7 +135,7 @@ def megascale_slices(args: ResourceValidationArgs, report_violation: ReportViola
                     report_violation(
                         f"{label}: worker group '{group.name}' starts {replicas} slices but sets "
                         f"MEGASCALE_NUM_SLICES={slices}: JAX would wait for slices that never "
-                        f"come, or leave some out. Set MEGASCALE_NUM_SLICES to \"{replicas}\".",
+                        f'come, or leave some out. Set MEGASCALE_NUM_SLICES to "{replicas}".',
                         args.urn,
                     )
 
@@ -193,14 +193,19 @@ def privileged_only_for_tpu(args: ResourceValidationArgs, report_violation: Repo
 def _requires_spot(pod_spec: dict[str, Any]) -> bool:
     if at(pod_spec, "nodeSelector", SPOT_LABEL) == "true":
         return True
-    terms = at(pod_spec, "affinity", "nodeAffinity",
-               "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
+    terms = at(
+        pod_spec, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms"
+    )
     for term in terms if isinstance(terms, list) else []:
         expressions = at(term, "matchExpressions")
         for expression in expressions if isinstance(expressions, list) else []:
             values = at(expression, "values")
-            if (at(expression, "key") == SPOT_LABEL and at(expression, "operator") == "In"
-                    and isinstance(values, list) and "true" in values):
+            if (
+                at(expression, "key") == SPOT_LABEL
+                and at(expression, "operator") == "In"
+                and isinstance(values, list)
+                and "true" in values
+            ):
                 return True
     return False
 
@@ -269,7 +274,7 @@ def token_authentication(args: ResourceValidationArgs, report_violation: ReportV
         report_violation(
             f"{label} runs Ray without token authentication ({problem}): the Jobs API on its "
             "head runs any command that any pod in the cluster sends it. Set "
-            "spec.authOptions.mode to \"token\" (KubeRay then generates the token into a Secret "
+            'spec.authOptions.mode to "token" (KubeRay then generates the token into a Secret '
             "named after the cluster) and spec.rayVersion to the image's Ray version, "
             f"{MIN_RAY_VERSION_FOR_TOKEN_AUTH} or later, which KubeRay requires for it.",
             args.urn,
@@ -324,12 +329,15 @@ def tpu_selectors(args: StackValidationArgs, report_violation: ReportViolation) 
             valid = ", ".join(a.gke_accelerator for a in ACCELERATORS.values())
             problem = f"selects TPU accelerator {accelerator!r}, which is not in the catalog ({valid})"
         elif group.shape is None:
-            problem = (f"selects topology {topology!r}, which TPU {group.accelerator.name} does not "
-                       f"offer ({', '.join(group.accelerator.shapes)})")
+            problem = (
+                f"selects topology {topology!r}, which TPU {group.accelerator.name} does not "
+                f"offer ({', '.join(group.accelerator.shapes)})"
+            )
         elif pools and pools_known and (group.accelerator.name, topology) not in provided:
             offered = ", ".join(sorted(f"{a} {t}" for a, t in provided))
-            problem = (f"selects TPU {group.accelerator.name} {topology}, but the stack's TPU node "
-                       f"pools provide {offered}")
+            problem = (
+                f"selects TPU {group.accelerator.name} {topology}, but the stack's TPU node pools provide {offered}"
+            )
         else:
             continue
         report_violation(
@@ -351,7 +359,8 @@ def replicas_match_slices(args: StackValidationArgs, report_violation: ReportVio
         if group.accelerator is None or not known(replicas):
             continue
         slices = sum(
-            1 for _, found in pools
+            1
+            for _, found in pools
             if found.accelerator.name == group.accelerator.name and found.topology == group.topology
         )
         if not slices or replicas == slices:

@@ -102,8 +102,7 @@ def maxtext_mesh(args: ResourceValidationArgs, report_violation: ReportViolation
     shape = tpu[1] if tpu else None
     problems = _mesh_problems(job, shape)
     if problems:
-        where = (f"{' or '.join(map(str, _slice_counts(job)))} slice(s) of {shape.chips} chips"
-                 if shape else "CPU")
+        where = f"{' or '.join(map(str, _slice_counts(job)))} slice(s) of {shape.chips} chips" if shape else "CPU"
         report_violation(
             f"{label} cannot start on {where}: {'; '.join(problems)}. Fix maxtextOverrides in "
             "the workloads stack: the ici_*_parallelism values must multiply to the chips of "
@@ -123,9 +122,7 @@ def _sized(args: ResourceValidationArgs) -> tuple[JobSpec, str, MemoryEstimate, 
         return None
     (job, label), (accelerator, shape) = found, tpu
     try:
-        memory = estimate_memory(
-            job.maxtext_overrides, chips_per_slice=shape.chips, slices=_slice_counts(job)[0]
-        )
+        memory = estimate_memory(job.maxtext_overrides, chips_per_slice=shape.chips, slices=_slice_counts(job)[0])
     except (KeyError, ValueError):
         return None
     return job, label, memory, accelerator
@@ -186,8 +183,10 @@ def elastic_checkpointing(args: ResourceValidationArgs, report_violation: Report
     if redo <= allowed:
         return
     cause = f"checkpoints every {period} steps" if checkpoints else "does not checkpoint"
-    fix = f"checkpoint_period: {allowed}" if checkpoints else (
-        f"enable_checkpointing: true, checkpoint_period: {allowed}"
+    fix = (
+        f"checkpoint_period: {allowed}"
+        if checkpoints
+        else (f"enable_checkpointing: true, checkpoint_period: {allowed}")
     )
     report_violation(
         f"{label} is elastic (its slices may be preempted or fail) but {cause} of {steps}: each "

@@ -134,8 +134,7 @@ def validate_against_schema(obj: dict, schema: dict) -> list[str]:
     defaulted = apply_defaults(obj, schema)
     errors += [_error_line(path, "unknown field") for path in _unknown_fields(defaulted, schema)]
     errors += [
-        _error_line(error.absolute_path, error.message)
-        for error in _StructuralValidator(schema).iter_errors(defaulted)
+        _error_line(error.absolute_path, error.message) for error in _StructuralValidator(schema).iter_errors(defaulted)
     ]
     return errors
 
@@ -228,8 +227,7 @@ def _unknown_fields(value: Any, schema: dict, path: tuple = ()) -> Iterator[tupl
     means the same as no `additionalProperties`: only declared fields are kept.
     """
     keeps_unknown = (
-        schema.get("x-kubernetes-preserve-unknown-fields") is True
-        or schema.get("additionalProperties") is True
+        schema.get("x-kubernetes-preserve-unknown-fields") is True or schema.get("additionalProperties") is True
     )
     for key, child in _entries(value):
         child_schema = _child_schema(schema, key)
@@ -309,8 +307,7 @@ def _compile_rule(rule: str) -> celpy.Runner | None:
             continue
         if name not in _KNOWN_FUNCTIONS:
             raise CELRuleError(
-                f"rule {rule!r} calls {name}(), which cel-python lacks; add a shim to "
-                "_KUBERNETES_FUNCTIONS"
+                f"rule {rule!r} calls {name}(), which cel-python lacks; add a shim to _KUBERNETES_FUNCTIONS"
             )
     return _CEL.program(ast, functions=_KUBERNETES_FUNCTIONS)
 

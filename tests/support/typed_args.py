@@ -13,7 +13,6 @@ import sys
 from typing import Any
 
 
-
 def _nested_args_class(annotation: Any, home_module: str) -> tuple[type | None, bool]:
     """The `*Args` class an annotation names (if any) and whether it is a list of them."""
     text = str(annotation)
