@@ -86,8 +86,7 @@ while step < lines:
 """
 
 # Runs in the subprocess: the provider's create, as the engine would run it, measured.
-CREATE_PROGRAM = (
-    """\
+CREATE_PROGRAM = """\
 import json, resource, sys, time, tracemalloc
 config = json.loads(sys.argv[1])
 import ray.job_submission  # imported lazily by the provider anyway: keep it out of the delta
@@ -101,6 +100,7 @@ rss_after_imports = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 if config["tracemalloc"]:
     tracemalloc.start()
 started = time.perf_counter()
+RESULT_MARKER = config["result_marker"]
 outputs, error = None, None
 try:
     result = ray_job.RayJobProvider().create(config["props"])
@@ -109,7 +109,7 @@ except BaseException as exc:
     error = f"{type(exc).__name__}: {exc}"
 wall = time.perf_counter() - started
 traced_peak = tracemalloc.get_traced_memory()[1] if config["tracemalloc"] else None
-print(%r + json.dumps({
+print(RESULT_MARKER + json.dumps({
     "module": ray_job.__file__,
     "constants": constants,
     "outputs": outputs,
@@ -120,8 +120,6 @@ print(%r + json.dumps({
     "tracemalloc_peak_bytes": traced_peak,
 }, default=str), flush=True)
 """
-    % RESULT_MARKER
-)
 
 
 # ---------------------------------------------------------------------------- the proxy
@@ -258,7 +256,12 @@ def run_create(props: dict, poll_seconds: float, use_tracemalloc: bool, extra_en
     env = {**os.environ, **extra_env}
     # The same checkout as this process, whatever the current directory or editable install says.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(CHECKOUT), os.environ.get("PYTHONPATH")) if p)
-    config = {"props": props, "poll_seconds": poll_seconds, "tracemalloc": use_tracemalloc}
+    config = {
+        "props": props,
+        "poll_seconds": poll_seconds,
+        "tracemalloc": use_tracemalloc,
+        "result_marker": RESULT_MARKER,
+    }
     completed = subprocess.run(
         [sys.executable, "-c", CREATE_PROGRAM, json.dumps(config)],
         capture_output=True,

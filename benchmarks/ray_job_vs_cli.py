@@ -26,7 +26,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from typing import Callable
+from collections.abc import Callable
 
 from ray.job_submission import JobStatus, JobSubmissionClient
 
@@ -114,10 +114,15 @@ def benchmark(address: str, rounds: int, make_entrypoint: Callable[[str], str]) 
 
     provider_times, cli_times = [], []
     for round_ in range(1, rounds + 1):
-        run_a = lambda: run_provider(  # noqa: E731
-            client, make_entrypoint(f"p-{nonce}-{round_}"), {"benchmark": nonce, "round": str(round_)}
-        )
-        run_b = lambda: run_cli(client, make_entrypoint(f"c-{nonce}-{round_}"), f"cli-bench-{nonce}-{round_}")  # noqa: E731
+
+        def run_a(round_: int = round_) -> tuple[float, float]:
+            return run_provider(
+                client, make_entrypoint(f"p-{nonce}-{round_}"), {"benchmark": nonce, "round": str(round_)}
+            )
+
+        def run_b(round_: int = round_) -> tuple[float, float]:
+            return run_cli(client, make_entrypoint(f"c-{nonce}-{round_}"), f"cli-bench-{nonce}-{round_}")
+
         if round_ % 2:
             (provider, provider_overhead), (cli, cli_overhead) = run_a(), run_b()
         else:

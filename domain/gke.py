@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
 
 MODES = ("standard", "autopilot")

@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from domain import maxtext_config
 from domain.presets import PRESETS, maxtext_overrides
@@ -84,7 +85,7 @@ class JobSpec:
         return json.dumps(asdict(self), sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "JobSpec":
+    def from_json(cls, text: str) -> JobSpec:
         data: dict[str, Any] = json.loads(text)
         data["maxtext_overrides"] = dict(data.get("maxtext_overrides") or {})
         return cls(**data)

@@ -99,6 +99,7 @@ def uses_dranet(settings: StackSettings) -> bool:
 def resource_claim_template(settings: StackSettings) -> dict[str, Any]:
     """The DRANET claim for the extra NICs: exactly one per DCN network on Standard, where the
     node pools attach them; on Autopilot GKE attaches what the ComputeClass asks for, so take all."""
+    allocation: dict[str, Any]
     if settings.is_autopilot:
         allocation = {"allocationMode": "All"}
     else:

@@ -11,8 +11,9 @@ import difflib
 import functools
 import importlib.util
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 

@@ -8,9 +8,9 @@ seconds on a laptop's CPU through a local Ray cluster.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping
 
 from domain.tpu_catalog import Accelerator, SliceShape, accelerator
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from domain import dcn, gke
 from domain.presets import PRESETS, Preset
@@ -269,20 +270,17 @@ def parse_settings(raw: Mapping[str, Any], *, stack: str, project_name: str) -> 
     spot = reader.boolean("spot")
     reservation = reader.text("reservation")
 
-    settings_kwargs = dict(
-        cluster_name=reader.dns_label("clusterName", 40),
-        namespace=reader.dns_label("namespace", 63),
-        service_account=reader.dns_label("serviceAccount", 63),
-        network=reader.text("network") or "",
-        bucket_name=reader.text("bucketName"),
-        bucket_force_destroy=reader.boolean("bucketForceDestroy"),
-        deletion_protection=reader.boolean("deletionProtection"),
-        production=reader.boolean("production"),
-        ray_image=reader.text("rayImage"),
-        head_machine_type=reader.text("headMachineType") or "",
-        price_per_chip_hour_usd=reader.positive_number("pricePerChipHour"),
-    )
-    image = settings_kwargs["ray_image"]
+    cluster_name = reader.dns_label("clusterName", 40)
+    namespace = reader.dns_label("namespace", 63)
+    service_account = reader.dns_label("serviceAccount", 63)
+    network = reader.text("network") or ""
+    bucket_name = reader.text("bucketName")
+    bucket_force_destroy = reader.boolean("bucketForceDestroy")
+    deletion_protection = reader.boolean("deletionProtection")
+    production = reader.boolean("production")
+    head_machine_type = reader.text("headMachineType") or ""
+    price_per_chip_hour_usd = reader.positive_number("pricePerChipHour")
+    image = reader.text("rayImage")
     if image is not None and ":" not in image.rsplit("/", 1)[-1] and "@sha256:" not in image:
         problems.append(
             f"rayImage = {image!r} has no tag; pin a version (for example "
@@ -308,5 +306,15 @@ def parse_settings(raw: Mapping[str, Any], *, stack: str, project_name: str) -> 
         spot=spot,
         reservation=reservation,
         dcn_subnets=dcn_subnets,
-        **settings_kwargs,
+        cluster_name=cluster_name,
+        namespace=namespace,
+        service_account=service_account,
+        network=network,
+        bucket_name=bucket_name,
+        bucket_force_destroy=bucket_force_destroy,
+        deletion_protection=deletion_protection,
+        production=production,
+        ray_image=image,
+        head_machine_type=head_machine_type,
+        price_per_chip_hour_usd=price_per_chip_hour_usd,
     )

@@ -8,9 +8,9 @@ Numbers are Google's published figures for each generation (per chip: HBM, peak 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping
 
 
 @dataclass(frozen=True)

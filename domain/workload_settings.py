@@ -8,8 +8,9 @@ dashboard URL reached directly (the local stack).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from domain.presets import PRESETS
 from domain.problems import ProblemsError

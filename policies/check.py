@@ -14,8 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from policies.evaluate import evaluate
 from policies.mock_engine import PROJECT_ROOT, ProgramRun, RecordingMonitor, run_program, stack_config
@@ -107,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     policy_config = json.loads(args.policy_config.read_text()) if args.policy_config else None
     try:
         run = run_stack(args.project, args.stack, _parse_sets(args.sets, name))
-    except Exception as error:  # noqa: BLE001 (any program failure is reported, not traced)
+    except Exception as error:
         print(f"{name} stack {args.stack}: the program failed before the policies ran:\n{error}", file=sys.stderr)
         return 2
     violations = evaluate(resources_of(run), policy_config)

@@ -20,9 +20,10 @@ resource another one refers to.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from inspect import isawaitable
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from google.protobuf import json_format, struct_pb2
 from pulumi_policy import (
@@ -77,7 +78,7 @@ def evaluate(
     """
     settings = reconcile_config(policies, config)
     wire = [_through_struct(resource.get("props") or {}) for resource in resources]
-    by_urn = {resource["urn"]: (resource, props) for resource, props in zip(resources, wire)}
+    by_urn = {resource["urn"]: (resource, props) for resource, props in zip(resources, wire, strict=True)}
     violations: list[Violation] = []
     for policy in policies:
         level, properties = settings[policy.name]
@@ -86,7 +87,7 @@ def evaluate(
         # The analyzer reports a remediating policy's remaining violations as mandatory.
         reported = EnforcementLevel.MANDATORY if level is EnforcementLevel.REMEDIATE else level
         if isinstance(policy, ResourceValidationPolicy) and policy.has_validation():
-            for resource, props in zip(resources, wire):
+            for resource, props in zip(resources, wire, strict=True):
                 args = ResourceValidationArgs(
                     resource["type"],
                     _proxied(props),
@@ -214,7 +215,7 @@ def _stack(
             [],
             {},
         )
-        for resource, props in zip(resources, wire)
+        for resource, props in zip(resources, wire, strict=True)
     }
     for resource in resources:
         policy_resource = built[resource["urn"]]

@@ -99,5 +99,5 @@ def test_job_cost_from_flops_and_an_assumed_mfu():
     assert estimate.step_seconds == pytest.approx(2.0)  # 1e15 / (10 x 100e12 x 0.5)
     assert estimate.job_hours == pytest.approx(2.0)
     assert estimate.job_dollars == pytest.approx(40.0)
-    with pytest.raises(ValueError, match="assumed MFU = 1.5"):
+    with pytest.raises(ValueError, match=r"assumed MFU = 1\.5"):
         job_cost(flops_per_step=1, steps=1, chips=1, peak_tflops_per_chip=1, assumed_mfu=1.5, price_per_chip_hour_usd=1)

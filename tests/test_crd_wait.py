@@ -12,7 +12,7 @@ import dill
 import pytest
 from pulumi.dynamic.dynamic import serialize_provider
 
-from infra.crd_wait import CrdEstablishedProvider, CrdNotReadyError, RAY_CLUSTER_CRD, wait_for_crd
+from infra.crd_wait import RAY_CLUSTER_CRD, CrdEstablishedProvider, CrdNotReadyError, wait_for_crd
 
 CRD_PATH = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{RAY_CLUSTER_CRD}"
 
@@ -25,7 +25,7 @@ class FakeApiServer:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 (http.server's naming)
+            def do_GET(self):
                 outer.requests.append(self.path)
                 if self.path != CRD_PATH or len(outer.requests) <= missing_for:
                     self._reply(404, {"kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404})

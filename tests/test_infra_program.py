@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from domain.settings import SettingsError
-from tests.conftest import run_infra
 from infra.config import read_settings
 from infra.program import build
+from tests.conftest import run_infra
 from tests.support.pulumi_harness import FAKE_PROJECT_NUMBER, RecordingMonitor, run_program, stack_config
 
 PROJECT = "my-gcp-project"  # Pulumi.dev.yaml

@@ -370,5 +370,5 @@ def test_mock_float_fails_until_normalized(raycluster, raycluster_crd):
 def test_schemas_dir_follows_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("SHARED_SCHEMAS_DIR", str(tmp_path))
     assert schemas_dir() == tmp_path
-    with pytest.raises(pytest.skip.Exception, match="not found at .*; set SHARED_SCHEMAS_DIR"):
+    with pytest.raises(pytest.skip.Exception, match=r"not found at .*; set SHARED_SCHEMAS_DIR"):
         require_schema("ray.io_rayclusters.yaml")

@@ -8,8 +8,9 @@ from __future__ import annotations
 import copy
 import json
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from pulumi_policy import (

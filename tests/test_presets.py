@@ -47,7 +47,7 @@ def test_tiny_preset_runs_on_cpu():
     assert tiny.maxtext_overrides["hardware"] == "cpu"
     assert "dcn_data_parallelism" not in maxtext_overrides(tiny, slices=1)
     with pytest.raises(ValueError, match="runs on CPU"):
-        tiny.accelerator
+        _ = tiny.accelerator
 
 
 def test_unknown_preset_lists_valid_ones():

@@ -193,7 +193,7 @@ def test_losing_the_head_mid_wait_fails_clearly_without_hanging(monkeypatch):
     def create():
         try:
             RayJobProvider().create(inputs(head, entrypoint="sleep 300"))
-        except BaseException as error:  # noqa: BLE001 (handed to the test thread)
+        except BaseException as error:
             errors.append(error)
 
     waiter = threading.Thread(target=create)

@@ -150,7 +150,7 @@ def test_a_missing_trainer_program_is_refused_before_submission(monkeypatch):
     job = job_inputs.resolve_local(settings)
     monkeypatch.setattr(job_inputs.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(
-        JobError, match="the trainer program trainer.maxtext_multi_slice_trainer is not in this checkout"
+        JobError, match=r"the trainer program trainer\.maxtext_multi_slice_trainer is not in this checkout"
     ):
         job_inputs.ray_job_inputs(job, settings)
 

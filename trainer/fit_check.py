@@ -20,9 +20,9 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Sequence
 
 from domain.capacity import train_flops_per_step
 from domain.job import JobError, JobSpec, resolve_job
@@ -98,7 +98,7 @@ def parse_output(output: str, job: JobSpec) -> FitResult:
     """Reads the compiler's memory and cost analysis, or its out-of-memory error."""
     acc = accelerator_by_ray_type(job.accelerator_type or "")
     shape = acc.shape(job.topology or "")
-    common = dict(
+    common = dict(  # noqa: C408 (keyword form: these are FitResult's arguments)
         slice_type=acc.slice_type(shape.topology),
         slices=job.slices,
         chips=shape.chips * job.slices,
@@ -110,10 +110,10 @@ def parse_output(output: str, job: JobSpec) -> FitResult:
         if oom is None:
             raise RuntimeError("the compiler printed neither a memory analysis nor an out-of-memory error")
         return FitResult(fits=False, message=oom.group(0).strip()[:2000], **common)
-    fields = dict(
-        (key.strip(), int(value))
+    fields = {
+        key.strip(): int(value)
         for key, value in (pair.split("=", 1) for pair in memory["fields"].split(",") if "=" in pair)
-    )
+    }
     argument, temp = fields["argument_size_in_bytes"] / GIB, fields["temp_size_in_bytes"] / GIB
     output_gib, alias = fields["output_size_in_bytes"] / GIB, fields["alias_size_in_bytes"] / GIB
     total = argument + temp + output_gib - alias  # MaxText's own total (max_utils)

@@ -9,8 +9,9 @@ workers, topology and chips per worker come from the job.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from domain.job import JobSpec
 from domain.maxtext_config import base_config_path

@@ -15,7 +15,7 @@ def _project_keys() -> tuple[str, list[str]]:
 
 
 def read_settings() -> WorkloadSettings:
-    prefix, names = _project_keys()
+    _, names = _project_keys()
     config = pulumi.Config()
     raw = {name: config.get(name) for name in names}
     return parse_workload_settings(raw, stack=pulumi.get_stack(), project_name=pulumi.get_project())

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from domain.capacity import job_cost, train_flops_per_step
 from domain.job import JobError, JobSpec, resolve_job

@@ -25,12 +25,13 @@ import json
 import os
 import re
 import subprocess
-import threading
 import tempfile
+import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 import requests
@@ -144,7 +145,7 @@ class GkeTarget:
         return f"{self.server}/api/v1/namespaces/{self.namespace}/services/{self.service}:{self.port}/proxy"
 
     @classmethod
-    def from_inputs(cls, values: Mapping[str, Any]) -> "GkeTarget":
+    def from_inputs(cls, values: Mapping[str, Any]) -> GkeTarget:
         return cls(
             endpoint=str(values["endpoint"]),
             ca_certificate=str(values["ca_certificate"]),
@@ -225,7 +226,7 @@ class JobsApi:
         self._minted_at = 0.0
         self._ca_file: str | None = None
 
-    def __enter__(self) -> "JobsApi":
+    def __enter__(self) -> JobsApi:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -375,7 +376,7 @@ class JobsApi:
         def run() -> None:
             try:
                 outcome["value"] = operation(self.client())
-            except BaseException as error:  # noqa: BLE001 (handed to the caller)
+            except BaseException as error:
                 outcome["error"] = error
 
         worker = threading.Thread(target=run, name=f"jobs-api: {what}", daemon=True)
@@ -391,7 +392,7 @@ class JobsApi:
             return outcome["value"]
         try:
             raise outcome["error"]
-        except Exception as error:  # noqa: BLE001 (classified, never swallowed)
+        except Exception as error:
             kind, status = classify(error)
             if kind in (ErrorKind.UNAUTHORIZED, ErrorKind.CREDENTIALS):
                 self._client = None  # mint new credentials on the next call

@@ -24,8 +24,9 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Iterator, Mapping, NamedTuple
+from typing import NamedTuple
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 TRAINER_VENV = PROJECT_ROOT / ".venv-trainer"
@@ -225,7 +226,7 @@ class LocalRayHead:
         with os.fdopen(descriptor, "w") as token_file:
             token_file.write(self._token)
 
-    def start(self) -> "LocalRayHead":
+    def start(self) -> LocalRayHead:
         ray = self.venv / "bin" / "ray"
         if not ray.exists():
             raise LocalRayError(f"{ray} not found; run ./scripts/setup to create the trainer environment")
@@ -385,7 +386,7 @@ class LocalRayHead:
                 except ProcessLookupError:
                     pass
 
-    def __enter__(self) -> "LocalRayHead":
+    def __enter__(self) -> LocalRayHead:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -3,7 +3,8 @@ on a Ray head reached directly."""
 
 from __future__ import annotations
 
-from typing import AbstractSet, Any
+from collections.abc import Set as AbstractSet
+from typing import Any
 
 import pulumi
 

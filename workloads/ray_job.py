@@ -20,8 +20,9 @@ import hashlib
 import json
 import sys
 import time
-from datetime import datetime, timezone
-from typing import Any, Callable, Mapping, TextIO
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, TextIO
 
 import pulumi
 from pulumi.dynamic import (
@@ -49,11 +50,11 @@ UPDATABLE = ("timeout_seconds", "total_steps", "checkpoint_dir")
 INPUTS = JOB_DEFINING + UPDATABLE
 # Where the job runs (one of the two), and what the program derives from the job description.
 TARGET_INPUTS = ("address", "gke")
-JOB_INPUTS = tuple(name for name in INPUTS if name not in TARGET_INPUTS + ("stack",))
+JOB_INPUTS = tuple(name for name in INPUTS if name not in (*TARGET_INPUTS, "stack"))
 # Inputs copied into the outputs: where the job runs (refresh and destroy need it) and the
 # updatable settings. The command, runtime env and metadata may carry secrets (`pulumi config
 # set --secret`); state keeps only a digest of each, which is all `diff` needs.
-KEPT_INPUTS = ("stack",) + TARGET_INPUTS + UPDATABLE
+KEPT_INPUTS = ("stack", *TARGET_INPUTS, *UPDATABLE)
 # Outputs, and whether the workloads stack exports them (under their camelCase name).
 OUTPUTS = (
     "submission_id",
@@ -149,7 +150,7 @@ def _next_attempt(base_id: str, latest_id: str) -> str:
 def _iso(milliseconds: int | None) -> str | None:
     if not milliseconds:
         return None
-    return datetime.fromtimestamp(milliseconds / 1000, tz=timezone.utc).isoformat(timespec="seconds")
+    return datetime.fromtimestamp(milliseconds / 1000, tz=UTC).isoformat(timespec="seconds")
 
 
 def _tail(log: str, lines: int = LOG_TAIL_LINES) -> str:
@@ -508,7 +509,7 @@ class RayJobGuardProvider(ResourceProvider):
     """Holds a job's base submission id from before the submission; its delete stops every
     attempt of that job (`<id>`, `<id>-2`, ...) that is still running."""
 
-    KEYS = ("job_id",) + TARGET_INPUTS
+    KEYS = ("job_id", *TARGET_INPUTS)
 
     def create(self, props: dict[str, Any]) -> CreateResult:
         return CreateResult(id_=f"{props['job_id']}-guard", outs={key: props.get(key) for key in self.KEYS})

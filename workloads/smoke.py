@@ -25,8 +25,8 @@ import yaml
 from domain.job import JobError
 from domain.workload_settings import WorkloadSettingsError, parse_workload_settings
 from workloads import job_inputs
-from workloads.local_ray import LocalRayError, LocalRayHead
 from workloads.jobs_api import ErrorKind, JobsApi, JobsApiError
+from workloads.local_ray import LocalRayError, LocalRayHead
 from workloads.ray_job import EXPORTED, RayJobError, RayJobProvider
 
 PROJECT = "maxtext-tpu-workloads"

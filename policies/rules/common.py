@@ -68,9 +68,9 @@ class _Unknown:
     One instance, even through `copy.deepcopy`, so `value is UNKNOWN` always works.
     """
 
-    _instance: "_Unknown | None" = None
+    _instance: _Unknown | None = None
 
-    def __new__(cls) -> "_Unknown":
+    def __new__(cls) -> _Unknown:
         if cls._instance is None:
             cls._instance = super().__new__(cls)
         return cls._instance

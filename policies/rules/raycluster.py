@@ -11,7 +11,8 @@ it only with Ray's auth token.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from pulumi_policy import (
     EnforcementLevel,

@@ -5,8 +5,8 @@ the base they share with the fake GKE API."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
 
 TRACEBACK_500 = (
     "Traceback (most recent call last):\n"
