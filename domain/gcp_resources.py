@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from domain import resource_names
 from domain.dcn import DCN_MTU
 from domain.settings import StackSettings
 
@@ -57,7 +58,7 @@ def workload_identity_principal(project_number: str, project: str, namespace: st
 
 def dcn_network_name(settings: StackSettings, index: int) -> str:
     """`<cluster>-net-1`, `<cluster>-net-2`, ... as the procedure names them (1-based)."""
-    return f"{settings.cluster_name}-net-{index + 1}"
+    return resource_names.dcn_network_name(settings.cluster_name, index)
 
 
 def dcn_network_args(settings: StackSettings, index: int) -> dict[str, Any]:
@@ -84,7 +85,7 @@ def dcn_subnet_args(settings: StackSettings, index: int, network_id: Any) -> dic
 def dcn_firewall_args(settings: StackSettings, index: int, network_id: Any) -> dict[str, Any]:
     """New custom VPCs deny all ingress: without this rule slices cannot reach each other."""
     return {
-        "name": f"{dcn_network_name(settings, index)}-allow-internal",
+        "name": resource_names.dcn_firewall_name(settings.cluster_name, index),
         "project": settings.project,
         "network": network_id,
         "direction": "INGRESS",
@@ -102,7 +103,7 @@ def project_service_args(settings: StackSettings, api: str) -> dict[str, Any]:
 
 def node_service_account_args(settings: StackSettings) -> dict[str, Any]:
     return {
-        "account_id": f"{settings.cluster_name}-nodes"[:30],
+        "account_id": resource_names.node_service_account_id(settings.cluster_name),
         "project": settings.project,
         "display_name": f"GKE nodes of {settings.cluster_name} (logs, metrics, image pulls)",
     }
@@ -180,7 +181,7 @@ def head_pool_args(settings: StackSettings, cluster_name: Any, service_account_e
 
 def tpu_pool_name(settings: StackSettings, index: int) -> str:
     """`v6e-16-0`, `v6e-16-1`, ... as the procedure names them."""
-    return f"{settings.accelerator.slice_type(settings.topology)}-{index}"
+    return resource_names.tpu_pool_name(settings.accelerator.slice_type(settings.topology), index)
 
 
 def tpu_pool_args(

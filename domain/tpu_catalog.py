@@ -66,6 +66,15 @@ class Accelerator:
         """The slice name MaxText and Ray use, e.g. `v6e-16` for a 4x4 v6e slice."""
         return f"{self.maxtext_prefix}-{self.shape(topology).chips}"
 
+    @property
+    def zones(self) -> tuple[str, ...]:
+        """Where this generation can be created (TPU_ZONES, below)."""
+        return offered_zones(self.name)
+
+    @property
+    def regions(self) -> tuple[str, ...]:
+        return offered_regions(self.name)
+
 
 def _shapes(*entries: tuple[str, str, int]) -> Mapping[str, SliceShape]:
     return MappingProxyType({topology: SliceShape(topology, machine, chips) for topology, machine, chips in entries})
@@ -161,3 +170,82 @@ def accelerator_by_ray_type(ray_accelerator_type: str) -> Accelerator:
             return candidate
     valid = ", ".join(a.ray_accelerator_type for a in ACCELERATORS.values())
     raise ValueError(f"unknown Ray accelerator type {ray_accelerator_type!r}; valid: {valid}")
+
+
+# ================================================================================================
+# WHERE EACH GENERATION IS OFFERED: the table to edit when Google's list changes.
+#
+# Source: Google Cloud, "TPU regions and zones", https://cloud.google.com/tpu/docs/regions-zones
+# (also served as /tpu/docs/types-zones). Read 2026-12-03, without live internet, from stored
+# copies of that page in several versions and languages; none of them could be read whole:
+#   - "listed": in the North America or Europe table of the English page (the newest copy, with
+#     AI zones and TPU7x, for North America);
+#   - "single-tenant": in the same tables of another copy (German), marked single-tenant (read
+#     here as capacity for single-tenant use, such as a reservation; not checked further);
+#   - "UNVERIFIED": from memory of the page's Asia Pacific and South America tables, which no
+#     stored copy showed; check them against the page and mark them "listed" or delete them.
+# A zone missing here stops the stack with a message naming this table, so an out-of-date entry
+# costs an edit, not a failed deploy. GKE's own availability table
+# (https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus) was not compared.
+TPU_ZONES: Mapping[str, Mapping[str, str]] = MappingProxyType(
+    {
+        "v6e": MappingProxyType(
+            {
+                "us-central1-b": "listed",
+                "us-east1-d": "listed",
+                "us-east5-a": "listed",
+                "us-east5-b": "listed",
+                "us-central1-ai1a": "listed (AI zone; the v6e table prints us-central1-ai1, the TPU7x one us-central1-ai1a)",
+                "us-south1-ai1b": "listed (AI zone)",
+                "europe-west4-a": "listed",
+                "us-east5-c": "single-tenant",
+                "us-east4-a": "single-tenant",
+                "us-east4-b": "single-tenant",
+                "us-west1-c": "single-tenant (no Spot quota)",
+                "asia-northeast1-b": "UNVERIFIED",
+                "southamerica-west1-a": "UNVERIFIED",
+            }
+        ),
+        "v5p": MappingProxyType(
+            {
+                "us-central1-a": "listed",
+                "us-east5-a": "listed",
+                "us-east5-b": "single-tenant",
+                "us-east5-c": "single-tenant",
+                "us-south1-a": "single-tenant",
+                "europe-west4-b": "UNVERIFIED",
+            }
+        ),
+        "v5e": MappingProxyType(
+            {
+                "us-central1-a": "listed",
+                "us-south1-a": "listed",
+                "us-west1-c": "listed",
+                "us-west4-a": "listed",
+                "us-east5-a": "single-tenant",
+                "us-east5-b": "single-tenant",
+                "us-east5-c": "single-tenant",
+                "europe-west4-b": "listed (older copy)",
+                "asia-southeast1-b": "UNVERIFIED",
+            }
+        ),
+    }
+)
+TPU_ZONES_SOURCE = (
+    "https://cloud.google.com/tpu/docs/regions-zones (as read 2026-12-03; table TPU_ZONES in domain/tpu_catalog.py)"
+)
+
+
+def zone_region(zone: str) -> str:
+    """`us-east5-b` -> `us-east5`; AI zones too (`us-south1-ai1b` -> `us-south1`)."""
+    return zone.rsplit("-", 1)[0]
+
+
+def offered_zones(accelerator_name: str) -> tuple[str, ...]:
+    """The zones where the generation can be created, as TPU_ZONES lists them."""
+    return tuple(TPU_ZONES.get(accelerator_name, {}))
+
+
+def offered_regions(accelerator_name: str) -> tuple[str, ...]:
+    """The regions with at least one such zone, in the table's order."""
+    return tuple(dict.fromkeys(zone_region(zone) for zone in offered_zones(accelerator_name)))

@@ -19,6 +19,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from domain import resource_names
 from domain.ray_version import RAY_VERSION
 from domain.settings import StackSettings
 
@@ -80,7 +81,7 @@ def content_tag(root: Path) -> str:
 
 def repository_id(settings: StackSettings) -> str:
     """Named after the cluster, like the DCN networks, so two stacks in one project never share it."""
-    return f"{settings.cluster_name}-images"
+    return resource_names.artifact_repository_id(settings.cluster_name)
 
 
 def repository_args(settings: StackSettings) -> dict[str, Any]:

@@ -20,7 +20,10 @@ VARIANTS = {
     "standard": settings(),
     "standard-spot": settings(spot="true"),
     "standard-reserved": settings(reservation="v6e-reservation", bucketName="ckpt-bucket"),
-    "autopilot": settings(mode="autopilot", spot="true", reservation="r"),
+    # Spot and a reservation are refused together (Spot VMs cannot consume reservations).
+    "autopilot-spot": settings(mode="autopilot", spot="true"),
+    "autopilot-reserved": settings(mode="autopilot", reservation="r"),
+    "standard-shared-reservation": settings(reservation="projects/owner-project/reservations/v6e"),
 }
 
 

@@ -26,7 +26,9 @@ VARIANTS = {
     "standard-16-slices-spot": {"slices": 16, "spot": True},
     "standard-namespace": {"namespace": "training", "serviceAccount": "trainer"},
     "autopilot": {"mode": "autopilot"},
-    "autopilot-spot-reserved": {"mode": "autopilot", "spot": True, "reservation": "v6e-res"},
+    # Spot and a reservation are refused together (Spot VMs cannot consume reservations).
+    "autopilot-spot": {"mode": "autopilot", "spot": True},
+    "autopilot-reserved": {"mode": "autopilot", "reservation": "v6e-res"},
 }
 
 
@@ -65,16 +67,12 @@ def test_builtin_objects_are_valid_kubernetes_1_34(variant_run):
         assert validate_builtin(obj) == [], obj
 
 
-def test_compute_class_matches_its_schema():
+@pytest.mark.parametrize("capacity", [{"spot": True}, {"reservation": "v6e-res"}], ids=["spot", "reserved"])
+def test_compute_class_matches_its_schema(capacity):
     schema = yaml.safe_load(require_schema("computeclass_v1.json").read_text())
     config = stack_config("dev")
-    config.update(
-        {
-            "maxtext-tpu-infra:mode": "autopilot",
-            "maxtext-tpu-infra:spot": True,
-            "maxtext-tpu-infra:reservation": "v6e-res",
-        }
-    )
+    config["maxtext-tpu-infra:mode"] = "autopilot"
+    config.update({f"maxtext-tpu-infra:{key}": value for key, value in capacity.items()})
     [compute_class] = manifests(run_infra(config), "ComputeClass")
     assert validate_against_schema(compute_class, schema) == []
 

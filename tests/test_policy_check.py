@@ -23,10 +23,11 @@ def test_every_shipped_stack_passes(argv, capsys):
     assert "0 mandatory" in capsys.readouterr().out
 
 
-def test_a_production_stack_without_deletion_protection_fails_naming_the_rule(capsys):
-    assert check.main(["--stack", "dev", "--set", "production=true"]) == 1
-    out = capsys.readouterr().out
-    assert "[mandatory]" in out and "deletion" in out.lower()
+def test_a_production_stack_without_deletion_protection_is_refused_before_the_pack_runs(capsys):
+    # The settings refuse it first (the pack's rule still guards clusters built any other way;
+    # tests/test_policy_rules.py exercises it on its own).
+    assert check.main(["--stack", "dev", "--set", "production=true"]) == 2
+    assert "production = true but deletionProtection is false" in capsys.readouterr().err
     assert check.main(["--stack", "dev", "--set", "production=true", "--set", "deletionProtection=true"]) == 0
 
 

@@ -91,7 +91,10 @@ def test_engine_strings_are_parsed():
         ),
         ({"spot": "yes"}, "spot = 'yes' is not a boolean; use true or false"),
         ({"clusterName": "My_Cluster"}, "clusterName = 'My_Cluster' is not valid; use lowercase letters"),
-        ({"rayImage": "rayproject/ray"}, "rayImage = 'rayproject/ray' has no tag; pin a version"),
+        (
+            {"rayImage": "rayproject/ray"},
+            "rayImage = 'rayproject/ray' is not a pinned container image: it has no tag (pin a version)",
+        ),
         ({"pricePerChipHour": "free"}, "pricePerChipHour = 'free' is not a positive number (US dollars)"),
         ({"slicse": "4"}, "maxtext-tpu-infra:slicse is not a setting of this project; valid settings: preset, mode"),
     ],

@@ -1,0 +1,469 @@
+"""Stack config the cloud would refuse later is refused by the program first, before a single
+resource is registered, with every problem at once, each naming the setting, the value and what
+would be valid.
+
+Every row runs the whole infra program under mocks (the engine's view: config as strings, keys
+marked secret as `pulumi config set --secret` marks them) and checks that nothing was registered.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from domain.settings import DEFAULTS, IN_CLEAR, SettingsError
+from infra.config import read_settings
+from infra.program import build
+from tests.conftest import run_infra
+from tests.support.pulumi_harness import INFRA_PROJECT, RecordingMonitor, run_program, stack_config
+
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    config: dict[str, Any]  # project keys bare, the Google provider's as gcp:KEY
+    said: str  # names the setting and its value
+    valid: str  # says what would be valid
+    secret: frozenset[str] = field(default_factory=frozenset)  # keys set with --secret
+    stack: str = "dev"
+
+
+def row(id: str, config: dict[str, Any], said: str, valid: str, **extra: Any) -> Row:
+    return Row(id, config, said, valid, **extra)
+
+
+BUCKET_RULE = "use 3-63 lowercase letters, digits, '-', '_' and '.'"
+PROJECT_RULE = "use the project ID (6-30 lowercase letters, digits and '-'"
+COMPUTE_RULE = "1-63 lowercase letters, digits and '-', starting with a letter and not ending with '-'"
+MACHINE_RULE = "use a Compute Engine machine type name, for example n1-standard-16"
+IMAGE_RULE = "use REGISTRY/REPOSITORY:VERSION (for example rayproject/ray:"
+LABEL_RULE = "use lowercase letters, digits and '-', starting with a letter"
+SECRET_FIX = "set it without --secret"
+
+ROWS = [
+    # ---------------------------------------------------------------- bucketName (Cloud Storage)
+    row("bucket-url", {"bucketName": "gs://my-ckpt"}, "bucketName = 'gs://my-ckpt'", "give the bare bucket name"),
+    row("bucket-path", {"bucketName": "my-ckpt/runs"}, "bucketName = 'my-ckpt/runs'", "give the bucket name alone"),
+    row("bucket-upper", {"bucketName": "My-Checkpoints"}, "bucketName = 'My-Checkpoints'", BUCKET_RULE),
+    row("bucket-short", {"bucketName": "ck"}, "bucketName = 'ck'", BUCKET_RULE),
+    row("bucket-long", {"bucketName": "c" * 64}, f"bucketName = '{'c' * 64}'", BUCKET_RULE),
+    row("bucket-edge", {"bucketName": "ckpt-"}, "bucketName = 'ckpt-'", "starting and ending with a letter or digit"),
+    row("bucket-space", {"bucketName": "my ckpt"}, "bucketName = 'my ckpt'", BUCKET_RULE),
+    row("bucket-ip", {"bucketName": "192.168.5.4"}, "bucketName = '192.168.5.4'", "not an IP address"),
+    row("bucket-goog", {"bucketName": "goog-ckpt"}, "bucketName = 'goog-ckpt'", "not starting with 'goog'"),
+    row("bucket-google", {"bucketName": "my-google-ckpt"}, "bucketName = 'my-google-ckpt'", "not containing 'google'"),
+    row("bucket-g00gle", {"bucketName": "g00gle-ckpt"}, "bucketName = 'g00gle-ckpt'", "not containing 'google'"),
+    row(
+        "bucket-dotted-part",
+        {"bucketName": "c" * 64 + ".example.com"},
+        "has a part between dots longer than 63 characters",
+        "at most 63 between dots",
+    ),
+    # ---------------------------------------------------------------- gcp:project
+    row("project-display-name", {"gcp:project": "My Project"}, "gcp:project = 'My Project'", PROJECT_RULE),
+    row(
+        "project-number",
+        {"gcp:project": "123456789012"},
+        "gcp:project = '123456789012'",
+        "not its display name or number",
+    ),
+    row("project-short", {"gcp:project": "abc"}, "gcp:project = 'abc'", PROJECT_RULE),
+    row("project-long", {"gcp:project": "p" * 31}, f"gcp:project = '{'p' * 31}'", PROJECT_RULE),
+    row("project-hyphen", {"gcp:project": "my-project-"}, "gcp:project = 'my-project-'", "not ending with '-'"),
+    row("project-digit", {"gcp:project": "1-project"}, "gcp:project = '1-project'", "starting with a letter"),
+    row("project-underscore", {"gcp:project": "my_project"}, "gcp:project = 'my_project'", PROJECT_RULE),
+    # ---------------------------------------------------------------- reservation (Compute Engine)
+    row("reservation-upper", {"reservation": "My_Reservation"}, "reservation = 'My_Reservation'", COMPUTE_RULE),
+    row("reservation-hyphen", {"reservation": "v6e-res-"}, "reservation = 'v6e-res-'", COMPUTE_RULE),
+    row("reservation-digit", {"reservation": "1-res"}, "reservation = '1-res'", COMPUTE_RULE),
+    row("reservation-long", {"reservation": "r" * 64}, f"reservation = '{'r' * 64}'", COMPUTE_RULE),
+    row(
+        "reservation-zonal-path",
+        {"reservation": "zones/us-east5-b/reservations/res"},
+        "reservation = 'zones/us-east5-b/reservations/res'",
+        "projects/PROJECT_ID/reservations/NAME",
+    ),
+    row(
+        "reservation-shared-bad-project",
+        {"reservation": "projects/Owner/reservations/res"},
+        "reservation = 'projects/Owner/reservations/res'",
+        "projects/PROJECT_ID/reservations/NAME",
+    ),
+    row(
+        "reservation-shared-on-autopilot",
+        {"mode": "autopilot", "reservation": "projects/owner-project/reservations/res"},
+        "reservation = 'projects/owner-project/reservations/res' is a shared reservation's path",
+        "use a reservation of this project, or mode = standard",
+    ),
+    # ---------------------------------------------------------------- network (VPC)
+    row(
+        "network-path",
+        {"network": "projects/p/global/networks/vpc"},
+        "network = 'projects/p/global/networks/vpc'",
+        "the bare name of a VPC network",
+    ),
+    row("network-upper", {"network": "Default"}, "network = 'Default'", COMPUTE_RULE),
+    row("network-underscore", {"network": "vpc_1"}, "network = 'vpc_1'", COMPUTE_RULE),
+    row("network-long", {"network": "n" * 64}, f"network = '{'n' * 64}'", COMPUTE_RULE),
+    row(
+        "network-is-a-dcn-network",
+        {"network": "maxtext-tpu-net-1"},
+        "network = 'maxtext-tpu-net-1' is one of the DCN networks",
+        "must be another one (for example default)",
+    ),
+    # ---------------------------------------------------------------- headMachineType
+    row("machine-upper", {"headMachineType": "N1-STANDARD-16"}, "headMachineType = 'N1-STANDARD-16'", MACHINE_RULE),
+    row("machine-no-vcpus", {"headMachineType": "n1-standard"}, "headMachineType = 'n1-standard'", MACHINE_RULE),
+    row(
+        "machine-url",
+        {"headMachineType": "zones/us-east5-b/machineTypes/n1-standard-16"},
+        "headMachineType = 'zones/us-east5-b/machineTypes/n1-standard-16'",
+        MACHINE_RULE,
+    ),
+    row("machine-no-series", {"headMachineType": "standard-16"}, "headMachineType = 'standard-16'", MACHINE_RULE),
+    row("machine-spaces", {"headMachineType": "n1 standard 16"}, "headMachineType = 'n1 standard 16'", MACHINE_RULE),
+    row("machine-size-word", {"headMachineType": "large"}, "headMachineType = 'large'", MACHINE_RULE),
+    row(
+        "machine-custom-no-memory", {"headMachineType": "n2-custom-8"}, "headMachineType = 'n2-custom-8'", MACHINE_RULE
+    ),
+    # ---------------------------------------------------------------- names the program derives
+    row(
+        "cluster-name-29-chars",
+        {"clusterName": "c" * 29},
+        f"clusterName = '{'c' * 29}' makes the node service account id '{'c' * 29}-', which IAM refuses",
+        "use at most 24 characters",
+    ),
+    row(
+        "cluster-name-cut-at-hyphen",
+        {"clusterName": "c" * 29 + "-x"},
+        f"node service account id '{'c' * 29}-', which IAM refuses: it ends with '-'",
+        "use at most 24 characters",
+    ),
+    row(
+        "stack-name-upper",
+        {},
+        "the stack name 'Prod' becomes the cluster's label maxtext-tpu-stack=Prod",
+        "use a stack named with at most 63 lowercase letters, digits, '_' and '-'",
+        stack="Prod",
+    ),
+    row(
+        "stack-name-dot",
+        {},
+        "the stack name 'prod.eu' becomes the cluster's label",
+        "use a stack named with at most 63 lowercase letters",
+        stack="prod.eu",
+    ),
+    row("cluster-name-long", {"clusterName": "c" * 41}, f"clusterName = '{'c' * 41}'", "at most 40 characters"),
+    row("cluster-name-digit", {"clusterName": "1-cluster"}, "clusterName = '1-cluster'", LABEL_RULE),
+    row("namespace-upper", {"namespace": "Training"}, "namespace = 'Training'", LABEL_RULE),
+    row(
+        "namespace-system",
+        {"namespace": "kube-system"},
+        "namespace = 'kube-system' is a namespace every cluster already has",
+        "use a namespace of its own",
+    ),
+    row(
+        "service-account-default",
+        {"serviceAccount": "default"},
+        "serviceAccount = 'default' is the account Kubernetes creates",
+        "use another name (for example maxtext-ray)",
+    ),
+    # ---------------------------------------------------------------- rayImage
+    row(
+        "image-scheme",
+        {"rayImage": "https://us-docker.pkg.dev/p/r/ray:2.60.0"},
+        "rayImage = 'https://us-docker.pkg.dev/p/r/ray:2.60.0'",
+        IMAGE_RULE,
+    ),
+    row("image-latest", {"rayImage": "rayproject/ray:latest"}, "rayImage = 'rayproject/ray:latest'", IMAGE_RULE),
+    row("image-nightly", {"rayImage": "rayproject/ray:nightly"}, "rayImage = 'rayproject/ray:nightly'", IMAGE_RULE),
+    row(
+        "image-main",
+        {"rayImage": "us-docker.pkg.dev/p/r/ray:main"},
+        "rayImage = 'us-docker.pkg.dev/p/r/ray:main'",
+        IMAGE_RULE,
+    ),
+    row("image-stable", {"rayImage": "rayproject/ray:stable"}, "rayImage = 'rayproject/ray:stable'", IMAGE_RULE),
+    row(
+        "image-no-tag",
+        {"rayImage": "rayproject/ray"},
+        "rayImage = 'rayproject/ray'",
+        "or unset it to build the worker image",
+    ),
+    row(
+        "image-short-digest",
+        {"rayImage": "rayproject/ray@sha256:abc"},
+        "rayImage = 'rayproject/ray@sha256:abc'",
+        IMAGE_RULE,
+    ),
+    row("image-upper", {"rayImage": "RayProject/Ray:2.60.0"}, "rayImage = 'RayProject/Ray:2.60.0'", IMAGE_RULE),
+    row("image-empty-tag", {"rayImage": "rayproject/ray:"}, "rayImage = 'rayproject/ray:'", IMAGE_RULE),
+    # ---------------------------------------------------------------- combinations
+    row(
+        "spot-and-reservation",
+        {"spot": True, "reservation": "v6e-res"},
+        "spot = true and reservation = 'v6e-res' together",
+        "choose one (unset reservation, or set spot to false)",
+    ),
+    row(
+        "spot-and-reservation-autopilot",
+        {"mode": "autopilot", "spot": True, "reservation": "v6e-res"},
+        "spot = true and reservation = 'v6e-res' together",
+        "choose one",
+    ),
+    row(
+        "mesh-16-way-fsdp-on-4-chips",
+        {"topology": "2x2"},
+        "topology = '2x2' (4 chips per slice, 2 slice(s)) cannot run preset 'llama3-8b'",
+        "use topology 4x4",
+    ),
+    row(
+        "mesh-16-way-fsdp-on-32-chips",
+        {"topology": "4x8"},
+        "topology = '4x8' (32 chips per slice, 2 slice(s)) cannot run preset 'llama3-8b'",
+        "use topology 4x4",
+    ),
+    row(
+        "mesh-70b-on-8-chips",
+        {"preset": "llama3-70b", "topology": "2x4", "slices": 4},
+        "topology = '2x4' (8 chips per slice, 4 slice(s)) cannot run preset 'llama3-70b'",
+        "use topology 4x4",
+    ),
+    row(
+        "mesh-on-a-single-chip",
+        {"topology": "1x1", "slices": 1},
+        "topology = '1x1' (1 chip per slice, 1 slice(s)) cannot run preset 'llama3-8b'",
+        "use topology 4x4",
+    ),
+    row(
+        "production-without-protection",
+        {"production": True},
+        "production = true but deletionProtection is false",
+        "run `pulumi config set deletionProtection true`",
+    ),
+    row(
+        "production-with-protection-off",
+        {"production": True, "deletionProtection": False},
+        "production = true but deletionProtection is false",
+        "run `pulumi config set deletionProtection true`",
+    ),
+    row(
+        "zone-without-v6e",
+        {"gcp:region": "us-central1", "gcp:zone": "us-central1-a"},
+        "gcp:zone = 'us-central1-a' does not offer TPU v6e",
+        "use a zone that does in us-central1: us-central1-b",
+    ),
+    row(
+        "zone-v5e-only",
+        {"gcp:region": "us-west4", "gcp:zone": "us-west4-a"},
+        "gcp:zone = 'us-west4-a' does not offer TPU v6e",
+        "(set gcp:region to match): us-central1-b, us-east1-d, us-east5-a, us-east5-b",
+    ),
+    row(
+        "region-without-v6e",
+        {"gcp:region": "europe-west1", "gcp:zone": "europe-west1-b"},
+        "gcp:zone = 'europe-west1-b' does not offer TPU v6e",
+        "europe-west4-a",
+    ),
+    row(
+        "autopilot-region-without-v6e",
+        {"mode": "autopilot", "gcp:region": "europe-west1", "gcp:zone": "europe-west1-b"},
+        "gcp:region = 'europe-west1' has no zone offering TPU v6e",
+        "use one of: us-central1, us-east1, us-east5",
+    ),
+    # ---------------------------------------------------------------- values set with --secret
+    *[
+        row(
+            f"secret-{key}",
+            {key: value},
+            f"{key} is set as a secret, but it",
+            SECRET_FIX,
+            secret=frozenset({key}),
+        )
+        for key, value in [
+            ("clusterName", "research-tpu"),
+            ("namespace", "training"),
+            ("serviceAccount", "trainer"),
+            ("network", "research-vpc"),
+            ("bucketName", "research-ckpt"),
+            ("reservation", "v6e-res"),
+            ("preset", "llama3-70b"),
+            ("mode", "standard"),
+            ("topology", "4x4"),
+            ("rayImage", "rayproject/ray:2.60.0-py312-tpu"),
+            ("pricePerChipHour", "1.89"),
+        ]
+    ],
+    row(
+        "secret-gcp-project",
+        {"gcp:project": "my-gcp-project"},
+        "gcp:project is set as a secret, but it is part of the clusterId",
+        "`pulumi config set gcp:project VALUE`",
+        secret=frozenset({"gcp:project"}),
+    ),
+]
+
+
+def _engine_key(key: str) -> str:
+    return key if ":" in key else f"{INFRA_PROJECT}:{key}"
+
+
+def refused(config_overrides: dict[str, Any], *, secret: frozenset[str] = frozenset(), stack: str = "dev"):
+    """Runs the program with dev's config plus the overrides; returns the SettingsError and the
+    monitor that recorded (or did not) each registration."""
+    config = stack_config("dev")
+    config.update({_engine_key(key): value for key, value in config_overrides.items()})
+    monitor = RecordingMonitor()
+    with pytest.raises(SettingsError) as caught:
+        run_program(
+            lambda: build(read_settings()),
+            config,
+            monitor=monitor,
+            stack=stack,
+            secret_keys=frozenset(_engine_key(key) for key in secret),
+        )
+    return caught.value, monitor
+
+
+def test_there_are_enough_rows():
+    assert len(ROWS) >= 60
+    assert len({r.id for r in ROWS}) == len(ROWS)
+
+
+@pytest.mark.parametrize("case", ROWS, ids=[r.id for r in ROWS])
+def test_bad_setting_is_refused_before_any_resource(case: Row):
+    error, monitor = refused(case.config, secret=case.secret, stack=case.stack)
+    assert monitor.registrations == []
+    assert str(error).startswith("invalid stack configuration:\n  - ")
+    # One message says both which setting (with its value) is wrong and what would be valid.
+    assert any(case.said in problem and case.valid in problem for problem in error.problems), error.problems
+
+
+def test_every_problem_is_reported_at_once():
+    error, monitor = refused(
+        {
+            "bucketName": "gs://my-ckpt",
+            "gcp:project": "My Project",
+            "headMachineType": "n1-standard",
+            "rayImage": "rayproject/ray:latest",
+            "spot": True,
+            "reservation": "v6e-res",
+            "production": True,
+            "topology": "2x2",
+        }
+    )
+    assert monitor.registrations == []
+    starts = [
+        "gcp:project = 'My Project'",
+        "topology = '2x2'",
+        "spot = true and reservation = 'v6e-res'",
+        "bucketName = 'gs://my-ckpt'",
+        "production = true",
+        "headMachineType = 'n1-standard'",
+        "rayImage = 'rayproject/ray:latest'",
+    ]
+    for start in starts:
+        assert sum(problem.startswith(start) for problem in error.problems) == 1, (start, error.problems)
+    assert len(error.problems) == len(starts)
+
+
+def test_a_secret_value_is_never_repeated_in_a_message():
+    error, monitor = refused({"clusterName": "Secret_Cluster"}, secret=frozenset({"clusterName"}))
+    assert monitor.registrations == []
+    assert "Secret_Cluster" not in str(error)
+    assert any(problem.startswith("clusterName = '[secret]' is not valid") for problem in error.problems)
+
+
+def test_every_setting_says_where_a_secret_value_would_appear():
+    assert set(IN_CLEAR) == set(DEFAULTS) | {"project", "region", "zone"}
+
+
+def test_a_secret_that_stays_out_of_outputs_and_names_is_not_this_checks_business():
+    """Keys are refused by what they are, not by being secret: an unknown secret key is reported
+    as unknown (once), not as leaking."""
+    error, _ = refused({"apiToken": "x"}, secret=frozenset({"apiToken"}))
+    assert [p for p in error.problems if "apiToken" in p] == [
+        f"{INFRA_PROJECT}:apiToken is not a setting of this project; valid settings: {', '.join(DEFAULTS)}"
+    ]
+
+
+# ---------------------------------------------------------------- what still deploys, unchanged
+
+# Recorded from the program before these checks existed: the shipped stacks must register
+# exactly these resources (type, name), no more and no fewer.
+DEV_STANDARD = [
+    ("command:local:Command", "worker-image-build"),
+    ("gcp:artifactregistry/repository:Repository", "worker-image-repository"),
+    ("gcp:compute/firewall:Firewall", "dcn-net-1-allow-internal"),
+    ("gcp:compute/firewall:Firewall", "dcn-net-2-allow-internal"),
+    ("gcp:compute/network:Network", "dcn-net-1"),
+    ("gcp:compute/network:Network", "dcn-net-2"),
+    ("gcp:compute/subnetwork:Subnetwork", "dcn-subnet-1"),
+    ("gcp:compute/subnetwork:Subnetwork", "dcn-subnet-2"),
+    ("gcp:container/cluster:Cluster", "maxtext-tpu"),
+    ("gcp:container/nodePool:NodePool", "maxtext-tpu-ray-head-pool"),
+    ("gcp:container/nodePool:NodePool", "tpu-0"),
+    ("gcp:container/nodePool:NodePool", "tpu-1"),
+    ("gcp:projects/iAMMember:IAMMember", "maxtext-tpu-nodes-artifactregistry.reader"),
+    ("gcp:projects/iAMMember:IAMMember", "maxtext-tpu-nodes-logging.logWriter"),
+    ("gcp:projects/iAMMember:IAMMember", "maxtext-tpu-nodes-monitoring.metricWriter"),
+    ("gcp:projects/iAMMember:IAMMember", "maxtext-tpu-nodes-monitoring.viewer"),
+    ("gcp:projects/iAMMember:IAMMember", "maxtext-tpu-nodes-stackdriver.resourceMetadata.writer"),
+    ("gcp:projects/service:Service", "apis-artifactregistry"),
+    ("gcp:projects/service:Service", "apis-cloudbuild"),
+    ("gcp:projects/service:Service", "apis-cloudresourcemanager"),
+    ("gcp:projects/service:Service", "apis-compute"),
+    ("gcp:projects/service:Service", "apis-container"),
+    ("gcp:projects/service:Service", "apis-iam"),
+    ("gcp:projects/service:Service", "apis-storage"),
+    ("gcp:serviceaccount/account:Account", "maxtext-tpu-nodes"),
+    ("gcp:storage/bucket:Bucket", "checkpoints-bucket"),
+    ("gcp:storage/bucketIAMMember:BucketIAMMember", "checkpoints-checkpoint-access"),
+    ("kubernetes:core/v1:ServiceAccount", "checkpoints-ksa"),
+    ("kubernetes:ray.io/v1:RayCluster", "ray-cluster"),
+    ("kubernetes:resource.k8s.io/v1:ResourceClaimTemplate", "ray-netdev-claim"),
+    ("maxtext-tpu:cluster:GkeCluster", "maxtext-tpu"),
+    ("maxtext-tpu:image:WorkerImage", "worker-image"),
+    ("maxtext-tpu:network:DcnNetworks", "dcn"),
+    ("maxtext-tpu:project:ProjectApis", "apis"),
+    ("maxtext-tpu:ray:KubeRay", "ray"),
+    ("maxtext-tpu:storage:CheckpointStorage", "checkpoints"),
+    ("maxtext-tpu:tpu:TpuSlices", "tpu"),
+    ("pulumi-python:dynamic/kubernetes:CrdEstablished", "ray-crd-ready"),
+    ("pulumi:providers:kubernetes", "maxtext-tpu-k8s"),
+]
+_STANDARD_ONLY = {
+    ("gcp:compute/firewall:Firewall", "dcn-net-1-allow-internal"),
+    ("gcp:compute/firewall:Firewall", "dcn-net-2-allow-internal"),
+    ("gcp:compute/network:Network", "dcn-net-1"),
+    ("gcp:compute/network:Network", "dcn-net-2"),
+    ("gcp:compute/subnetwork:Subnetwork", "dcn-subnet-1"),
+    ("gcp:compute/subnetwork:Subnetwork", "dcn-subnet-2"),
+    ("gcp:container/nodePool:NodePool", "maxtext-tpu-ray-head-pool"),
+    ("gcp:container/nodePool:NodePool", "tpu-0"),
+    ("gcp:container/nodePool:NodePool", "tpu-1"),
+    ("maxtext-tpu:network:DcnNetworks", "dcn"),
+}
+DEV_AUTOPILOT = sorted(
+    [entry for entry in DEV_STANDARD if entry not in _STANDARD_ONLY]
+    + [("kubernetes:cloud.google.com/v1:ComputeClass", "tpu-compute-class")]
+)
+
+
+@pytest.mark.parametrize(
+    "overrides, expected, count",
+    [({}, DEV_STANDARD, 39), ({"maxtext-tpu-infra:mode": "autopilot"}, DEV_AUTOPILOT, 30)],
+    ids=["dev", "dev-autopilot"],
+)
+def test_shipped_stacks_register_the_same_resources_as_before(overrides, expected, count):
+    config = stack_config("dev")
+    config.update(overrides)
+    run = run_infra(config)
+    assert len(run.registrations) == count == len(expected)
+    assert sorted((r.type, r.name) for r in run.registrations) == expected
+    assert collections.Counter(r.type for r in run.registrations) == collections.Counter(t for t, _ in expected)
