@@ -340,7 +340,7 @@ def parse_settings(
     for problem in dcn.subnet_range_problems(dcn_subnets):
         problems.append(f"dcnSubnets: {problem}; use non-overlapping private ranges")
     needed_networks = chosen.accelerator.dcn_networks if chosen else 0
-    if mode == "standard" and len(dcn_subnets) != needed_networks:
+    if mode == "standard" and chosen is not None and len(dcn_subnets) != needed_networks:
         problems.append(
             f"dcnSubnets has {len(dcn_subnets)} ranges but TPU "
             f"{chosen.accelerator.name if chosen else '?'} needs {needed_networks} DCN networks; "

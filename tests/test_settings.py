@@ -129,3 +129,8 @@ def test_other_accelerator_topologies_are_checked_against_their_catalog():
     # A v6e preset with a v5p-style 3-D topology is rejected, naming v6e's valid ones.
     problems = problems_of(topology="2x2x2")
     assert any("not a topology of TPU v6e" in problem for problem in problems)
+
+
+def test_an_unknown_preset_is_one_problem_without_a_wrong_hint_about_dcn_subnets():
+    problems = problems_of(preset="gpt")
+    assert len(problems) == 1 and problems[0].startswith("preset = 'gpt' is not valid")
