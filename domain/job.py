@@ -24,6 +24,16 @@ DEFAULT_MAX_FAILURES = {"multislice": 0, "elastic": 3}
 _RUN_NAME = re.compile(r"^[a-z0-9]([-a-z0-9_.]{0,62}[a-z0-9])?$")
 
 
+def run_name_problem(run_name: str) -> str | None:
+    """Why `run_name` cannot name a run (its checkpoint directory), or None."""
+    if _RUN_NAME.match(run_name):
+        return None
+    return (
+        f"runName = {run_name!r} is not valid; use lowercase letters, digits, '-', '_' or '.', "
+        "at most 64 characters (it names the checkpoint directory)"
+    )
+
+
 class JobError(ProblemsError):
     """A job that must not be submitted."""
 
@@ -109,11 +119,9 @@ def resolve_job(
     chosen = PRESETS.get(preset_name)
     if chosen is None:
         raise JobError([f"preset = {preset_name!r} is not valid; choose one of: {', '.join(PRESETS)}"])
-    if not _RUN_NAME.match(run_name):
-        problems.append(
-            f"runName = {run_name!r} is not valid; use lowercase letters, digits, '-', '_' or '.', "
-            "at most 64 characters (it names the checkpoint directory)"
-        )
+    run_name_invalid = run_name_problem(run_name)
+    if run_name_invalid:
+        problems.append(run_name_invalid)
     if not checkpoint_root:
         problems.append("the checkpoint root is empty; it is the infra stack's checkpointRoot output")
 
@@ -128,11 +136,17 @@ def resolve_job(
         accelerator, shape, slices = None, None, 1
     if slices < 1:
         problems.append(f"slices = {slices} must be at least 1")
-    if elastic and not 1 <= min_slices <= slices:
-        problems.append(f"minSlices = {min_slices} must be between 1 and slices ({slices})")
+    elif not 1 <= min_slices <= slices:
+        problems.append(
+            f"minSlices = {min_slices} is out of range; use 1 to {slices} (the slice count: the fewest "
+            "slices an elastic job keeps training on)"
+        )
     failures = DEFAULT_MAX_FAILURES["elastic" if elastic else "multislice"] if max_failures is None else max_failures
-    if failures < -1:
-        problems.append(f"maxFailures = {failures} is not valid; use -1 (no limit), 0 or more")
+    if failures < 0:
+        problems.append(
+            f"maxFailures = {failures} is out of range; use 0 or more (worker errors Ray Train recovers "
+            "from; Spot preemptions are not counted)"
+        )
 
     resolved = maxtext_overrides(chosen, max(slices, 1))
     if elastic and chosen.dcn_axis:
@@ -141,6 +155,7 @@ def resolve_job(
     user = {str(key): str(value) for key, value in (overrides or {}).items()}
     resolved.update(user)
     problems += maxtext_config.override_problems(user, chips_per_slice=None, slices=max(slices, 1))
+    problems += maxtext_config.value_problems({str(key): value for key, value in (overrides or {}).items()})
     if not problems and shape is not None:
         for check_slices in {min_slices, slices} if elastic else {slices}:
             problems += maxtext_config.override_problems(resolved, chips_per_slice=shape.chips, slices=check_slices)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ def _infra_program() -> Callable[[], dict[str, Any]]:
     return lambda: build(read_settings())
 
 
-def _workloads_program() -> Callable[[], dict[str, Any]]:
+def _workloads_program() -> Callable[[], Awaitable[dict[str, Any]]]:
     from workloads.config import read_settings, secret_settings
     from workloads.program import build
 

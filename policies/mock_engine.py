@@ -10,7 +10,7 @@ project number) are filled in here with fake values.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,7 +151,7 @@ def _as_engine_value(value: Any) -> str:
 
 
 def run_program(
-    program: Callable[[], dict[str, Any]],
+    program: Callable[[], dict[str, Any] | Awaitable[dict[str, Any]]],
     config: dict[str, Any],
     *,
     project: str = INFRA_PROJECT,
@@ -159,7 +159,8 @@ def run_program(
     monitor: RecordingMonitor | None = None,
     secret_keys: frozenset[str] = frozenset(),
 ) -> ProgramRun:
-    """Runs `program` (which returns its stack outputs) under mocks with `config` set.
+    """Runs `program` (which returns its stack outputs, or a coroutine that does, as an async
+    program given to `pulumi.run` would) under mocks with `config` set.
 
     Pass a `monitor` to inspect what was registered even when the program raises, and
     `secret_keys` for config set with `pulumi config set --secret`.

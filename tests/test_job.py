@@ -3,6 +3,7 @@
 import pytest
 
 from domain.job import JobError, JobSpec, resolve_job
+from domain.presets import PRESETS, maxtext_overrides
 
 
 def resolve(preset="llama3-8b", **kwargs):
@@ -74,13 +75,22 @@ def test_json_round_trip():
             {"overrides": {"dcn_data_parallelism": 3}},
             "DCN parallelism across 2 slice(s): dcn_data_parallelism=3 multiply to 3, but there are 2",
         ),
-        ({"overrides": {"ici_data_parallelism": "two"}}, "not a whole number"),
+        (
+            {"overrides": {"ici_data_parallelism": "two"}},
+            "maxtextOverrides.ici_data_parallelism = 'two' is not an integer (MaxText's base.yml: ici_data_parallelism: 1)",
+        ),
+        (
+            {"overrides": {"ici_data_parallelism": 0}},
+            "maxtextOverrides.ici_data_parallelism = 0 is out of range; use 1 or more, or -1",
+        ),
+        ({"overrides": {"steps": 0}}, "maxtextOverrides.steps = 0 is out of range; use 1 or more"),
         ({"run_name": "My Run"}, "runName = 'My Run' is not valid"),
         ({"checkpoint_root": ""}, "the checkpoint root is empty"),
         ({"topology": "3x3"}, "topology = '3x3' is not a topology of TPU v6e"),
         ({"slices": 0}, "slices = 0 must be at least 1"),
-        ({"elastic": True, "min_slices": 3}, "minSlices = 3 must be between 1 and slices (2)"),
-        ({"max_failures": -2}, "maxFailures = -2 is not valid"),
+        ({"elastic": True, "min_slices": 3}, "minSlices = 3 is out of range; use 1 to 2 (the slice count"),
+        ({"min_slices": 0}, "minSlices = 0 is out of range; use 1 to 2"),
+        ({"max_failures": -1}, "maxFailures = -1 is out of range; use 0 or more"),
     ],
 )
 def test_bad_jobs_are_refused_before_submission(kwargs, expected):
@@ -96,3 +106,11 @@ def test_unknown_preset():
 def test_elastic_70b_fits_both_the_smallest_and_the_largest_footprint():
     job = resolve("llama3-70b", slices=4, elastic=True, min_slices=1)
     assert job.num_workers == (4, 16)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_passes_the_typed_checks_it_imposes_on_users(name):
+    from domain.maxtext_config import key_problems, value_problems
+
+    overrides = maxtext_overrides(PRESETS[name], PRESETS[name].slices)
+    assert key_problems(overrides) == [] and value_problems(overrides) == []

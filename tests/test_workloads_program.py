@@ -106,7 +106,8 @@ def test_unknown_maxtext_key_stops_before_the_job_is_registered():
     monitor = RecordingMonitor(stack_outputs={INFRA_STACK: INFRA_OUTPUTS})
     config = stack_config("local", WORKLOADS_DIR)
     config[f"{PROJECT}:maxtextOverrides"] = {"lerning_rate": 1}
-    with pytest.raises(JobError, match="did you mean 'learning_rate'"):
+    # A stack file's problem: refused with the settings, before anything is registered.
+    with pytest.raises(WorkloadSettingsError, match="did you mean 'learning_rate'"):
         run_program(lambda: build(read_settings()), config, project=PROJECT, stack="local", monitor=monitor)
     assert not [r for r in monitor.registrations if r.type == RAY_JOB]
 
@@ -114,9 +115,15 @@ def test_unknown_maxtext_key_stops_before_the_job_is_registered():
 def test_a_preset_for_another_accelerator_is_refused():
     monitor = RecordingMonitor(stack_outputs={INFRA_STACK: {**INFRA_OUTPUTS, "accelerator": "v5p"}})
     config = stack_config("dev", WORKLOADS_DIR)
-    # Resolved from the infra stack's outputs, the error surfaces through the SDK's ValueError.
-    with pytest.raises(ValueError, match="preset = 'llama3-8b' is for TPU v6e, but the infra stack's cluster has v5p"):
+    # Found in the infra stack's outputs, the refusal is the domain's error itself, unwrapped.
+    with pytest.raises(JobError) as caught:
         run_program(lambda: build(read_settings()), config, project=PROJECT, stack="dev", monitor=monitor)
+    assert type(caught.value) is JobError
+    assert str(caught.value) == (
+        "invalid training job:\n"
+        "  - preset = 'llama3-8b' is for TPU v6e, but the infra stack's cluster has v5p; this checkout "
+        "has no preset for v5p; point infraStack at an infra stack with v6e slices"
+    )
     assert not [r for r in monitor.registrations if r.type == RAY_JOB]
 
 
@@ -128,7 +135,7 @@ def test_a_preset_for_another_accelerator_is_refused():
         ({"address": "127.0.0.1:8265", "preset": "tiny-cpu"}, "address = '127.0.0.1:8265' is not a URL"),
         ({"address": "http://x:8265"}, "preset is required with address"),
         ({"infraStack": "o/p/s", "preset": "gpt"}, "preset = 'gpt' is not valid"),
-        ({"infraStack": "o/p/s", "timeoutSeconds": 0}, "timeoutSeconds = 0 must be a positive number of seconds"),
+        ({"infraStack": "o/p/s", "timeoutSeconds": 0}, "timeoutSeconds = 0 is out of range; use 1 or more seconds"),
         ({"infraStack": "o/p/s", "maxtextOverrides": "[1, 2]"}, "maxtextOverrides = [1, 2] is not an object"),
         ({"infraStack": "o/p/s", "elastic": "maybe"}, "elastic = 'maybe' is not a boolean"),
         ({"infraStack": "o/p/s", "slices": 4}, "maxtext-tpu-workloads:slices is not a setting of this project"),

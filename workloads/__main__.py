@@ -1,9 +1,12 @@
-"""Workloads stack entry point: read config once, build, export."""
+"""Workloads stack entry point: read config once (a bad stack file is refused here, before any
+resource), then run the async program, which checks the job against the infra stack's outputs
+before it registers the job; its outputs are the stack's."""
 
 import pulumi
 
 from workloads.config import read_settings, secret_settings
 from workloads.program import build
 
-for output_name, value in build(read_settings(), secret_settings()).items():
-    pulumi.export(output_name, value)
+settings = read_settings()
+secrets = secret_settings()
+pulumi.run(lambda: build(settings, secrets))

@@ -15,10 +15,14 @@ def _project_keys() -> tuple[str, list[str]]:
 
 
 def read_settings() -> WorkloadSettings:
+    """The validated settings; raises WorkloadSettingsError listing every problem, secret
+    settings that cannot stay secret included."""
     _, names = _project_keys()
     config = pulumi.Config()
     raw = {name: config.get(name) for name in names}
-    return parse_workload_settings(raw, stack=pulumi.get_stack(), project_name=pulumi.get_project())
+    return parse_workload_settings(
+        raw, stack=pulumi.get_stack(), project_name=pulumi.get_project(), secret_settings=secret_settings()
+    )
 
 
 def secret_settings() -> frozenset[str]:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from domain import maxtext_config
 from domain.capacity import job_cost, train_flops_per_step
 from domain.job import JobError, JobSpec, resolve_job
 from domain.presets import PRESETS
@@ -15,6 +16,23 @@ from domain.workload_settings import WorkloadSettings
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
+# Infra stack outputs the job needs; the optional ones are missing from stacks deployed before
+# they existed (such a stack's cluster has no Ray token, and destroy cannot ask GKE about it).
+INFRA_OUTPUTS = (
+    "clusterEndpoint",
+    "clusterCaCertificate",
+    "namespace",
+    "headServiceName",
+    "dashboardPort",
+    "checkpointRoot",
+    "preset",
+    "accelerator",
+    "slices",
+    "topology",
+    "pricePerChipHourUsd",
+)
+OPTIONAL_INFRA_OUTPUTS = ("clusterId", "rayAuthSecret")
+
 
 def local_checkpoint_root(settings: WorkloadSettings) -> str:
     """A relative `checkpointRoot` is relative to the project, wherever Pulumi runs from."""
@@ -22,22 +40,78 @@ def local_checkpoint_root(settings: WorkloadSettings) -> str:
     return str(root if root.is_absolute() else PROJECT_ROOT / root)
 
 
+def _whole(value: Any) -> int | None:
+    """A whole number as a stack output holds it (numbers cross the engine as floats)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return maxtext_config.as_integer(value)
+
+
+def infra_output_problems(infra_stack: str, cluster: Mapping[str, Any]) -> list[str]:
+    """What is missing or malformed among the infra stack's outputs the job is resolved from."""
+    problems = []
+    missing = [name for name in INFRA_OUTPUTS if cluster.get(name) is None]
+    if missing:
+        problems.append(
+            f"the infra stack {infra_stack} has no output{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(missing)}; check that infraStack "
+            "names a deployed infra stack and run pulumi up on it with this checkout"
+        )
+    for name, lowest in (("slices", 1), ("dashboardPort", 1)):
+        value = cluster.get(name)
+        number = _whole(value) if value is not None else lowest
+        if number is None or number < lowest:
+            problems.append(
+                f"the infra stack {infra_stack}'s output {name} = {value!r} is not a whole number of at least {lowest}"
+            )
+    price = cluster.get("pricePerChipHourUsd")
+    if price is not None and maxtext_config.as_number(price) is None:
+        problems.append(f"the infra stack {infra_stack}'s output pricePerChipHourUsd = {price!r} is not a number")
+    return problems
+
+
+def _presets_for(accelerator_name: str) -> str:
+    """What to use on a cluster of `accelerator_name` TPUs."""
+    names = [p.name for p in PRESETS.values() if p.accelerator_name == accelerator_name]
+    if names:
+        return f"use one for {accelerator_name}: {', '.join(names)}"
+    supported = sorted({p.accelerator_name for p in PRESETS.values() if p.accelerator_name})
+    return (
+        f"this checkout has no preset for {accelerator_name}; point infraStack at an infra stack "
+        f"with {' or '.join(supported)} slices"
+    )
+
+
 def resolve_for_cluster(settings: WorkloadSettings, cluster: Mapping[str, Any]) -> JobSpec:
-    """Resolves the job for the shape the infra stack built (its outputs in `cluster`)."""
+    """Resolves the job for the shape the infra stack built (its outputs in `cluster`). Raises
+    JobError listing every problem, those of the infra stack's outputs included."""
+    infra_stack = settings.infra_stack or "infraStack"
+    problems = infra_output_problems(infra_stack, cluster)
+    if problems:
+        raise JobError(problems)
     preset = settings.preset or cluster["preset"]
+    accelerator = str(cluster["accelerator"])
     chosen = PRESETS.get(preset)
-    if chosen is not None and chosen.accelerator_name != cluster["accelerator"]:
+    if chosen is None:  # the setting is checked with the stack's settings: this is the output
         raise JobError(
             [
-                f"preset = {preset!r} is for TPU {chosen.accelerator_name}, but the infra stack's "
-                f"cluster has {cluster['accelerator']}; use a preset for {cluster['accelerator']}"
+                f"preset = {preset!r} (the infra stack {infra_stack}'s preset output) is not a preset "
+                f"of this checkout; set preset in this stack: {_presets_for(accelerator)}"
+            ]
+        )
+    if chosen.accelerator_name != accelerator:
+        runs_on = f"TPU {chosen.accelerator_name}" if chosen.runs_on_tpu else "CPU"
+        raise JobError(
+            [
+                f"preset = {preset!r} is for {runs_on}, but the infra stack's cluster has "
+                f"{accelerator}; {_presets_for(accelerator)}"
             ]
         )
     return resolve_job(
         preset,
         run_name=settings.run_name_for(preset),
         checkpoint_root=cluster["checkpointRoot"],
-        slices=int(cluster["slices"]),
+        slices=_whole(cluster["slices"]),
         topology=cluster["topology"],
         elastic=settings.elastic,
         min_slices=settings.min_slices,

@@ -1,5 +1,12 @@
 """The workloads program: one training job as a RayJob resource, on the infra stack's cluster or
-on a Ray head reached directly."""
+on a Ray head reached directly.
+
+The job is resolved and checked before its first resource is registered. The program is async
+(`pulumi.run` in __main__.py) so that it can wait for the infra stack's outputs first: a job
+refused for what those outputs say raises the domain's error (a ProblemsError with every problem)
+from the program itself, as a refusal from the stack file does, rather than from inside an
+Output, where the SDK would wrap it in "While processing input ..." with object reprs.
+"""
 
 from __future__ import annotations
 
@@ -10,24 +17,11 @@ import pulumi
 
 from domain.workload_settings import WorkloadSettings
 from workloads import job_inputs
+from workloads.job_inputs import INFRA_OUTPUTS, OPTIONAL_INFRA_OUTPUTS
 from workloads.ray_job import JOB_INPUTS, RayJob, RayJobGuard, submission_id
 
-# Infra stack outputs the job needs; the optional ones are missing from stacks deployed before
-# they existed (such a stack's cluster has no Ray token, and destroy cannot ask GKE about it).
-INFRA_OUTPUTS = (
-    "clusterEndpoint",
-    "clusterCaCertificate",
-    "namespace",
-    "headServiceName",
-    "dashboardPort",
-    "checkpointRoot",
-    "preset",
-    "accelerator",
-    "slices",
-    "topology",
-    "pricePerChipHourUsd",
-)
-OPTIONAL_INFRA_OUTPUTS = ("clusterId", "rayAuthSecret")
+__all__ = ["COST_OUTPUTS", "INFRA_OUTPUTS", "OPTIONAL_INFRA_OUTPUTS", "build"]
+
 COST_OUTPUTS = ("flopsPerStep", "assumedMfu", "estimatedStepSeconds", "estimatedJobHours", "estimatedJobDollars")
 
 
@@ -35,17 +29,24 @@ def _secret_if(secret: bool, value: pulumi.Output[Any]) -> pulumi.Output[Any]:
     return pulumi.Output.secret(value) if secret else value
 
 
-def build(settings: WorkloadSettings, secret_settings: AbstractSet[str] = frozenset()) -> dict[str, Any]:
-    """`secret_settings` names the settings set as secrets: a secret runtime env keeps the job's
+async def build(settings: WorkloadSettings, secret_settings: AbstractSet[str] = frozenset()) -> dict[str, Any]:
+    """Registers the job's resources and returns the stack outputs. Raises the domain's
+    JobError, before the guard or the job is registered, when the job cannot run.
+
+    `secret_settings` names the settings set as secrets: a secret runtime env keeps the job's
     runtime env secret; any other secret setting (it reaches the command) keeps the whole job
     description secret, in the resource's inputs, outputs and the exports derived from it."""
     secret_job = bool(set(secret_settings) - {"runtimeEnv"})
     if settings.infra_stack:
         infra = pulumi.StackReference(settings.infra_stack)
         cluster = pulumi.Output.all(
-            **{name: infra.require_output(name) for name in INFRA_OUTPUTS},
-            **{name: infra.get_output(name) for name in OPTIONAL_INFRA_OUTPUTS},
+            **{name: infra.get_output(name) for name in (*INFRA_OUTPUTS, *OPTIONAL_INFRA_OUTPUTS)},
         )
+        # The infra stack's outputs are known in previews too; unknown, they are left to the apply.
+        values = await cluster.future()
+        if values is not None:
+            resolved = job_inputs.resolve_for_cluster(settings, values)
+            job_inputs.ray_job_inputs(resolved, settings)  # refuses a missing trainer program
         job = _secret_if(secret_job, cluster.apply(lambda values: job_inputs.resolve_for_cluster(settings, values)))
         inputs = job.apply(lambda resolved: job_inputs.ray_job_inputs(resolved, settings))
         target = {"gke": cluster.apply(job_inputs.gke_target)}
@@ -54,6 +55,7 @@ def build(settings: WorkloadSettings, secret_settings: AbstractSet[str] = frozen
         )
     else:
         resolved = job_inputs.resolve_local(settings)
+        job_inputs.ray_job_inputs(resolved, settings)
         job = _secret_if(secret_job, pulumi.Output.from_input(resolved))
         inputs = job.apply(lambda resolved: job_inputs.ray_job_inputs(resolved, settings))
         target = {"address": pulumi.Output.from_input(settings.address)}

@@ -1,0 +1,687 @@
+"""Bad workloads stack config, refused before anything is registered or submitted.
+
+Each row runs the workloads program under mocks with one bad setting on a shipped stack (`dev`
+with the infra outputs of tests/test_workloads_program.py, or `local`) and expects the refusal as
+the domain raises it: the ProblemsError subclass itself (no SDK wrapping, no object reprs), with
+exactly that one problem, naming the setting, the value and what would be valid; and no RayJob
+or RayJobGuard registered. The shipped stacks themselves still register what they did before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import runpy
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pytest
+from pulumi.runtime import settings as runtime_settings
+
+from domain.job import JobError
+from domain.problems import ProblemsError
+from domain.workload_settings import WorkloadSettingsError
+from tests.support.pulumi_harness import PROJECT_ROOT, RecordingMonitor, run_program, stack_config
+from tests.test_workloads_program import INFRA_OUTPUTS, INFRA_STACK, PROJECT, RAY_JOB, WORKLOADS_DIR, run_workloads
+from workloads.config import read_settings, secret_settings
+from workloads.program import build
+from workloads.ray_job import submission_id
+
+RAY_JOB_GUARD = "pulumi-python:dynamic/ray:RayJobGuard"
+UNSET = object()  # removes a setting the stack file has
+TPU_PRESETS = "llama3-8b, llama3-70b"
+SETTINGS = (
+    "infraStack, address, preset, runName, elastic, minSlices, maxFailures, maxtextOverrides, "
+    "runtimeEnv, allowRuntimeInstall, timeoutSeconds, checkpointRoot, assumedMfu"
+)
+OPT_IN = (
+    "at every job start, on every worker, before the first step (gigabytes for MaxText's "
+    "dependencies, paid in TPU time); the worker image already holds MaxText and the trainer; "
+    "remove it, or opt in with allowRuntimeInstall: true (pulumi config set allowRuntimeInstall true)"
+)
+MIN_SLICES = "use 1 to the slice count (the fewest slices an elastic job keeps training on)"
+MAX_FAILURES = "use 0 or more (worker errors Ray Train recovers from; Spot preemptions are not counted)"
+TIMEOUT = "use 1 or more seconds (default 21600, 6 hours)"
+IN_CLEAR = "set it in clear (pulumi config set {key} VALUE, without --secret)"
+
+
+@dataclass(frozen=True)
+class Bad:
+    id: str
+    settings: dict[str, Any]
+    problem: str  # the whole problem, exactly
+    names: tuple[str, str, str]  # what it must name: the setting, the value, what is valid
+    stack: str = "dev"
+    secrets: tuple[str, ...] = ()
+    infra: dict[str, Any] = field(default_factory=lambda: INFRA_OUTPUTS)
+    error: type[ProblemsError] = WorkloadSettingsError
+
+
+def override(id: str, key: str, value: Any, problem: str, shown: str, valid: str, **kwargs: Any) -> Bad:
+    """A bad MaxText override (maxtextOverrides: {key: value})."""
+    return Bad(id, {"maxtextOverrides": {key: value}}, problem, (f"maxtextOverrides.{key}", shown, valid), **kwargs)
+
+
+def base(key: str, default: str) -> str:
+    return f"(MaxText's base.yml: {key}: {default})"
+
+
+ROWS = [
+    # MaxText overrides, typed by their base.yml default.
+    override(
+        "steps-text", "steps", "abc",
+        f"maxtextOverrides.steps = 'abc' is not an integer {base('steps', '150001')}", "'abc'", "integer",
+    ),
+    override(
+        "steps-fraction", "steps", 1.5,
+        f"maxtextOverrides.steps = 1.5 is not an integer {base('steps', '150001')}", "1.5", "integer",
+    ),
+    override(
+        "steps-boolean", "steps", True,
+        f"maxtextOverrides.steps = true is not an integer {base('steps', '150001')}", "true", "integer",
+    ),
+    override(
+        "steps-exponent", "steps", "1e3",
+        f"maxtextOverrides.steps = 1e3 is not an integer {base('steps', '150001')}", "1e3", "integer",
+    ),
+    override(
+        "max-target-length-text", "max_target_length", "long",
+        f"maxtextOverrides.max_target_length = 'long' is not an integer {base('max_target_length', '2048')}",
+        "'long'", "integer",
+    ),
+    override(
+        "checkpoint-period-text-local", "checkpoint_period", "often",
+        f"maxtextOverrides.checkpoint_period = 'often' is not an integer {base('checkpoint_period', '10000')}",
+        "'often'", "integer", stack="local",
+    ),
+    override(
+        "batch-size-text", "per_device_batch_size", "four",
+        f"maxtextOverrides.per_device_batch_size = 'four' is not a number {base('per_device_batch_size', '12.0')}",
+        "'four'", "number",
+    ),
+    override(
+        "learning-rate-text", "learning_rate", "fast",
+        f"maxtextOverrides.learning_rate = 'fast' is not a number {base('learning_rate', '3e-05')}",
+        "'fast'", "number",
+    ),
+    override(
+        "learning-rate-nan", "learning_rate", "nan",
+        f"maxtextOverrides.learning_rate = 'nan' is not a number {base('learning_rate', '3e-05')}",
+        "'nan'", "number",
+    ),
+    override(
+        "checkpointing-yes", "enable_checkpointing", "yes",
+        f"maxtextOverrides.enable_checkpointing = 'yes' is not a boolean; use true or false "
+        f"{base('enable_checkpointing', 'true')}",
+        "'yes'", "use true or false",
+    ),
+    override(
+        "checkpointing-one", "enable_checkpointing", 1,
+        f"maxtextOverrides.enable_checkpointing = 1 is not a boolean; use true or false "
+        f"{base('enable_checkpointing', 'true')}",
+        "= 1", "use true or false",
+    ),
+    override(
+        "override-model-config-on-local", "override_model_config", "on",
+        f"maxtextOverrides.override_model_config = 'on' is not a boolean; use true or false "
+        f"{base('override_model_config', 'false')}",
+        "'on'", "use true or false", stack="local",
+    ),
+    override(
+        "ici-axis-text", "ici_fsdp_parallelism", "sixteen",
+        f"maxtextOverrides.ici_fsdp_parallelism = 'sixteen' is not an integer {base('ici_fsdp_parallelism', '-1')}",
+        "'sixteen'", "integer",
+    ),
+    override(
+        "dcn-axis-fraction", "dcn_data_parallelism", 2.5,
+        f"maxtextOverrides.dcn_data_parallelism = 2.5 is not an integer {base('dcn_data_parallelism', '-1')}",
+        "2.5", "integer",
+    ),
+    override(
+        "string-key-list", "model_name", ["llama3-8b"],
+        f"maxtextOverrides.model_name = ['llama3-8b'] is not a single value; give text {base('model_name', repr('default'))}",
+        "['llama3-8b']", "give text",
+    ),
+    override(
+        "list-key-word", "mlp_activations", "silu",
+        f"maxtextOverrides.mlp_activations = 'silu' is not a list; give a YAML list such as [a, b] "
+        f"{base('mlp_activations', repr(['silu', 'linear']))}",
+        "'silu'", "YAML list",
+    ),
+    override(
+        "map-key-word", "vllm_hf_overrides", "big",
+        f"maxtextOverrides.vllm_hf_overrides = 'big' is not a map; give a YAML map such as {{a: 1}} "
+        f"{base('vllm_hf_overrides', '{}')}",
+        "'big'", "YAML map",
+    ),
+    # Keys: MaxText's (with a suggestion) and not the job's own.
+    Bad(
+        "unknown-key-suggested", {"maxtextOverrides": {"lerning_rate": 1}},
+        "maxtextOverrides: 'lerning_rate' is not a MaxText setting (not in base.yml); did you mean 'learning_rate'?",
+        ("maxtextOverrides", "'lerning_rate'", "did you mean 'learning_rate'?"),
+    ),
+    Bad(
+        "unknown-key-local", {"maxtextOverrides": {"zzqx_frobnicate": 1}},
+        "maxtextOverrides: 'zzqx_frobnicate' is not a MaxText setting (not in base.yml); use a key of MaxText's "
+        "configs/base.yml",
+        ("maxtextOverrides", "'zzqx_frobnicate'", "use a key of MaxText's configs/base.yml"), stack="local",
+    ),
+    Bad(
+        "reserved-run-name", {"maxtextOverrides": {"run_name": "mine"}},
+        "maxtextOverrides: MaxText key 'run_name' cannot be overridden: it is set from the job's run name; use the "
+        "runName setting",
+        ("maxtextOverrides", "'run_name'", "use the runName setting"),
+    ),
+    Bad(
+        "reserved-output-directory", {"maxtextOverrides": {"base_output_directory": "gs://b"}},
+        "maxtextOverrides: MaxText key 'base_output_directory' cannot be overridden: it is set from the stack's "
+        "checkpoint root (the infra stack's checkpointRoot output, or checkpointRoot on a local stack)",
+        ("maxtextOverrides", "'base_output_directory'", "checkpointRoot"),
+    ),
+    Bad(
+        "reserved-compile-topology", {"maxtextOverrides": {"compile_topology": "v6e-16"}},
+        "maxtextOverrides: MaxText key 'compile_topology' cannot be overridden: it is set by the fit check from "
+        "the preset's topology",
+        ("maxtextOverrides", "'compile_topology'", "set by the fit check"),
+    ),
+    Bad(
+        "overrides-not-a-map", {"maxtextOverrides": [1, 2]},
+        "maxtextOverrides = [1, 2] is not an object (a map of keys to values)",
+        ("maxtextOverrides", "[1, 2]", "a map of keys to values"),
+    ),
+    # Ranges.
+    override("steps-zero", "steps", 0, "maxtextOverrides.steps = 0 is out of range; use 1 or more (the job needs a "
+             "definite step count)", "= 0", "use 1 or more"),
+    override("steps-minus-one", "steps", -1, "maxtextOverrides.steps = -1 is out of range; use 1 or more (the job "
+             "needs a definite step count)", "= -1", "use 1 or more"),
+    override("steps-zero-text-local", "steps", "0", "maxtextOverrides.steps = 0 is out of range; use 1 or more (the "
+             "job needs a definite step count)", "= 0", "use 1 or more", stack="local"),
+    override("batch-size-zero", "per_device_batch_size", 0, "maxtextOverrides.per_device_batch_size = 0 is out of "
+             "range; use a number above 0 (fractions are allowed)", "= 0", "above 0"),
+    override("batch-size-negative", "per_device_batch_size", -2.5, "maxtextOverrides.per_device_batch_size = -2.5 is "
+             "out of range; use a number above 0 (fractions are allowed)", "= -2.5", "above 0"),
+    override("learning-rate-zero", "learning_rate", 0, "maxtextOverrides.learning_rate = 0 is out of range; use a "
+             "number above 0, for example 3e-5", "= 0", "above 0"),
+    override("learning-rate-negative", "learning_rate", "-1e-4", "maxtextOverrides.learning_rate = -1e-4 is out of "
+             "range; use a number above 0, for example 3e-5", "= -1e-4", "above 0"),
+    override("max-target-length-zero", "max_target_length", 0, "maxtextOverrides.max_target_length = 0 is out of "
+             "range; use 1 or more tokens", "= 0", "use 1 or more"),
+    override("checkpoint-period-zero-local", "checkpoint_period", 0, "maxtextOverrides.checkpoint_period = 0 is out "
+             "of range; use 1 or more steps", "= 0", "use 1 or more", stack="local"),
+    override("ici-axis-zero", "ici_tensor_parallelism", 0, "maxtextOverrides.ici_tensor_parallelism = 0 is out of "
+             "range; use 1 or more, or -1 for the rest of the chips of a slice (at most one ici axis)", "= 0",
+             "use 1 or more, or -1"),
+    override("ici-axis-minus-two", "ici_fsdp_parallelism", -2, "maxtextOverrides.ici_fsdp_parallelism = -2 is out of "
+             "range; use 1 or more, or -1 for the rest of the chips of a slice (at most one ici axis)", "= -2",
+             "use 1 or more, or -1"),
+    override("dcn-axis-zero", "dcn_data_parallelism", 0, "maxtextOverrides.dcn_data_parallelism = 0 is out of range; "
+             "use 1 or more, or -1 for the rest of the slices (at most one dcn axis)", "= 0", "use 1 or more, or -1"),
+    override("dcn-axis-minus-three", "dcn_fsdp_parallelism", "-3", "maxtextOverrides.dcn_fsdp_parallelism = -3 is out "
+             "of range; use 1 or more, or -1 for the rest of the slices (at most one dcn axis)", "= -3",
+             "use 1 or more, or -1"),
+    # The device mesh, against the infra stack's slices and topology (its outputs).
+    Bad(
+        "ici-product", {"maxtextOverrides": {"ici_tensor_parallelism": 4}},
+        "maxtextOverrides: ICI parallelism within a slice of 16 chips: ici_fsdp_parallelism=16, "
+        "ici_tensor_parallelism=4 multiply to 64, but there are 16; make them multiply to 16, or set one of them "
+        "to -1",
+        ("ICI parallelism", "ici_tensor_parallelism=4", "make them multiply to 16"), error=JobError,
+    ),
+    Bad(
+        "ici-two-wildcards", {"maxtextOverrides": {"ici_fsdp_parallelism": -1, "ici_tensor_parallelism": -1}},
+        "maxtextOverrides: ICI parallelism within a slice of 16 chips: only one axis may be -1 (auto), found "
+        "ici_fsdp_parallelism, ici_tensor_parallelism; give all but one of them a number",
+        ("ICI parallelism", "ici_tensor_parallelism", "give all but one of them a number"), error=JobError,
+    ),
+    Bad(
+        "dcn-product", {"maxtextOverrides": {"dcn_data_parallelism": 3}},
+        "maxtextOverrides: DCN parallelism across 2 slice(s): dcn_data_parallelism=3 multiply to 3, but there are "
+        "2; make them multiply to 2, or set one of them to -1",
+        ("DCN parallelism", "dcn_data_parallelism=3", "make them multiply to 2"), error=JobError,
+    ),
+    Bad(
+        "ici-wildcard-no-divisor", {"maxtextOverrides": {"ici_fsdp_parallelism": -1, "ici_tensor_parallelism": 3}},
+        "maxtextOverrides: ICI parallelism within a slice of 16 chips: ici_fsdp_parallelism=-1, "
+        "ici_tensor_parallelism=3 multiply to 3, but there are 16; make the others multiply to a divisor of 16",
+        ("ICI parallelism", "ici_tensor_parallelism=3", "a divisor of 16"), error=JobError,
+    ),
+    # minSlices, maxFailures, timeoutSeconds.
+    Bad("min-slices-zero", {"minSlices": 0}, f"minSlices = 0 is out of range; {MIN_SLICES}",
+        ("minSlices", "= 0", "use 1 to the slice count")),
+    Bad("min-slices-zero-elastic-local", {"minSlices": 0, "elastic": True}, f"minSlices = 0 is out of range; {MIN_SLICES}",
+        ("minSlices", "= 0", "use 1 to the slice count"), stack="local"),
+    Bad("min-slices-negative", {"minSlices": -1}, f"minSlices = -1 is out of range; {MIN_SLICES}",
+        ("minSlices", "= -1", "use 1 to the slice count")),
+    Bad("min-slices-text", {"minSlices": "two"}, f"minSlices = 'two' is not a whole number; {MIN_SLICES}",
+        ("minSlices", "'two'", "use 1 to the slice count")),
+    Bad(
+        "min-slices-above-infra-slices", {"elastic": True, "minSlices": 3},
+        "minSlices = 3 is out of range; use 1 to 2 (the slice count: the fewest slices an elastic job keeps "
+        "training on)",
+        ("minSlices", "= 3", "use 1 to 2"), error=JobError,
+    ),
+    Bad(
+        "min-slices-above-infra-slices-multislice", {"minSlices": 4},
+        "minSlices = 4 is out of range; use 1 to 2 (the slice count: the fewest slices an elastic job keeps "
+        "training on)",
+        ("minSlices", "= 4", "use 1 to 2"), error=JobError,
+    ),
+    Bad(
+        "min-slices-above-cpu-slice-local", {"minSlices": 2},
+        "minSlices = 2 is out of range; use 1 to 1 (the slice count: the fewest slices an elastic job keeps "
+        "training on)",
+        ("minSlices", "= 2", "use 1 to 1"), stack="local", error=JobError,
+    ),
+    Bad("max-failures-minus-one", {"maxFailures": -1}, f"maxFailures = -1 is out of range; {MAX_FAILURES}",
+        ("maxFailures", "= -1", "use 0 or more")),
+    Bad("max-failures-text-local", {"maxFailures": "many"}, f"maxFailures = 'many' is not a whole number; {MAX_FAILURES}",
+        ("maxFailures", "'many'", "use 0 or more"), stack="local"),
+    Bad("timeout-zero", {"timeoutSeconds": 0}, f"timeoutSeconds = 0 is out of range; {TIMEOUT}",
+        ("timeoutSeconds", "= 0", "use 1 or more seconds")),
+    Bad("timeout-negative-local", {"timeoutSeconds": -5}, f"timeoutSeconds = -5 is out of range; {TIMEOUT}",
+        ("timeoutSeconds", "= -5", "use 1 or more seconds"), stack="local"),
+    Bad("timeout-text", {"timeoutSeconds": "1h"}, f"timeoutSeconds = '1h' is not a whole number; {TIMEOUT}",
+        ("timeoutSeconds", "'1h'", "use 1 or more seconds")),
+    Bad("timeout-fraction", {"timeoutSeconds": 0.5}, f"timeoutSeconds = 0.5 is not a whole number; {TIMEOUT}",
+        ("timeoutSeconds", "0.5", "use 1 or more seconds")),
+    # Runtime envs that install at every job start.
+    Bad("runtime-pip", {"runtimeEnv": {"pip": ["torch"]}},
+        f"runtimeEnv.pip = ['torch'] installs Python packages with pip {OPT_IN}",
+        ("runtimeEnv.pip", "['torch']", "allowRuntimeInstall: true")),
+    Bad("runtime-pip-local", {"runtimeEnv": {"pip": {"packages": ["maxtext"]}}},
+        f"runtimeEnv.pip = {{'packages': ['maxtext']}} installs Python packages with pip {OPT_IN}",
+        ("runtimeEnv.pip", "{'packages': ['maxtext']}", "allowRuntimeInstall: true"), stack="local"),
+    Bad("runtime-uv", {"runtimeEnv": {"uv": ["jax"]}},
+        f"runtimeEnv.uv = ['jax'] installs Python packages with uv {OPT_IN}",
+        ("runtimeEnv.uv", "['jax']", "allowRuntimeInstall: true")),
+    Bad("runtime-conda", {"runtimeEnv": {"conda": "env.yaml"}},
+        f"runtimeEnv.conda = 'env.yaml' creates a conda environment {OPT_IN}",
+        ("runtimeEnv.conda", "'env.yaml'", "allowRuntimeInstall: true")),
+    Bad("runtime-py-modules", {"runtimeEnv": {"py_modules": ["gs://bucket/mod.zip"]}},
+        f"runtimeEnv.py_modules = ['gs://bucket/mod.zip'] downloads and installs Python modules {OPT_IN}",
+        ("runtimeEnv.py_modules", "['gs://bucket/mod.zip']", "allowRuntimeInstall: true")),
+    Bad("runtime-remote-working-dir", {"runtimeEnv": {"working_dir": "gs://bucket/code.zip"}},
+        f"runtimeEnv.working_dir = 'gs://bucket/code.zip' downloads and unpacks a remote archive {OPT_IN}",
+        ("runtimeEnv.working_dir", "'gs://bucket/code.zip'", "allowRuntimeInstall: true")),
+    Bad("runtime-https-working-dir-local", {"runtimeEnv": {"working_dir": "https://example.com/code.zip"}},
+        f"runtimeEnv.working_dir = 'https://example.com/code.zip' downloads and unpacks a remote archive {OPT_IN}",
+        ("runtimeEnv.working_dir", "'https://example.com/code.zip'", "allowRuntimeInstall: true"), stack="local"),
+    Bad("runtime-container", {"runtimeEnv": {"container": {"image": "repo/image:1"}}},
+        f"runtimeEnv.container = {{'image': 'repo/image:1'}} pulls and runs a container image {OPT_IN}",
+        ("runtimeEnv.container", "{'image': 'repo/image:1'}", "allowRuntimeInstall: true")),
+    Bad("runtime-image-uri", {"runtimeEnv": {"image_uri": "repo/image:1"}},
+        f"runtimeEnv.image_uri = 'repo/image:1' pulls and runs a container image {OPT_IN}",
+        ("runtimeEnv.image_uri", "'repo/image:1'", "allowRuntimeInstall: true")),
+    Bad("runtime-java-jars", {"runtimeEnv": {"java_jars": ["gs://bucket/a.jar"]}},
+        f"runtimeEnv.java_jars = ['gs://bucket/a.jar'] downloads Java archives {OPT_IN}",
+        ("runtimeEnv.java_jars", "['gs://bucket/a.jar']", "allowRuntimeInstall: true")),
+    Bad("runtime-pip-secret", {"runtimeEnv": {"pip": ["private-pkg"]}},
+        f"runtimeEnv.pip = [secret] installs Python packages with pip {OPT_IN}",
+        ("runtimeEnv.pip", "[secret]", "allowRuntimeInstall: true"), secrets=("runtimeEnv",)),
+    Bad("runtime-pip-opt-in-declined", {"runtimeEnv": {"pip": ["torch"]}, "allowRuntimeInstall": False},
+        f"runtimeEnv.pip = ['torch'] installs Python packages with pip {OPT_IN}",
+        ("runtimeEnv.pip", "['torch']", "allowRuntimeInstall: true")),
+    Bad("runtime-env-var-number", {"runtimeEnv": {"env_vars": {"XLA_FLAGS": 1}}},
+        "runtimeEnv.env_vars.XLA_FLAGS = 1 is not text; quote it (Ray sets environment variables as text)",
+        ("runtimeEnv.env_vars.XLA_FLAGS", "= 1", "quote it")),
+    Bad("runtime-env-vars-list", {"runtimeEnv": {"env_vars": ["A=1"]}},
+        "runtimeEnv.env_vars = ['A=1'] is not a map; give names and their values as text",
+        ("runtimeEnv.env_vars", "['A=1']", "give names and their values as text")),
+    Bad("runtime-env-not-a-map", {"runtimeEnv": "pip install torch"},
+        "runtimeEnv = 'pip install torch' is not an object; set it in the stack file as a map",
+        ("runtimeEnv", "'pip install torch'", "set it in the stack file as a map")),
+    Bad("allow-runtime-install-yes", {"allowRuntimeInstall": "yes"},
+        "allowRuntimeInstall = 'yes' is not a boolean; use true or false",
+        ("allowRuntimeInstall", "'yes'", "use true or false")),
+    # Presets where they cannot run.
+    Bad(
+        "tpu-preset-on-local-head", {"preset": "llama3-8b"},
+        "preset = 'llama3-8b' trains on TPU v6e slices, but address is a Ray head on this machine, which has CPUs "
+        "only; use tiny-cpu with address, or set infraStack (instead of address) to train on the infra stack's "
+        "TPU cluster",
+        ("preset", "'llama3-8b'", "use tiny-cpu with address"), stack="local",
+    ),
+    Bad(
+        "70b-preset-on-local-head", {"preset": "llama3-70b"},
+        "preset = 'llama3-70b' trains on TPU v6e slices, but address is a Ray head on this machine, which has CPUs "
+        "only; use tiny-cpu with address, or set infraStack (instead of address) to train on the infra stack's "
+        "TPU cluster",
+        ("preset", "'llama3-70b'", "use tiny-cpu with address"), stack="local",
+    ),
+    Bad(
+        "cpu-preset-on-gke", {"preset": "tiny-cpu"},
+        "preset = 'tiny-cpu' runs on CPU through a local Ray head, not on the infra stack's GKE TPU cluster; "
+        f"unset preset (the infra stack's is used) or choose a TPU preset: {TPU_PRESETS} (or set address instead "
+        "of infraStack for a local run)",
+        ("preset", "'tiny-cpu'", f"choose a TPU preset: {TPU_PRESETS}"),
+    ),
+    Bad("unknown-preset", {"preset": "gpt"},
+        "preset = 'gpt' is not valid; choose one of: llama3-8b, llama3-70b, tiny-cpu",
+        ("preset", "'gpt'", "choose one of: llama3-8b, llama3-70b, tiny-cpu")),
+    Bad("no-preset-with-address", {"preset": UNSET},
+        "preset is required with address (the infra stack's preset is used otherwise); use tiny-cpu",
+        ("preset", "address", "use tiny-cpu"), stack="local"),
+    Bad(
+        "unknown-infra-preset", {},
+        f"preset = 'gpt' (the infra stack {INFRA_STACK}'s preset output) is not a preset of this checkout; set "
+        f"preset in this stack: use one for v6e: {TPU_PRESETS}",
+        ("preset", "'gpt'", f"use one for v6e: {TPU_PRESETS}"),
+        infra={**INFRA_OUTPUTS, "preset": "gpt"}, error=JobError,
+    ),
+    Bad(
+        "preset-for-another-accelerator", {"preset": "llama3-70b"},
+        "preset = 'llama3-70b' is for TPU v6e, but the infra stack's cluster has v5p; this checkout has no preset "
+        "for v5p; point infraStack at an infra stack with v6e slices",
+        ("preset", "'llama3-70b'", "point infraStack at an infra stack with v6e slices"),
+        infra={**INFRA_OUTPUTS, "accelerator": "v5p"}, error=JobError,
+    ),
+    Bad(
+        "infra-output-missing", {},
+        f"the infra stack {INFRA_STACK} has no output topology; check that infraStack names a deployed infra "
+        "stack and run pulumi up on it with this checkout",
+        ("infraStack", "topology", "run pulumi up on it"),
+        infra={k: v for k, v in INFRA_OUTPUTS.items() if k != "topology"}, error=JobError,
+    ),
+    Bad(
+        "infra-output-slices-zero", {},
+        f"the infra stack {INFRA_STACK}'s output slices = 0.0 is not a whole number of at least 1",
+        ("slices", "0.0", "at least 1"), infra={**INFRA_OUTPUTS, "slices": 0}, error=JobError,
+    ),
+    # Secrets that cannot stay secret.
+    Bad("secret-run-name", {"runName": "my-run"},
+        "runName = [secret] cannot be a secret: it is exported as the runName output and names the checkpoint "
+        f"directory; {IN_CLEAR.format(key='runName')}",
+        ("runName", "[secret]", "set it in clear"), secrets=("runName",)),
+    Bad("secret-preset-local", {"preset": "tiny-cpu"},
+        "preset = [secret] cannot be a secret: it is exported as the preset output and names the default run "
+        f"(<preset>-<stack>); {IN_CLEAR.format(key='preset')}",
+        ("preset", "[secret]", "set it in clear"), secrets=("preset",), stack="local"),
+    Bad("secret-infra-stack", {},
+        "infraStack = [secret] cannot be a secret: it names the StackReference resource, which the state and every "
+        f"preview show; {IN_CLEAR.format(key='infraStack')}",
+        ("infraStack", "[secret]", "set it in clear"), secrets=("infraStack",)),
+    Bad("secret-address-local", {},
+        "address = [secret] cannot be a secret: it is the job's target, kept in clear in the resources' inputs and "
+        f"state; {IN_CLEAR.format(key='address')}",
+        ("address", "[secret]", "set it in clear"), secrets=("address",), stack="local"),
+    # Where to run, and the rest.
+    Bad("address-not-a-url", {"address": "127.0.0.1:8265"},
+        "address = '127.0.0.1:8265' is not a URL; use http://HOST:8265",
+        ("address", "'127.0.0.1:8265'", "use http://HOST:8265"), stack="local"),
+    Bad(
+        "address-and-infra-stack", {"address": "http://127.0.0.1:8265"},
+        "set exactly one of infraStack (the infra stack to train on, e.g. organization/maxtext-tpu-infra/dev) or "
+        "address (a Ray dashboard URL such as http://127.0.0.1:8265)",
+        ("infraStack", "address", "set exactly one of"),
+    ),
+    Bad("elastic-maybe", {"elastic": "maybe"}, "elastic = 'maybe' is not a boolean; use true or false",
+        ("elastic", "'maybe'", "use true or false")),
+    Bad("run-name-spaces", {"runName": "My Run"},
+        "runName = 'My Run' is not valid; use lowercase letters, digits, '-', '_' or '.', at most 64 characters "
+        "(it names the checkpoint directory)",
+        ("runName", "'My Run'", "use lowercase letters")),
+    Bad("assumed-mfu-percent", {"assumedMfu": "46%"}, "assumedMfu = '46%' must be a fraction in (0, 1], for example 0.4",
+        ("assumedMfu", "'46%'", "a fraction in (0, 1]")),
+    Bad("assumed-mfu-above-one", {"assumedMfu": 1.5}, "assumedMfu = 1.5 must be a fraction in (0, 1], for example 0.4",
+        ("assumedMfu", "1.5", "a fraction in (0, 1]")),
+    Bad("unknown-setting", {"slices": 4},
+        f"{PROJECT}:slices is not a setting of this project; valid settings: {SETTINGS}",
+        (f"{PROJECT}:slices", "slices", f"valid settings: {SETTINGS}")),
+]  # fmt: skip
+
+
+def run_refused(bad: Bad) -> tuple[ProblemsError, RecordingMonitor]:
+    config = stack_config(bad.stack, WORKLOADS_DIR)
+    for key, value in bad.settings.items():
+        if value is UNSET:
+            config.pop(f"{PROJECT}:{key}")
+        else:
+            config[f"{PROJECT}:{key}"] = value
+    monitor = RecordingMonitor(stack_outputs={INFRA_STACK: bad.infra})
+    with pytest.raises(ProblemsError) as caught:
+        run_program(
+            lambda: build(read_settings(), secret_settings()),
+            config,
+            project=PROJECT,
+            stack=bad.stack,
+            monitor=monitor,
+            secret_keys=frozenset(f"{PROJECT}:{key}" for key in bad.secrets),
+        )
+    return caught.value, monitor
+
+
+def test_the_table_covers_at_least_sixty_distinct_refusals():
+    assert len(ROWS) >= 60
+    assert len({bad.id for bad in ROWS}) == len(ROWS)
+
+
+@pytest.mark.parametrize("bad", ROWS, ids=[bad.id for bad in ROWS])
+def test_bad_settings_are_refused_before_anything_is_registered(bad: Bad):
+    error, monitor = run_refused(bad)
+    # The domain's error itself, whether the value came from the stack file or the infra stack.
+    assert type(error) is bad.error
+    assert error.problems == [bad.problem]
+    assert str(error) == f"{bad.error.heading}:\n  - {bad.problem}"
+    assert "While processing" not in str(error) and " object at 0x" not in str(error)
+    setting, value, valid = bad.names
+    assert setting in bad.problem and value in bad.problem and valid in bad.problem
+    registered = {r.type for r in monitor.registrations}
+    assert RAY_JOB not in registered and RAY_JOB_GUARD not in registered
+
+
+def test_every_problem_of_the_stack_file_is_reported_at_once():
+    bad = Bad(
+        "many",
+        {
+            "preset": "tiny-cpu",
+            "minSlices": 0,
+            "maxFailures": -1,
+            "timeoutSeconds": 0,
+            "maxtextOverrides": {"steps": "abc", "learning_rate": 0, "lerning_rate": 1},
+            "runtimeEnv": {"pip": ["torch"]},
+            "runName": "run",
+        },
+        "",
+        ("", "", ""),
+        secrets=("runName",),
+    )
+    error, monitor = run_refused(bad)
+    assert type(error) is WorkloadSettingsError
+    assert error.problems == [
+        "runName = [secret] cannot be a secret: it is exported as the runName output and names the checkpoint "
+        f"directory; {IN_CLEAR.format(key='runName')}",
+        "preset = 'tiny-cpu' runs on CPU through a local Ray head, not on the infra stack's GKE TPU cluster; "
+        f"unset preset (the infra stack's is used) or choose a TPU preset: {TPU_PRESETS} (or set address instead "
+        "of infraStack for a local run)",
+        f"minSlices = 0 is out of range; {MIN_SLICES}",
+        f"maxFailures = -1 is out of range; {MAX_FAILURES}",
+        f"timeoutSeconds = 0 is out of range; {TIMEOUT}",
+        "maxtextOverrides: 'lerning_rate' is not a MaxText setting (not in base.yml); did you mean 'learning_rate'?",
+        f"maxtextOverrides.steps = 'abc' is not an integer {base('steps', '150001')}",
+        "maxtextOverrides.learning_rate = 0 is out of range; use a number above 0, for example 3e-5",
+        f"runtimeEnv.pip = ['torch'] installs Python packages with pip {OPT_IN}",
+    ]
+    assert not monitor.registrations
+
+
+def test_a_secret_override_value_stays_out_of_the_message():
+    bad = Bad("secret-overrides", {"maxtextOverrides": {"steps": "s3cr3t"}}, "", ("", "", ""),
+              secrets=("maxtextOverrides",))  # fmt: skip
+    error, _ = run_refused(bad)
+    assert error.problems == [f"maxtextOverrides.steps = [secret] is not an integer {base('steps', '150001')}"]
+    assert "s3cr3t" not in str(error)
+
+
+# What the settings allow still runs.
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"runtimeEnv": {"pip": ["torch"]}, "allowRuntimeInstall": True},
+        {"runtimeEnv": {"env_vars": {"XLA_FLAGS": "--xla_dump_to=/tmp"}}},
+        {"runtimeEnv": {"working_dir": "."}},
+        {"maxtextOverrides": {"enable_checkpointing": "False", "steps": "10_000", "learning_rate": "1e-4"}},
+        {"maxtextOverrides": {"ici_fsdp_parallelism": -1, "per_device_batch_size": 0.5, "mlp_activations": ["silu"]}},
+        {"maxtextOverrides": {"weight_sparsity_n": "anything"}},  # null in base.yml: MaxText checks it
+        {"elastic": True, "minSlices": 2, "maxFailures": 0, "timeoutSeconds": 1},
+    ],
+    ids=["pip-opted-in", "env-vars", "local-working-dir", "typed-text", "typed-values", "null-default", "ranges-edges"],
+)
+def test_settings_within_range_register_the_job(settings):
+    run, inputs = run_workloads("dev", **settings)
+    assert len(run.of_type(RAY_JOB_GUARD)) == 1
+    if "runtimeEnv" in settings:
+        assert inputs["runtime_env"] == settings["runtimeEnv"]
+
+
+def test_a_cpu_preset_and_a_local_head_still_run_elastic():
+    run, _ = run_workloads("local", elastic=True, minSlices=1)
+    assert len(run.of_type(RAY_JOB)) == 1
+
+
+# The shipped stacks register what they registered before these checks.
+
+DEV_GKE = {
+    "ca_certificate": "Q0VSVA==",
+    "endpoint": "203.0.113.10",
+    "namespace": "training",
+    "port": 8265,
+    "service": "maxtext-tpu-cluster-head-svc",
+}
+DEV_JOB = {
+    "checkpoint_dir": "/data/llama3-8b-dev",
+    "entrypoint": 'python -m trainer.maxtext_multi_slice_trainer --job \'{"accelerator_type": "TPU-V6E", '
+    '"checkpoint_root": "/data", "chips_per_host": 4, "elastic": false, "hosts_per_slice": 4, '
+    '"max_failures": 0, "maxtext_overrides": {"dataset_type": "synthetic", "dcn_data_parallelism": "2", '
+    '"dcn_fsdp_parallelism": "1", "ici_fsdp_parallelism": "16", "ici_tensor_parallelism": "1", '
+    '"max_target_length": "4096", "model_name": "llama3-8b", "per_device_batch_size": "4", '
+    '"steps": "100"}, "min_slices": 2, "preset": "llama3-8b", "run_name": "llama3-8b-dev", '
+    '"slices": 2, "topology": "4x4", "use_tpu": true}\'',
+    "gke": DEV_GKE,
+    "metadata": {"preset": "llama3-8b", "run_name": "llama3-8b-dev"},
+    "stack": "dev",
+    "timeout_seconds": 21600,
+    "total_steps": 100,
+}
+LOCAL_ROOT = str(PROJECT_ROOT / ".runs")
+LOCAL_JOB = {
+    "address": "http://127.0.0.1:8265",
+    "checkpoint_dir": f"{LOCAL_ROOT}/tiny-cpu-local",
+    "entrypoint": 'python -m trainer.maxtext_multi_slice_trainer --job \'{"accelerator_type": null, '
+    f'"checkpoint_root": "{LOCAL_ROOT}", "chips_per_host": 0, "elastic": false, "hosts_per_slice": 1, '
+    '"max_failures": 0, "maxtext_overrides": {"attention": "dot_product", "base_emb_dim": "64", '
+    '"base_mlp_dim": "128", "base_num_decoder_layers": "2", "base_num_kv_heads": "4", '
+    '"base_num_query_heads": "4", "checkpoint_period": "2", "dataset_type": "synthetic", '
+    '"enable_checkpointing": "true", "hardware": "cpu", "head_dim": "16", "max_target_length": '
+    '"64", "model_name": "llama3-8b", "override_model_config": "true", "per_device_batch_size": "1", '
+    '"skip_jax_distributed_system": "true", "steps": "6", "vocab_size": "256"}, "min_slices": 1, '
+    '"preset": "tiny-cpu", "run_name": "tiny-cpu-local", "slices": 1, "topology": null, '
+    '"use_tpu": false}\'',
+    "metadata": {"preset": "tiny-cpu", "run_name": "tiny-cpu-local"},
+    "stack": "local",
+    "timeout_seconds": 21600,
+    "total_steps": 6,
+}
+
+
+def registered(stack: str) -> list[tuple[str, str, dict[str, Any], frozenset[str], frozenset[str]]]:
+    run, _ = run_workloads(stack)
+    return [
+        (
+            r.type,
+            r.name,
+            {key: value for key, value in r.inputs.items() if key != "__provider"},
+            r.secret_inputs - {"__provider"},
+            frozenset(dependency.rsplit("::", 1)[-1] for dependency in r.dependencies),
+        )
+        for r in run.registrations
+    ]
+
+
+def test_the_dev_stack_registers_the_same_guard_and_job_as_before():
+    # The job id is a digest of every job-defining input: it is the one recorded before the checks.
+    assert registered("dev") == [
+        (RAY_JOB_GUARD, "training-guard", {"gke": DEV_GKE, "job_id": "pulumi-dev-8a3b11b5625a89cb"}, frozenset(),
+         frozenset({INFRA_STACK})),
+        (RAY_JOB, "training", DEV_JOB, frozenset(), frozenset({INFRA_STACK, "training-guard"})),
+    ]  # fmt: skip
+
+
+def test_the_local_stack_registers_the_same_guard_and_job_as_before():
+    job_id = submission_id(LOCAL_JOB)  # its checkpoint root is this checkout's
+    assert registered("local") == [
+        (RAY_JOB_GUARD, "training-guard", {"address": "http://127.0.0.1:8265", "job_id": job_id}, frozenset(),
+         frozenset()),
+        (RAY_JOB, "training", LOCAL_JOB, frozenset(), frozenset({"training-guard"})),
+    ]  # fmt: skip
+
+
+# The real entry point: __main__.py run by the SDK's own runner (what `pulumi up` runs), under mocks.
+
+
+class ExportRecordingMonitor(RecordingMonitor):
+    def __init__(self, stack_outputs: dict[str, dict[str, Any]]):
+        super().__init__(stack_outputs)
+        self.exports: dict[str, Any] = {}
+
+    def RegisterResourceOutputs(self, request):
+        if "::pulumi:pulumi:Stack::" in request.urn:  # the root stack: its outputs are the exports
+            self.exports.update(pulumi.runtime.rpc.deserialize_properties(request.outputs))
+        return super().RegisterResourceOutputs(request)
+
+
+def engine_text(value: Any) -> str:
+    """A config value as the engine passes it: text, with objects and lists as JSON."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+
+
+def run_entry_point(stack: str, monitor: ExportRecordingMonitor, **settings: Any) -> None:
+    """`pulumi.runtime.run_in_stack` is how the language host runs a program: it creates the
+    root stack, runs __main__.py, then awaits the async program given to `pulumi.run`."""
+    pulumi.runtime.set_mocks(monitor.mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
+    config = {**stack_config(stack, WORKLOADS_DIR), **{f"{PROJECT}:{key}": value for key, value in settings.items()}}
+    pulumi.runtime.set_all_config({key: engine_text(value) for key, value in config.items()}, [])
+    runtime_settings.set_root_resource(None)  # the runner makes its own root stack
+    program = str(WORKLOADS_DIR / "__main__.py")
+    try:
+        asyncio.get_event_loop().run_until_complete(
+            pulumi.runtime.run_in_stack(lambda: runpy.run_path(program, run_name="__main__"))
+        )
+    finally:
+        pulumi.runtime.set_all_config({})
+
+
+def test_the_entry_point_registers_the_job_and_exports_its_outputs():
+    monitor = ExportRecordingMonitor({INFRA_STACK: INFRA_OUTPUTS})
+    run_entry_point("dev", monitor)
+    assert [r.type for r in monitor.registrations] == [RAY_JOB_GUARD, RAY_JOB]
+    assert {r.type: {k: v for k, v in r.inputs.items() if k != "__provider"} for r in monitor.registrations}[
+        RAY_JOB
+    ] == DEV_JOB
+    assert monitor.exports["runName"] == "llama3-8b-dev" and monitor.exports["checkpointDir"] == "/data/llama3-8b-dev"
+
+
+@pytest.mark.parametrize(
+    "settings, error, problem",
+    [
+        ({"minSlices": 0}, WorkloadSettingsError, f"minSlices = 0 is out of range; {MIN_SLICES}"),
+        (
+            {"elastic": True, "minSlices": 3},
+            JobError,
+            "minSlices = 3 is out of range; use 1 to 2 (the slice count: the fewest slices an elastic job keeps "
+            "training on)",
+        ),
+    ],
+    ids=["from-the-stack-file", "from-the-infra-stack-outputs"],
+)
+def test_the_entry_point_raises_the_refusal_itself(settings, error, problem):
+    monitor = ExportRecordingMonitor({INFRA_STACK: INFRA_OUTPUTS})
+    with pytest.raises(ProblemsError) as caught:
+        run_entry_point("dev", monitor, **settings)
+    assert type(caught.value) is error
+    assert str(caught.value) == f"{error.heading}:\n  - {problem}"
+    assert not monitor.registrations
