@@ -28,10 +28,11 @@ from pulumi_policy.proxy import (
 )
 
 from domain.presets import PROCEDURE_OVERRIDES, maxtext_overrides, preset
+from policies.check import resources_of
 from policies.evaluate import Violation, evaluate, reconcile_config
 from policies.rules import ALL
 from tests.conftest import run_infra
-from tests.support.pulumi_harness import ProgramRun, stack_config
+from tests.support.pulumi_harness import stack_config
 from tests.test_workloads_program import run_workloads
 
 KEEP = object()  # a case broken by its config alone
@@ -70,23 +71,6 @@ ADVISORY_POLICIES = {
     "rayjob-elastic-checkpointing",
     "tpu-hourly-budget",
 }
-
-
-def resources_of(run: ProgramRun) -> list[dict[str, Any]]:
-    """Registrations as the engine hands them to the pack, dependencies included (AnalyzeStack
-    gets them too; the DCN rules use them to tell which network a firewall protects)."""
-    return [
-        {
-            "type": r.type,
-            "name": r.name,
-            "urn": r.urn,
-            "props": r.inputs,
-            "parent": r.parent,
-            "provider": r.provider,
-            "dependencies": r.dependencies,
-        }
-        for r in run.registrations
-    ]
 
 
 @pytest.fixture(scope="module")
