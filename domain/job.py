@@ -24,14 +24,14 @@ DEFAULT_MAX_FAILURES = {"multislice": 0, "elastic": 3}
 _RUN_NAME = re.compile(r"^[a-z0-9]([-a-z0-9_.]{0,62}[a-z0-9])?$")
 
 
-def run_name_problem(run_name: str) -> str | None:
-    """Why `run_name` cannot name a run (its checkpoint directory), or None."""
-    if _RUN_NAME.match(run_name):
-        return None
-    return (
-        f"runName = {run_name!r} is not valid; use lowercase letters, digits, '-', '_' or '.', "
-        "at most 64 characters (it names the checkpoint directory)"
-    )
+RUN_NAME_RULE = (
+    "use lowercase letters, digits, '-', '_' or '.', at most 64 characters (it names the checkpoint directory)"
+)
+
+
+def run_name_is_valid(run_name: str) -> bool:
+    """Whether `run_name` can name a run (its checkpoint directory)."""
+    return bool(_RUN_NAME.match(run_name))
 
 
 class JobError(ProblemsError):
@@ -119,9 +119,8 @@ def resolve_job(
     chosen = PRESETS.get(preset_name)
     if chosen is None:
         raise JobError([f"preset = {preset_name!r} is not valid; choose one of: {', '.join(PRESETS)}"])
-    run_name_invalid = run_name_problem(run_name)
-    if run_name_invalid:
-        problems.append(run_name_invalid)
+    if not run_name_is_valid(run_name):
+        problems.append(f"runName = {run_name!r} is not valid; {RUN_NAME_RULE}")
     if not checkpoint_root:
         problems.append("the checkpoint root is empty; it is the infra stack's checkpointRoot output")
 

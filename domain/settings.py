@@ -1,14 +1,16 @@
-"""The infra stack's settings: parsed once from raw stack config into a frozen, validated object.
+"""The infra stack's settings: each declared once (a field of `StackSettings`), read once from raw
+stack config into a frozen, validated object.
 
 Every problem is reported at once, each naming the setting, the value and what would be valid,
 so a stack with bad config stops before a single resource (and a single TPU hour) is requested.
+Pulumi.yaml's `config:` block and the README's settings table are generated from the fields
+(`scripts/sync-settings`); a test fails when they drift.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Mapping, Set
+from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,76 +19,21 @@ from domain.images import IMAGE_RULE, image_reference_problems
 from domain.job import JobError, resolve_job
 from domain.presets import PRESETS, Preset
 from domain.problems import ProblemsError
+from domain.setting import read, setting
 from domain.tpu_catalog import TPU_ZONES_SOURCE, Accelerator, SliceShape
 
 MAX_SLICES = 64
-
-# Project settings (stack config keys without a namespace) and their defaults. `gcp:project`,
-# `gcp:region` and `gcp:zone` are read from the Google provider's own namespace.
-DEFAULTS: Mapping[str, Any] = {
-    "preset": "llama3-8b",
-    "mode": "standard",
-    "clusterName": "maxtext-tpu",
-    "gkeVersion": gke.DEFAULT_VERSION,
-    "releaseChannel": "RAPID",
-    "network": "default",
-    "slices": None,  # the preset's
-    "topology": None,  # the preset's
-    "spot": False,
-    "reservation": None,
-    "dcnSubnets": list(dcn.DEFAULT_SUBNET_RANGES),
-    "namespace": "default",
-    "serviceAccount": "maxtext-ray",
-    "bucketName": None,  # Pulumi auto-names it (a random suffix keeps it globally unique)
-    "bucketForceDestroy": True,
-    "deletionProtection": False,
-    "production": False,
-    "rayImage": None,  # the stack builds the worker image (domain/worker_image.py)
-    "headMachineType": "n1-standard-16",
-    "pricePerChipHour": None,  # the catalog's on-demand list price for the accelerator
-}
 
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _REGION = re.compile(r"^[a-z]+-[a-z]+\d+$")
 # A zone is its region plus a letter (`us-east5-b`), or an AI zone's `ai<N><letter>` (`us-south1-ai1b`).
 _ZONE_SUFFIX = re.compile(r"^(?:[a-z]|ai\d+[a-z])$")
 
-# The setting names a message uses for the Google provider's keys, which `raw` carries bare.
-_GCP_KEYS = {"project": "gcp:project", "region": "gcp:region", "zone": "gcp:zone"}
-
-# Where each setting's value ends up unencrypted. The program reads every setting as a plain value
-# (a secret's encryption does not survive `Config.get`), so a value set with
-# `pulumi config set --secret` would be copied into these places in clear; the stack refuses it.
-IN_CLEAR: Mapping[str, str] = {
-    "project": "it is part of the clusterId and kubeconfig outputs, the Workload Identity pool and the image URL",
-    "region": "it is the clusterLocation output of an Autopilot stack, the bucket's location and part of the image URL",
-    "zone": "it is the clusterLocation output of a Standard stack and the node pools' location",
-    "preset": "it is exported as the preset output",
-    "mode": "it is exported as the mode output",
-    "clusterName": "it names the GKE cluster (the clusterName output), its node service account, DCN networks and image repository",
-    "gkeVersion": "it is the cluster's minimum version, stored unencrypted in the stack's state",
-    "releaseChannel": "it is the cluster's release channel, stored unencrypted in the stack's state",
-    "network": "it is the cluster's network, stored unencrypted in the stack's state",
-    "slices": "it is exported as the slices output and numbers the TPU node pools",
-    "topology": "it is exported as the topology output and names the TPU node pools",
-    "spot": "it is a node pool setting, stored unencrypted in the stack's state",
-    "reservation": "it is the TPU node pools' reservation affinity, stored unencrypted in the stack's state",
-    "dcnSubnets": "they are the DCN subnets' ranges, stored unencrypted in the stack's state",
-    "namespace": "it is exported as the namespace output and names the Kubernetes objects' namespace",
-    "serviceAccount": "it is exported as the serviceAccount output and is part of the bucket's IAM member",
-    "bucketName": "it is exported as the bucketName and checkpointBucketUrl outputs",
-    "bucketForceDestroy": "it is the bucket's force_destroy, stored unencrypted in the stack's state",
-    "deletionProtection": "it is the cluster's deletion_protection, stored unencrypted in the stack's state",
-    "production": "it becomes the cluster's environment label",
-    "rayImage": "it is exported as the rayImage output and set on every Ray pod",
-    "headMachineType": "it is the head pool's machine type, stored unencrypted in the stack's state",
-    "pricePerChipHour": "it is exported as the pricePerChipHourUsd and onDemandDollarsPerHour outputs",
-}
-
 # Namespaces every cluster already has: the stack creates its namespace, which would fail.
 SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
 # The label that records the stack on the cluster (domain/gcp_resources.py).
 STACK_LABEL = "maxtext-tpu-stack"
+_STATE = "stored unencrypted in the stack's state"
 
 
 class SettingsError(ProblemsError):
@@ -95,35 +42,230 @@ class SettingsError(ProblemsError):
     heading = "invalid stack configuration"
 
 
-@dataclass(frozen=True)
-class StackSettings:
-    """Everything the infra program needs to know, validated."""
+def _named(what: str, problems_of: Callable[[str], list[str]], rule: str) -> Callable[[str], str | None]:
+    """A check from domain/gcp_names.py's reasons and rule for one kind of name."""
 
-    stack: str
-    project: str
-    region: str
-    zone: str
-    preset: Preset
-    mode: str
-    cluster_name: str
-    gke_version: str
-    release_channel: str
-    network: str
-    topology: str
-    slices: int
-    spot: bool
-    reservation: str | None
-    dcn_subnets: tuple[str, ...]
-    namespace: str
-    service_account: str
-    bucket_name: str | None
-    bucket_force_destroy: bool
-    deletion_protection: bool
-    production: bool
-    # An image to use as-is; None: the stack builds its own worker image and uses that.
-    ray_image: str | None
-    head_machine_type: str
-    price_per_chip_hour_usd: float | None = None  # None: the catalog's list price
+    def check(value: str) -> str | None:
+        problems = problems_of(value)
+        return f"is not {what}: it {', '.join(problems)}; use {rule}" if problems else None
+
+    return check
+
+
+def _dns_label(max_length: int, also: Callable[[str], str | None] | None = None) -> Callable[[str], str | None]:
+    def check(value: str) -> str | None:
+        if len(value) > max_length or not _DNS_LABEL.match(value):
+            reasons = gcp_names.rfc1035_problems(value, max_length=max_length)
+            return (
+                f"is not valid; use lowercase letters, digits and '-', starting with a letter, at most "
+                f"{max_length} characters: it {', '.join(reasons)}"
+            )
+        return also(value) if also else None
+
+    return check
+
+
+def _tpu_preset(name: str) -> str | None:
+    if PRESETS[name].runs_on_tpu:
+        return None
+    tpu = ", ".join(p.name for p in PRESETS.values() if p.runs_on_tpu)
+    return f"runs on CPU through a local Ray cluster, not on GKE; choose a TPU preset: {tpu}"
+
+
+def _region(value: str) -> str | None:
+    if _REGION.match(value):
+        return None
+    return "is not a Google Cloud region (for example us-east5); run `pulumi config set gcp:region <region>`"
+
+
+def _own_namespace(value: str) -> str | None:
+    if value not in SYSTEM_NAMESPACES:
+        return None
+    return (
+        "is a namespace every cluster already has; the stack creates its namespace, which would fail; "
+        "use a namespace of its own (or default)"
+    )
+
+
+def _own_service_account(value: str) -> str | None:
+    if value != "default":
+        return None
+    return (
+        "is the account Kubernetes creates in every namespace; the stack creates its own Ray service "
+        "account, which would fail; use another name (for example maxtext-ray)"
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class StackSettings:
+    """Everything the infra program needs to know, validated. Each `setting(...)` field is one
+    stack setting, declared here and nowhere else (see domain/setting.py). Every infra setting's
+    value ends up in outputs, names or state in clear (`in_clear` says where), so none may be
+    set with `pulumi config set --secret`: the program reads plain values, and a secret's
+    encryption would not survive that."""
+
+    stack: str  # the Pulumi stack's name (not a setting)
+
+    project: str = setting(
+        "string",
+        "Google Cloud project ID the stack deploys into (the Google provider's setting).",
+        namespace="gcp",
+        required="<project-id>",
+        check=_named("a project ID", gcp_names.project_id_problems, gcp_names.PROJECT_ID_RULE),
+        in_clear="it is part of the clusterId and kubeconfig outputs, the Workload Identity pool and the image URL",
+    )
+    region: str = setting(
+        "string",
+        "Region of the bucket, the image repository and an Autopilot cluster (the Google provider's setting).",
+        namespace="gcp",
+        required="<region>",
+        check=_region,
+        in_clear="it is the clusterLocation output of an Autopilot stack, the bucket's location and part of the image URL",
+    )
+    zone: str = setting(
+        "string",
+        "Zone of a Standard cluster and its TPU node pools, in gcp:region (the Google provider's setting).",
+        namespace="gcp",
+        required="<zone>",
+        in_clear="it is the clusterLocation output of a Standard stack and the node pools' location",
+    )
+    preset: Preset = setting(
+        "string",
+        "Training preset: llama3-8b or llama3-70b (the tiny-cpu preset runs locally, not on GKE).",
+        default="llama3-8b",
+        choices=tuple(PRESETS),
+        check=_tpu_preset,
+        in_clear="it is exported as the preset output",
+    )
+    mode: str = setting(
+        "string",
+        "GKE mode: standard (TPU node pools, DCN networks) or autopilot (ComputeClass).",
+        default="standard",
+        choices=gke.MODES,
+        in_clear="it is exported as the mode output",
+    )
+    cluster_name: str = setting(
+        "string",
+        "GKE cluster name; also prefixes the DCN networks and the worker image repository.",
+        default="maxtext-tpu",
+        check=_dns_label(gcp_names.GKE_CLUSTER_NAME_MAX),
+        in_clear="it names the GKE cluster (the clusterName output), its node service account, DCN networks and image repository",
+    )
+    gke_version: str = setting(
+        "string",
+        "Minimum control-plane version; must be at or above the managed DRANET minimum for the mode.",
+        default=gke.DEFAULT_VERSION,
+        in_clear=f"it is the cluster's minimum version, {_STATE}",
+    )
+    release_channel: str = setting(
+        "string",
+        "GKE release channel offering gkeVersion: RAPID, REGULAR, STABLE or EXTENDED.",
+        default="RAPID",
+        choices=gke.RELEASE_CHANNELS,
+        in_clear=f"it is the cluster's release channel, {_STATE}",
+    )
+    network: str = setting(
+        "string",
+        "Primary VPC network of the cluster.",
+        default="default",
+        check=_named("a VPC network name", gcp_names.network_name_problems, gcp_names.NETWORK_RULE),
+        in_clear=f"it is the cluster's network, {_STATE}",
+    )
+    slices: int = setting(
+        "integer",
+        f"Number of TPU slices (1 to {MAX_SLICES}); defaults to the preset's.",
+        unset="the preset's",
+        minimum=1,
+        maximum=MAX_SLICES,
+        in_clear="it is exported as the slices output and numbers the TPU node pools",
+    )
+    topology: str = setting(
+        "string",
+        "TPU slice topology (for example 4x4); defaults to the preset's.",
+        unset="the preset's",
+        in_clear="it is exported as the topology output and names the TPU node pools",
+    )
+    spot: bool = setting(
+        "boolean",
+        "Run TPU nodes on Spot VMs.",
+        default=False,
+        in_clear=f"it is a node pool setting, {_STATE}",
+    )
+    reservation: str | None = setting(
+        "string",
+        "Name of a specific Compute Engine reservation for the TPU nodes.",
+        check=_named("a reservation name", gcp_names.reservation_problems, gcp_names.RESERVATION_RULE),
+        in_clear=f"it is the TPU node pools' reservation affinity, {_STATE}",
+    )
+    dcn_subnets: tuple[str, ...] = setting(
+        "array",
+        "CIDR ranges of the DCN subnets, one per extra network (two for v6e).",
+        default=dcn.DEFAULT_SUBNET_RANGES,
+        in_clear=f"they are the DCN subnets' ranges, {_STATE}",
+    )
+    namespace: str = setting(
+        "string",
+        "Kubernetes namespace of the Ray cluster.",
+        default="default",
+        check=_dns_label(63, _own_namespace),
+        in_clear="it is exported as the namespace output and names the Kubernetes objects' namespace",
+    )
+    service_account: str = setting(
+        "string",
+        "Kubernetes service account of the Ray pods (granted the checkpoint bucket).",
+        default="maxtext-ray",
+        check=_dns_label(63, _own_service_account),
+        in_clear="it is exported as the serviceAccount output and is part of the bucket's IAM member",
+    )
+    bucket_name: str | None = setting(
+        "string",
+        "Checkpoint bucket name; auto-named with a random suffix when unset.",
+        unset="auto-named",
+        check=_named("a Cloud Storage bucket name", gcp_names.bucket_name_problems, gcp_names.BUCKET_NAME_RULE),
+        in_clear="it is exported as the bucketName and checkpointBucketUrl outputs",
+    )
+    bucket_force_destroy: bool = setting(
+        "boolean",
+        "Let `pulumi destroy` delete a bucket that still holds checkpoints.",
+        default=True,
+        in_clear=f"it is the bucket's force_destroy, {_STATE}",
+    )
+    deletion_protection: bool = setting(
+        "boolean",
+        "Protect the GKE cluster from deletion (turn on for production).",
+        default=False,
+        in_clear=f"it is the cluster's deletion_protection, {_STATE}",
+    )
+    production: bool = setting(
+        "boolean",
+        "Marks a production stack (it then requires deletionProtection).",
+        default=False,
+        in_clear="it becomes the cluster's environment label",
+    )
+    ray_image: str | None = setting(
+        "string",
+        "Ray container image for head and workers, used as-is (pin a tag or digest). Unset: the stack "
+        "builds trainer/Dockerfile (Ray and MaxText baked in) with Cloud Build into its own Artifact "
+        "Registry repository and uses that.",
+        unset="built by the stack",
+        check=_named("a pinned container image", image_reference_problems, IMAGE_RULE),
+        in_clear="it is exported as the rayImage output and set on every Ray pod",
+    )
+    head_machine_type: str = setting(
+        "string",
+        "Machine type of the on-demand CPU pool that runs the Ray head (Standard mode).",
+        default="n1-standard-16",
+        check=_named("a machine type", gcp_names.machine_type_problems, gcp_names.MACHINE_TYPE_RULE),
+        in_clear=f"it is the head pool's machine type, {_STATE}",
+    )
+    price_per_chip_hour: float | None = setting(
+        "number",
+        "On-demand US dollars per TPU chip-hour for the cost outputs; defaults to the list price (v6e 2.70).",
+        unset="the accelerator's list price",
+        above=0,
+        valid="use a positive number of US dollars, for example 2.70",
+        in_clear="it is exported as the pricePerChipHourUsd and onDemandDollarsPerHour outputs",
+    )
 
     @property
     def accelerator(self) -> Accelerator:
@@ -135,8 +277,8 @@ class StackSettings:
 
     @property
     def chip_hour_price(self) -> float:
-        if self.price_per_chip_hour_usd is not None:
-            return self.price_per_chip_hour_usd
+        if self.price_per_chip_hour is not None:
+            return self.price_per_chip_hour
         return self.accelerator.price_per_chip_hour_usd
 
     @property
@@ -158,89 +300,6 @@ class StackSettings:
         return not self.is_autopilot and self.accelerator.dcn_networks > 0
 
 
-class _Reader:
-    """Reads raw config values (strings, as the Pulumi engine passes them) and collects problems."""
-
-    def __init__(self, raw: Mapping[str, Any]):
-        self.raw = raw
-        self.problems: list[str] = []
-
-    def value(self, key: str) -> Any:
-        value = self.raw.get(key)
-        return DEFAULTS.get(key) if value is None else value
-
-    def text(self, key: str) -> str | None:
-        value = self.value(key)
-        return None if value is None else str(value)
-
-    def choice(self, key: str, valid: tuple[str, ...] | list[str]) -> str | None:
-        value = self.text(key)
-        if value not in valid:
-            self.problems.append(f"{key} = {value!r} is not valid; choose one of: {', '.join(valid)}")
-            return None
-        return value
-
-    def boolean(self, key: str) -> bool:
-        value = self.value(key)
-        if isinstance(value, bool):
-            return value
-        if str(value).lower() in ("true", "false"):
-            return str(value).lower() == "true"
-        self.problems.append(f"{key} = {value!r} is not a boolean; use true or false")
-        return bool(DEFAULTS[key])
-
-    def positive_number(self, key: str) -> float | None:
-        value = self.value(key)
-        if value is None:
-            return None
-        try:
-            number = float(str(value))
-        except ValueError:
-            number = -1.0
-        if number <= 0:
-            self.problems.append(f"{key} = {value!r} is not a positive number (US dollars)")
-            return None
-        return number
-
-    def integer(self, key: str) -> int | None:
-        value = self.value(key)
-        if value is None:
-            return None
-        try:
-            return int(str(value))
-        except ValueError:
-            self.problems.append(f"{key} = {value!r} is not a whole number")
-            return None
-
-    def string_list(self, key: str) -> tuple[str, ...]:
-        value = self.value(key)
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError:
-                value = [part.strip() for part in value.split(",") if part.strip()]
-        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-            self.problems.append(f"{key} = {value!r} is not a list of strings")
-            return ()
-        return tuple(value)
-
-    def dns_label(self, key: str, max_length: int) -> str:
-        value = self.text(key) or ""
-        if len(value) > max_length or not _DNS_LABEL.match(value):
-            reasons = gcp_names.rfc1035_problems(value, max_length=max_length)
-            self.problems.append(
-                f"{key} = {value!r} is not valid; use lowercase letters, digits and '-', "
-                f"starting with a letter, at most {max_length} characters: it {', '.join(reasons)}"
-            )
-        return value
-
-    def name(self, key: str, what: str, problems: list[str], rule: str, *, label: str | None = None) -> None:
-        """Records the `problems` of `key`'s value (from domain/gcp_names.py) as one message."""
-        if problems:
-            value = self.text(key)
-            self.problems.append(f"{label or key} = {value!r} is not {what}: it {', '.join(problems)}; use {rule}")
-
-
 def _derived_problem(key: str, value: str, derived: str, service: str, problems: list[str], fix: str) -> str:
     """A name the program builds from a setting, refused by the service that gets it."""
     return f"{key} = {value!r} makes {derived}, which {service} refuses: it {', '.join(problems)}; {fix}"
@@ -249,174 +308,91 @@ def _derived_problem(key: str, value: str, derived: str, service: str, problems:
 def parse_settings(
     raw: Mapping[str, Any], *, stack: str, project_name: str, secret_keys: Set[str] = frozenset()
 ) -> StackSettings:
-    """Validates raw stack config (`project_name:key` keys already stripped to `key`).
+    """Validates raw stack config: the project's keys bare (`slices`), the Google provider's
+    qualified (`gcp:zone`); `secret_keys` names those set with `pulumi config set --secret`.
+    Raises SettingsError listing every problem when anything is wrong."""
+    reading = read(StackSettings, raw, project_name=project_name, secret_keys=secret_keys)
+    values, problems = reading.values, reading.problems
 
-    `raw` also carries `project`, `region` and `zone` from the Google provider's config.
-    `secret_keys` names the keys of `raw` that were set with `pulumi config set --secret`. Raises
-    SettingsError listing every problem when anything is wrong.
-    """
-    reader = _Reader(raw)
-    problems = reader.problems
+    region, zone = values["region"], values["zone"]
+    if reading.ok("region", "zone") and region and zone:
+        if not (zone.startswith(f"{region}-") and _ZONE_SUFFIX.match(zone[len(region) + 1 :])):
+            problems.append(
+                f"gcp:zone = {reading.shown('gcp:zone')} is not a zone of region {region!r}; use {region}-a, "
+                f"{region}-b, ... (one with capacity for the preset's TPUs)"
+            )
+            reading.refused.add("zone")
 
-    unknown = sorted(set(raw) - set(DEFAULTS) - {"project", "region", "zone"})
-    for key in unknown:
-        problems.append(f"{project_name}:{key} is not a setting of this project; valid settings: {', '.join(DEFAULTS)}")
-    for key in sorted(set(secret_keys) & set(IN_CLEAR)):
-        shown = _GCP_KEYS.get(key, key)
-        problems.append(
-            f"{shown} is set as a secret, but {IN_CLEAR[key]}, where it would appear in clear; set it "
-            f"without --secret (`pulumi config set {shown} VALUE`), or keep the value out of this stack"
-        )
-
-    project = reader.text("project") or ""
-    region = reader.text("region") or ""
-    zone = reader.text("zone") or ""
-    if not project:
-        problems.append("gcp:project is not set; run `pulumi config set gcp:project <project-id>`")
-    else:
-        reader.name(
-            "project",
-            "a project ID",
-            gcp_names.project_id_problems(project),
-            gcp_names.PROJECT_ID_RULE,
-            label="gcp:project",
-        )
-    region_ok = bool(_REGION.match(region))
-    if not region_ok:
-        problems.append(
-            f"gcp:region = {region!r} is not a Google Cloud region (for example us-east5); "
-            "run `pulumi config set gcp:region <region>`"
-        )
-    zone_ok = zone.startswith(f"{region}-") and bool(_ZONE_SUFFIX.match(zone[len(region) + 1 :]))
-    if not zone_ok:
-        problems.append(
-            f"gcp:zone = {zone!r} is not a zone of region {region!r}; use {region}-a, "
-            f"{region}-b, ... (one with capacity for the preset's TPUs)"
-        )
-
-    preset_name = reader.choice("preset", list(PRESETS))
-    chosen = PRESETS[preset_name] if preset_name else None
-    if chosen is not None and not chosen.runs_on_tpu:
-        problems.append(
-            f"preset = {chosen.name!r} runs on CPU through a local Ray cluster, not on GKE; "
-            f"choose a TPU preset: {', '.join(p.name for p in PRESETS.values() if p.runs_on_tpu)}"
-        )
-        chosen = None
-
-    mode = reader.choice("mode", gke.MODES)
-    topology = reader.text("topology") or (chosen.topology if chosen else None) or ""
+    chosen = PRESETS[values["preset"]] if reading.ok("preset") else None
+    mode = values["mode"]
+    topology = values["topology"] or (chosen.topology if chosen else None) or ""
     topology_ok = chosen is not None and topology in chosen.accelerator.shapes
     if chosen is not None and not topology_ok:
         problems.append(
-            f"topology = {topology!r} is not a topology of TPU {chosen.accelerator.name}; valid "
-            f"topologies: {', '.join(chosen.accelerator.shapes)}"
+            f"topology = {reading.shown('topology', topology)} is not a topology of TPU {chosen.accelerator.name}; "
+            f"valid topologies: {', '.join(chosen.accelerator.shapes)}"
         )
-    slices = reader.integer("slices")
-    if slices is None and chosen is not None:
+    slices = values["slices"]
+    if slices is None and chosen is not None and reading.ok("slices"):
         slices = chosen.slices
-    slices_ok = slices is not None and 1 <= slices <= MAX_SLICES
-    if slices is not None and not slices_ok:
-        problems.append(f"slices = {slices} is out of range; use 1 to {MAX_SLICES}")
 
     # Where the TPUs are: Standard pools live in gcp:zone; Autopilot picks a zone of gcp:region.
-    if chosen is not None and mode is not None and region_ok and zone_ok:
+    if chosen is not None and mode is not None and reading.ok("region", "zone") and region and zone:
         problems += _availability_problems(chosen.accelerator, mode, region, zone)
     # The preset's MaxText mesh, exactly as a job on this cluster would be checked.
-    if chosen is not None and topology_ok and slices_ok and slices is not None:
+    if chosen is not None and topology_ok and slices is not None:
         problems += _mesh_problems(chosen, topology, slices)
 
-    gke_version = reader.text("gkeVersion") or ""
+    gke_version = values["gke_version"]
     try:
-        if mode is not None and not gke.supports_dranet(gke_version, mode):
+        if mode is not None and gke_version is not None and not gke.supports_dranet(gke_version, mode):
             problems.append(
-                f"gkeVersion = {gke_version!r} is below the managed DRANET minimum for {mode} "
-                f"clusters; use {gke.DRANET_MINIMUM_VERSION[mode]} or later"
+                f"gkeVersion = {reading.shown('gkeVersion', gke_version)} is below the managed DRANET minimum "
+                f"for {mode} clusters; use {gke.DRANET_MINIMUM_VERSION[mode]} or later"
             )
     except ValueError as error:
         problems.append(f"gkeVersion: {error}")
-    release_channel = reader.choice("releaseChannel", gke.RELEASE_CHANNELS)
 
-    dcn_subnets = reader.string_list("dcnSubnets")
-    for problem in dcn.subnet_range_problems(dcn_subnets):
-        problems.append(f"dcnSubnets: {problem}; use non-overlapping private ranges")
+    dcn_subnets = values["dcn_subnets"]
     needed_networks = chosen.accelerator.dcn_networks if chosen else 0
-    if mode == "standard" and chosen is not None and len(dcn_subnets) != needed_networks:
-        problems.append(
-            f"dcnSubnets has {len(dcn_subnets)} ranges but TPU "
-            f"{chosen.accelerator.name if chosen else '?'} needs {needed_networks} DCN networks; "
-            f"give exactly {needed_networks} (default: {', '.join(dcn.DEFAULT_SUBNET_RANGES)})"
-        )
+    if dcn_subnets is not None:
+        for problem in dcn.subnet_range_problems(dcn_subnets):
+            problems.append(f"dcnSubnets: {problem}; use non-overlapping private ranges")
+        if mode == "standard" and chosen is not None and len(dcn_subnets) != needed_networks:
+            problems.append(
+                f"dcnSubnets has {len(dcn_subnets)} ranges but TPU {chosen.accelerator.name} needs "
+                f"{needed_networks} DCN networks; give exactly {needed_networks} "
+                f"(default: {', '.join(dcn.DEFAULT_SUBNET_RANGES)})"
+            )
 
-    spot = reader.boolean("spot")
-    reservation = reader.text("reservation")
-    if reservation is not None:
-        reader.name(
-            "reservation", "a reservation name", gcp_names.reservation_problems(reservation), gcp_names.RESERVATION_RULE
-        )
+    reservation = values["reservation"]
+    if reservation is not None and reading.ok("reservation"):
         if mode == "autopilot" and reservation.startswith("projects/"):
             problems.append(
-                f"reservation = {reservation!r} is a shared reservation's path, which an Autopilot "
-                "ComputeClass does not take as a name (it names the owner project apart); use a "
+                f"reservation = {reading.shown('reservation')} is a shared reservation's path, which an "
+                "Autopilot ComputeClass does not take as a name (it names the owner project apart); use a "
                 "reservation of this project, or mode = standard"
             )
-        if spot:
+        if values["spot"]:
             problems.append(
-                f"spot = true and reservation = {reservation!r} together: Compute Engine does not let Spot "
-                "VMs consume reservations, so the TPU nodes would never start; choose one (unset "
+                f"spot = true and reservation = {reading.shown('reservation')} together: Compute Engine does "
+                "not let Spot VMs consume reservations, so the TPU nodes would never start; choose one (unset "
                 "reservation, or set spot to false)"
             )
-
-    cluster_name = reader.dns_label("clusterName", gcp_names.GKE_CLUSTER_NAME_MAX)
-    namespace = reader.dns_label("namespace", 63)
-    service_account = reader.dns_label("serviceAccount", 63)
-    if namespace in SYSTEM_NAMESPACES:
-        problems.append(
-            f"namespace = {namespace!r} is a namespace every cluster already has; the stack creates "
-            "its namespace, which would fail; use a namespace of its own (or default)"
-        )
-    if service_account == "default":
-        problems.append(
-            "serviceAccount = 'default' is the account Kubernetes creates in every namespace; the "
-            "stack creates its own Ray service account, which would fail; use another name (for "
-            "example maxtext-ray)"
-        )
-    network = reader.text("network") or ""
-    reader.name("network", "a VPC network name", gcp_names.network_name_problems(network), gcp_names.NETWORK_RULE)
-    bucket_name = reader.text("bucketName")
-    if bucket_name is not None:
-        reader.name(
-            "bucketName",
-            "a Cloud Storage bucket name",
-            gcp_names.bucket_name_problems(bucket_name),
-            gcp_names.BUCKET_NAME_RULE,
-        )
-    bucket_force_destroy = reader.boolean("bucketForceDestroy")
-    deletion_protection = reader.boolean("deletionProtection")
-    production = reader.boolean("production")
-    if production and not deletion_protection:
+    if values["production"] and values["deletion_protection"] is False:
         problems.append(
             "production = true but deletionProtection is false: a production cluster must survive a "
             "`pulumi destroy` run against the wrong stack; run `pulumi config set deletionProtection true`"
         )
-    head_machine_type = reader.text("headMachineType") or ""
-    reader.name(
-        "headMachineType",
-        "a machine type",
-        gcp_names.machine_type_problems(head_machine_type),
-        gcp_names.MACHINE_TYPE_RULE,
-    )
-    price_per_chip_hour_usd = reader.positive_number("pricePerChipHour")
-    image = reader.text("rayImage")
-    if image is not None:
-        reader.name("rayImage", "a pinned container image", image_reference_problems(image), IMAGE_RULE)
 
     # Names built from the settings above, each checked against the rule of the service that
     # receives it (only when the settings themselves are valid, so one mistake is one message).
-    if _DNS_LABEL.match(cluster_name) and len(cluster_name) <= gcp_names.GKE_CLUSTER_NAME_MAX:
+    cluster_name, network = values["cluster_name"], values["network"]
+    if reading.ok("cluster_name") and cluster_name is not None:
         problems += _cluster_derived_problems(
             cluster_name,
             dcn_networks=needed_networks if mode == "standard" else 0,
-            builds_image=image is None,
+            builds_image=values["ray_image"] is None and reading.ok("ray_image"),
         )
         if (
             mode == "standard"
@@ -424,11 +400,11 @@ def parse_settings(
             and network in {resource_names.dcn_network_name(cluster_name, index) for index in range(needed_networks)}
         ):
             problems.append(
-                f"network = {network!r} is one of the DCN networks the stack creates for the TPU "
+                f"network = {reading.shown('network')} is one of the DCN networks the stack creates for the TPU "
                 f"NICs of cluster {cluster_name!r}; the cluster's primary network must be another one "
                 "(for example default)"
             )
-    if mode == "standard" and chosen is not None and topology_ok and slices_ok and slices is not None:
+    if mode == "standard" and chosen is not None and topology_ok and slices is not None:
         pool = resource_names.tpu_pool_name(chosen.accelerator.slice_type(topology), slices - 1)
         pool_problems = gcp_names.node_pool_name_problems(pool)
         if pool_problems:
@@ -444,38 +420,9 @@ def parse_settings(
             f"refuses: it {', '.join(stack_problems)}; use a stack named with {gcp_names.LABEL_VALUE_RULE}"
         )
 
-    if problems:
-        # The refusal of a secret setting does not repeat its value, nor may any other message.
-        hidden = [str(raw[key]) for key in secret_keys if key in raw and raw[key] not in (None, "")]
-        raise SettingsError([_redacted(problem, hidden) for problem in problems])
-    assert chosen is not None and mode is not None and slices is not None
-    assert release_channel is not None
-    return StackSettings(
-        stack=stack,
-        project=project,
-        region=region,
-        zone=zone,
-        preset=chosen,
-        mode=mode,
-        gke_version=gke_version,
-        release_channel=release_channel,
-        topology=topology,
-        slices=slices,
-        spot=spot,
-        reservation=reservation,
-        dcn_subnets=dcn_subnets,
-        cluster_name=cluster_name,
-        namespace=namespace,
-        service_account=service_account,
-        network=network,
-        bucket_name=bucket_name,
-        bucket_force_destroy=bucket_force_destroy,
-        deletion_protection=deletion_protection,
-        production=production,
-        ray_image=image,
-        head_machine_type=head_machine_type,
-        price_per_chip_hour_usd=price_per_chip_hour_usd,
-    )
+    reading.raise_problems(SettingsError)
+    assert chosen is not None and slices is not None
+    return StackSettings(stack=stack, **{**values, "preset": chosen, "topology": topology, "slices": slices})
 
 
 def _availability_problems(accelerator: Accelerator, mode: str, region: str, zone: str) -> list[str]:
@@ -579,13 +526,3 @@ def _cluster_derived_problems(cluster_name: str, *, dcn_networks: int, builds_im
                 )
             )
     return problems
-
-
-def _redacted(problem: str, secrets: list[str]) -> str:
-    """Messages quote values (`'value'`); a few print them bare (numbers, booleans, and names
-    inside longer names), which are hidden too unless too short to tell from other words."""
-    for secret in sorted(secrets, key=len, reverse=True):
-        problem = problem.replace(repr(secret), "'[secret]'")
-        if len(secret) >= 4:
-            problem = problem.replace(secret, "[secret]")
-    return problem

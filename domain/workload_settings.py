@@ -12,43 +12,16 @@ submitted.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from domain import maxtext_config
-from domain.job import run_name_problem
+from domain.job import RUN_NAME_RULE, run_name_is_valid
 from domain.presets import PRESETS
 from domain.problems import ProblemsError
-
-DEFAULTS: Mapping[str, Any] = {
-    "infraStack": None,
-    "address": None,
-    "preset": None,  # the infra stack's, or required with `address`
-    "runName": None,  # <preset>-<stack>: a stable name, so a re-run resumes its checkpoints
-    "elastic": False,
-    "minSlices": 1,
-    "maxFailures": None,  # the trainer's default (0 multislice, 3 elastic)
-    "maxtextOverrides": {},
-    "runtimeEnv": {},  # nothing is installed at job start unless asked for here
-    "allowRuntimeInstall": False,  # and even then only with this opt-in
-    "timeoutSeconds": 6 * 60 * 60,
-    "checkpointRoot": ".runs",  # local stacks only; GKE stacks use the infra stack's
-    # Model FLOPs utilization assumed for the cost estimate; MaxText's published v6e Llama 3
-    # results reach 46-48%.
-    "assumedMfu": "0.40",
-}
-
-# Settings whose value cannot be kept secret: Pulumi would store or show it in clear anyway.
-# (A secret runtimeEnv, or any other secret setting, stays secret: see workloads/program.py.)
-NOT_SECRET = {
-    "runName": "it is exported as the runName output and names the checkpoint directory",
-    "preset": "it is exported as the preset output and names the default run (<preset>-<stack>)",
-    "infraStack": "it names the StackReference resource, which the state and every preview show",
-    "address": "it is the job's target, kept in clear in the resources' inputs and state",
-}
+from domain.setting import read, setting
 
 # Runtime env fields that make Ray download or install something on every worker at every job
 # start, before the first step (https://docs.ray.io/en/latest/ray-core/handling-dependencies.html).
@@ -73,74 +46,110 @@ class WorkloadSettingsError(ProblemsError):
     heading = "invalid workloads stack configuration"
 
 
-@dataclass(frozen=True)
+def _url(address: str) -> str | None:
+    return None if address.startswith(("http://", "https://")) else "is not a URL; use http://HOST:8265"
+
+
+def _run_name(run_name: str) -> str | None:
+    return None if run_name_is_valid(run_name) else f"is not valid; {RUN_NAME_RULE}"
+
+
+@dataclass(frozen=True, kw_only=True)
 class WorkloadSettings:
-    stack: str
-    infra_stack: str | None
-    address: str | None
-    preset: str | None
-    run_name: str | None
-    elastic: bool
-    min_slices: int
-    max_failures: int | None
-    maxtext_overrides: Mapping[str, str] = field(default_factory=dict)
-    runtime_env: Mapping[str, Any] = field(default_factory=dict)
-    timeout_seconds: int = DEFAULTS["timeoutSeconds"]
-    checkpoint_root: str = ".runs"
-    assumed_mfu: float = 0.40
-    allow_runtime_install: bool = False
+    """What the workloads program needs to know, validated. Each `setting(...)` field is one
+    stack setting, declared here and nowhere else (see domain/setting.py). A setting with
+    `in_clear` cannot be kept secret, so a secret value is refused; any other secret setting
+    stays secret (workloads/program.py)."""
+
+    stack: str  # the Pulumi stack's name (not a setting)
+    secrets: frozenset[str] = frozenset()  # the settings set with `pulumi config set --secret`
+
+    infra_stack: str | None = setting(
+        "string",
+        "The infra stack to train on (organization/maxtext-tpu-infra/STACK); its outputs say where and on what.",
+        unset="unset (set it or address)",
+        in_clear="it names the StackReference resource, which the state and every preview show",
+    )
+    address: str | None = setting(
+        "string",
+        "A Ray dashboard URL reached directly (local runs), instead of infraStack.",
+        check=_url,
+        in_clear="it is the job's target, kept in the resources' inputs and state",
+    )
+    preset: str | None = setting(
+        "string",
+        "Training preset: llama3-8b, llama3-70b or tiny-cpu; defaults to the infra stack's.",
+        unset="the infra stack's",
+        choices=tuple(PRESETS),
+        in_clear="it is exported as the preset output and names the default run (<preset>-<stack>)",
+    )
+    run_name: str | None = setting(
+        "string",
+        "MaxText run name (its checkpoint directory); defaults to <preset>-<stack>, so a re-run resumes.",
+        unset="`<preset>-<stack>`",
+        check=_run_name,
+        in_clear="it is exported as the runName output and names the checkpoint directory",
+    )
+    elastic: bool = setting(
+        "boolean", "Use the elastic trainer (runs on 1..all slices, resumes after failures).", default=False
+    )
+    min_slices: int = setting(
+        "integer",
+        "Fewest slices an elastic job keeps training on.",
+        default=1,
+        minimum=1,
+        valid="use 1 to the slice count (the fewest slices an elastic job keeps training on)",
+    )
+    max_failures: int | None = setting(
+        "integer",
+        "Worker failures Ray Train recovers from (default 0 multislice, 3 elastic; Spot preemptions are not counted).",
+        unset="0 multislice, 3 elastic",
+        minimum=0,
+        valid="use 0 or more (worker errors Ray Train recovers from; Spot preemptions are not counted)",
+    )
+    maxtext_overrides: Mapping[str, str] = setting(
+        "object",
+        "MaxText keys to add or override (for example {steps: 200}); checked against MaxText's base.yml before "
+        "submission.",
+        default={},
+    )
+    runtime_env: Mapping[str, Any] = setting(
+        "object",
+        "A Ray runtime_env for the job; empty by default (the image already holds MaxText, nothing is installed). "
+        "Fields that install at job start (pip, uv, conda, py_modules, a remote working_dir, container, "
+        "image_uri) need allowRuntimeInstall.",
+        default={},
+    )
+    allow_runtime_install: bool = setting(
+        "boolean",
+        "Let runtimeEnv install packages or pull images at every job start, on every worker (gigabytes before the "
+        "first step); off, such a runtimeEnv is refused.",
+        default=False,
+    )
+    timeout_seconds: int = setting(
+        "integer",
+        "The job's own deadline; on timeout it is stopped and pulumi up fails.",
+        default=6 * 60 * 60,
+        minimum=1,
+        valid="use 1 or more seconds (default 21600, 6 hours)",
+    )
+    checkpoint_root: str = setting(
+        "string",
+        "Checkpoint root for local runs (relative to the project root); GKE stacks use the infra stack's.",
+        default=".runs",
+    )
+    assumed_mfu: float = setting(
+        "number",
+        "Model FLOPs utilization assumed by the cost estimate, a fraction (MaxText's published v6e Llama 3 runs "
+        "reach 0.46-0.48).",
+        default=0.40,
+        above=0,
+        maximum=1,
+        valid="use a fraction in (0, 1], for example 0.4",
+    )
 
     def run_name_for(self, preset: str) -> str:
         return self.run_name or f"{preset}-{self.stack}".lower()
-
-
-class _Reader:
-    """Reads raw values (text, as the Pulumi engine passes them), collecting every problem and
-    leaving secret values out of the messages."""
-
-    def __init__(self, values: Mapping[str, Any], secrets: AbstractSet[str]):
-        self.values = values
-        self.secrets = secrets
-        self.problems: list[str] = []
-
-    def named(self, key: str) -> str:
-        """`key = value`, as a message starts."""
-        shown = "[secret]" if key in self.secrets else maxtext_config.shown(self.values[key])
-        return f"{key} = {shown}"
-
-    def boolean(self, key: str) -> bool:
-        value = maxtext_config.as_boolean(self.values[key])
-        if value is None:
-            self.problems.append(f"{self.named(key)} is not a boolean; use true or false")
-            return bool(DEFAULTS[key])
-        return value
-
-    def integer(self, key: str, lowest: int, valid: str) -> int | None:
-        """A whole number of at least `lowest`; `valid` says what to use instead."""
-        value = self.values[key]
-        if value is None:
-            return None
-        number = maxtext_config.as_integer(str(value))
-        if number is None:
-            self.problems.append(f"{self.named(key)} is not a whole number; {valid}")
-        elif number < lowest:
-            self.problems.append(f"{self.named(key)} is out of range; {valid}")
-            return None
-        return number
-
-    def json_object(self, key: str) -> dict[str, Any]:
-        value = self.values[key]
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError:
-                self.problems.append(f"{self.named(key)} is not an object; set it in the stack file as a map")
-                return {}
-        if not isinstance(value, dict):
-            shown = "[secret]" if key in self.secrets else maxtext_config.shown(value)
-            self.problems.append(f"{key} = {shown} is not an object (a map of keys to values)")
-            return {}
-        return value
 
 
 def _runtime_env_problems(runtime_env: Mapping[str, Any], *, allow_install: bool, secret: bool) -> list[str]:
@@ -182,92 +191,57 @@ def parse_workload_settings(
     """Validates raw stack config (`project_name:key` keys stripped to `key`); `secret_settings`
     names the settings set with `pulumi config set --secret`. Raises WorkloadSettingsError listing
     every problem."""
-    values = {key: DEFAULTS[key] if raw.get(key) is None else raw[key] for key in DEFAULTS}
-    reader = _Reader(values, secret_settings)
-    problems = reader.problems
-    for key in sorted(set(raw) - set(DEFAULTS)):
-        problems.append(f"{project_name}:{key} is not a setting of this project; valid settings: {', '.join(DEFAULTS)}")
+    reading = read(WorkloadSettings, raw, project_name=project_name, secret_keys=secret_settings)
+    values, problems = reading.values, reading.problems
 
-    for key, why in NOT_SECRET.items():
-        if key in secret_settings and raw.get(key) is not None:
-            problems.append(
-                f"{key} = [secret] cannot be a secret: {why}; set it in clear "
-                f"(pulumi config set {key} VALUE, without --secret)"
-            )
-
-    infra_stack, address = values["infraStack"], values["address"]
+    infra_stack, address = values["infra_stack"], values["address"]
     # Where the job runs decides which presets fit; with both or neither set, that is the problem.
-    local, on_infra = (address is not None and infra_stack is None), (infra_stack is not None and address is None)
-    if (infra_stack is None) == (address is None):
+    local = raw.get("address") is not None and infra_stack is None
+    on_infra = infra_stack is not None and raw.get("address") is None
+    if (raw.get("infraStack") is None) == (raw.get("address") is None):
         problems.append(
             "set exactly one of infraStack (the infra stack to train on, e.g. "
             "organization/maxtext-tpu-infra/dev) or address (a Ray dashboard URL such as "
             "http://127.0.0.1:8265)"
         )
-    if address is not None and not str(address).startswith(("http://", "https://")):
-        problems.append(f"{reader.named('address')} is not a URL; use http://HOST:8265")
     preset = values["preset"]
     chosen = PRESETS.get(preset) if preset is not None else None
     tpu_presets = ", ".join(p.name for p in PRESETS.values() if p.runs_on_tpu)
     cpu_presets = ", ".join(p.name for p in PRESETS.values() if not p.runs_on_tpu)
-    if preset is not None and chosen is None:
-        problems.append(f"{reader.named('preset')} is not valid; choose one of: {', '.join(PRESETS)}")
-    if local and preset is None:
+    if local and raw.get("preset") is None:
         problems.append(
             f"preset is required with address (the infra stack's preset is used otherwise); use {cpu_presets}"
         )
     if chosen is not None and local and chosen.runs_on_tpu:
         problems.append(
-            f"{reader.named('preset')} trains on TPU {chosen.accelerator_name} slices, but address is a "
+            f"preset = {reading.shown('preset')} trains on TPU {chosen.accelerator_name} slices, but address is a "
             f"Ray head on this machine, which has CPUs only; use {cpu_presets} with address, or set "
             "infraStack (instead of address) to train on the infra stack's TPU cluster"
         )
     if chosen is not None and on_infra and not chosen.runs_on_tpu:
         problems.append(
-            f"{reader.named('preset')} runs on CPU through a local Ray head, not on the infra stack's "
+            f"preset = {reading.shown('preset')} runs on CPU through a local Ray head, not on the infra stack's "
             f"GKE TPU cluster; unset preset (the infra stack's is used) or choose a TPU preset: "
             f"{tpu_presets} (or set address instead of infraStack for a local run)"
         )
-    run_name = values["runName"]
-    if run_name is not None and "runName" not in secret_settings:
-        problem = run_name_problem(str(run_name))
-        if problem:
-            problems.append(problem)
 
-    elastic = reader.boolean("elastic")
-    allow_install = reader.boolean("allowRuntimeInstall")
-    min_slices = reader.integer(
-        "minSlices", 1, "use 1 to the slice count (the fewest slices an elastic job keeps training on)"
-    )
-    max_failures = reader.integer(
-        "maxFailures", 0, "use 0 or more (worker errors Ray Train recovers from; Spot preemptions are not counted)"
-    )
-    timeout = reader.integer("timeoutSeconds", 1, "use 1 or more seconds (default 21600, 6 hours)")
-    assumed_mfu = maxtext_config.as_number(str(values["assumedMfu"]))
-    if assumed_mfu is None or not 0 < assumed_mfu <= 1:
-        problems.append(f"{reader.named('assumedMfu')} must be a fraction in (0, 1], for example 0.4")
-    overrides = reader.json_object("maxtextOverrides")
-    secret_overrides = "maxtextOverrides" in secret_settings
+    overrides = values["maxtext_overrides"] or {}
     problems += maxtext_config.key_problems(overrides)
-    problems += maxtext_config.value_problems(overrides, secret=secret_overrides)
-    runtime_env = reader.json_object("runtimeEnv")
-    problems += _runtime_env_problems(runtime_env, allow_install=allow_install, secret="runtimeEnv" in secret_settings)
-    if problems:
-        raise WorkloadSettingsError(problems)
-    assert min_slices is not None and timeout is not None and assumed_mfu is not None
+    problems += maxtext_config.value_problems(overrides, secret="maxtextOverrides" in reading.secrets)
+    runtime_env = values["runtime_env"] or {}
+    problems += _runtime_env_problems(
+        runtime_env,
+        allow_install=bool(values["allow_runtime_install"]),
+        secret="runtimeEnv" in reading.secrets,
+    )
+    reading.raise_problems(WorkloadSettingsError)
     return WorkloadSettings(
         stack=stack,
-        infra_stack=infra_stack,
-        address=str(address).rstrip("/") if address else None,
-        preset=preset,
-        run_name=run_name,
-        elastic=elastic,
-        min_slices=min_slices,
-        max_failures=max_failures,
-        maxtext_overrides={str(k): str(v) for k, v in overrides.items()},
-        runtime_env=runtime_env,
-        timeout_seconds=timeout,
-        checkpoint_root=str(values["checkpointRoot"]),
-        assumed_mfu=assumed_mfu,
-        allow_runtime_install=allow_install,
+        secrets=reading.secrets,
+        **{
+            **values,
+            "address": address.rstrip("/") if address else None,
+            "maxtext_overrides": {str(key): str(value) for key, value in overrides.items()},
+            "runtime_env": dict(runtime_env),
+        },
     )

@@ -6,13 +6,13 @@ half-created stack behind.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pulumi
 
 from domain import kuberay
 from domain.capacity import cost_per_hour
+from domain.paths import PROJECT_ROOT
 from domain.settings import StackSettings
 from infra.components.apis import ProjectApis
 from infra.components.cluster import GkeCluster
@@ -23,7 +23,6 @@ from infra.components.tpu_slices import TpuSlices
 from infra.components.worker_image import WorkerImage
 
 # The worker image's build context: the repository root (domain/, trainer/, the trainer lock).
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
 def build(settings: StackSettings) -> dict[str, Any]:

@@ -35,10 +35,10 @@ def _infra_program() -> Callable[[], dict[str, Any]]:
 
 
 def _workloads_program() -> Callable[[], Awaitable[dict[str, Any]]]:
-    from workloads.config import read_settings, secret_settings
+    from workloads.config import read_settings
     from workloads.program import build
 
-    return lambda: build(read_settings(), secret_settings())
+    return lambda: build(read_settings())
 
 
 def _parse_sets(pairs: Sequence[str], project: str) -> dict[str, Any]:

@@ -19,7 +19,8 @@ import pulumi
 import yaml
 from pulumi.runtime import mocks as pulumi_mocks
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+from domain.paths import PROJECT_ROOT
+
 INFRA_PROJECT = "maxtext-tpu-infra"
 FAKE_PROJECT_NUMBER = "123456789012"
 FAKE_ENDPOINT = "203.0.113.10"

@@ -7,7 +7,7 @@ from domain import gcp_resources, worker_image
 from domain.settings import parse_settings
 from tests.support.typed_args import to_typed_args
 
-BASE = {"project": "my-project", "region": "us-east5", "zone": "us-east5-b"}
+BASE = {"gcp:project": "my-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b"}
 NETWORKS = [("net-1", "tpu-subnet-1"), ("net-2", "tpu-subnet-2")]
 EMAIL = "nodes@my-project.iam.gserviceaccount.com"
 

@@ -9,8 +9,6 @@ import jsonschema
 import pytest
 import yaml
 
-from domain.settings import DEFAULTS as INFRA_DEFAULTS
-from domain.workload_settings import DEFAULTS as WORKLOAD_DEFAULTS
 from tests.support.shared import PROJECT_ROOT, require_shared
 
 # Namespaces of the providers and the engine: their keys belong to them, not to the project.
@@ -65,24 +63,6 @@ def test_every_stack_key_is_declared_by_its_project(stack_file):
             continue
         assert namespace == project["name"], f"{stack_file.name}: {key} is not in namespace {project['name']}"
         assert name in declared, f"{stack_file.name}: {key} is not declared in Pulumi.yaml"
-
-
-@pytest.mark.parametrize(
-    "project_dir, defaults",
-    [(PROJECT_ROOT, INFRA_DEFAULTS), (PROJECT_ROOT / "workloads", WORKLOAD_DEFAULTS)],
-    ids=["infra", "workloads"],
-)
-def test_declared_settings_and_defaults_match_the_program(project_dir, defaults):
-    """Pulumi.yaml is what `pulumi config` shows users: it must say what the program does."""
-    config = yaml.safe_load((project_dir / "Pulumi.yaml").read_text())["config"]
-    declared = {key: value for key, value in config.items() if ":" not in key}
-    assert set(declared) == set(defaults)
-    for key, declaration in declared.items():
-        default = defaults[key]
-        if default is None or isinstance(default, (list, dict)):
-            assert "default" not in declaration, key
-        else:
-            assert declaration["default"] == default, key
 
 
 def test_kubernetes_default_provider_is_disabled():

@@ -28,11 +28,11 @@ from pulumi.dynamic.dynamic import serialize_provider
 from pulumi.runtime import rpc
 from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
 
+from domain.paths import PROJECT_ROOT
 from workloads.ray_job import RayJobGuardProvider, RayJobProvider, submission_id
 
 pytestmark = pytest.mark.slow
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
 URN = "urn:pulumi:grpc-test::maxtext-tpu-workloads::pulumi-python:dynamic/ray:RayJob::grpc-job"
 TYPE = "pulumi-python:dynamic/ray:RayJob"
 PROVIDER = serialize_provider(RayJobProvider())

@@ -5,11 +5,15 @@ import pytest
 from domain.settings import MAX_SLICES, SettingsError, parse_settings
 
 PROJECT = "maxtext-tpu-infra"
-VALID = {"project": "my-project", "region": "us-east5", "zone": "us-east5-b"}
+VALID = {"gcp:project": "my-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b"}
 
 
 def parse(**overrides):
-    return parse_settings({**VALID, **overrides}, stack="dev", project_name=PROJECT)
+    """`project`, `region` and `zone` are the Google provider's (gcp:KEY)."""
+    qualified = {
+        f"gcp:{key}" if key in ("project", "region", "zone") else key: value for key, value in overrides.items()
+    }
+    return parse_settings({**VALID, **qualified}, stack="dev", project_name=PROJECT)
 
 
 def problems_of(**overrides) -> list[str]:
@@ -95,7 +99,10 @@ def test_engine_strings_are_parsed():
             {"rayImage": "rayproject/ray"},
             "rayImage = 'rayproject/ray' is not a pinned container image: it has no tag (pin a version)",
         ),
-        ({"pricePerChipHour": "free"}, "pricePerChipHour = 'free' is not a positive number (US dollars)"),
+        (
+            {"pricePerChipHour": "free"},
+            "pricePerChipHour = 'free' is not a number; use a positive number of US dollars",
+        ),
         ({"slicse": "4"}, "maxtext-tpu-infra:slicse is not a setting of this project; valid settings: preset, mode"),
     ],
 )

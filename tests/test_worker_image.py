@@ -19,7 +19,7 @@ from infra.program import PROJECT_ROOT
 from tests.conftest import run_infra
 from tests.support.pulumi_harness import stack_config
 
-BASE = {"project": "my-project", "region": "us-east5", "zone": "us-east5-b"}
+BASE = {"gcp:project": "my-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b"}
 REPOSITORY = "gcp:artifactregistry/repository:Repository"
 BUILD = "command:local:Command"
 COMPONENT = "maxtext-tpu:image:WorkerImage"
@@ -30,7 +30,11 @@ DEV_PROJECT, DEV_REGION = "my-gcp-project", "us-east5"  # Pulumi.dev.yaml
 
 
 def settings(**overrides):
-    return parse_settings({**BASE, **overrides}, stack="dev", project_name="maxtext-tpu-infra")
+    """`project`, `region` and `zone` are the Google provider's (gcp:KEY)."""
+    qualified = {
+        f"gcp:{key}" if key in ("project", "region", "zone") else key: value for key, value in overrides.items()
+    }
+    return parse_settings({**BASE, **qualified}, stack="dev", project_name="maxtext-tpu-infra")
 
 
 # ---------------------------------------------------------------- the content tag

@@ -10,7 +10,7 @@ import pytest
 from domain.job import JobError, JobSpec
 from domain.workload_settings import WorkloadSettingsError, parse_workload_settings
 from tests.support.pulumi_harness import PROJECT_ROOT, RecordingMonitor, run_program, stack_config
-from workloads.config import read_settings, secret_settings
+from workloads.config import read_settings
 from workloads.program import build
 from workloads.ray_job import EXPORTED, export_name
 
@@ -38,7 +38,7 @@ def run_workloads(stack: str, secrets: tuple[str, ...] = (), infra_outputs=None,
     config.update({f"{PROJECT}:{key}": value for key, value in overrides.items()})
     monitor = RecordingMonitor(stack_outputs={INFRA_STACK: infra_outputs or INFRA_OUTPUTS})
     run = run_program(
-        lambda: build(read_settings(), secret_settings()),
+        lambda: build(read_settings()),
         config,
         project=PROJECT,
         stack=stack,
@@ -139,7 +139,7 @@ def test_a_preset_for_another_accelerator_is_refused():
         ({"infraStack": "o/p/s", "maxtextOverrides": "[1, 2]"}, "maxtextOverrides = [1, 2] is not an object"),
         ({"infraStack": "o/p/s", "elastic": "maybe"}, "elastic = 'maybe' is not a boolean"),
         ({"infraStack": "o/p/s", "slices": 4}, "maxtext-tpu-workloads:slices is not a setting of this project"),
-        ({"infraStack": "o/p/s", "assumedMfu": "46%"}, "assumedMfu = '46%' must be a fraction in (0, 1]"),
+        ({"infraStack": "o/p/s", "assumedMfu": "46%"}, "assumedMfu = '46%' is not a number; use a fraction in (0, 1]"),
     ],
 )
 def test_bad_workloads_config_is_refused(raw, expected):

@@ -24,7 +24,7 @@ from domain.problems import ProblemsError
 from domain.workload_settings import WorkloadSettingsError
 from tests.support.pulumi_harness import PROJECT_ROOT, RecordingMonitor, run_program, stack_config
 from tests.test_workloads_program import INFRA_OUTPUTS, INFRA_STACK, PROJECT, RAY_JOB, WORKLOADS_DIR, run_workloads
-from workloads.config import read_settings, secret_settings
+from workloads.config import read_settings
 from workloads.program import build
 from workloads.ray_job import submission_id
 
@@ -43,7 +43,7 @@ OPT_IN = (
 MIN_SLICES = "use 1 to the slice count (the fewest slices an elastic job keeps training on)"
 MAX_FAILURES = "use 0 or more (worker errors Ray Train recovers from; Spot preemptions are not counted)"
 TIMEOUT = "use 1 or more seconds (default 21600, 6 hours)"
-IN_CLEAR = "set it in clear (pulumi config set {key} VALUE, without --secret)"
+IN_CLEAR = "so it would appear in clear there; set it without --secret (`pulumi config set {key} VALUE`), or keep the value out of this stack"
 
 
 @dataclass(frozen=True)
@@ -390,21 +390,21 @@ ROWS = [
     ),
     # Secrets that cannot stay secret.
     Bad("secret-run-name", {"runName": "my-run"},
-        "runName = [secret] cannot be a secret: it is exported as the runName output and names the checkpoint "
-        f"directory; {IN_CLEAR.format(key='runName')}",
-        ("runName", "[secret]", "set it in clear"), secrets=("runName",)),
+        "runName is set as a secret, but it is exported as the runName output and names the checkpoint "
+        f"directory, {IN_CLEAR.format(key='runName')}",
+        ("runName", "set as a secret", "set it without --secret"), secrets=("runName",)),
     Bad("secret-preset-local", {"preset": "tiny-cpu"},
-        "preset = [secret] cannot be a secret: it is exported as the preset output and names the default run "
-        f"(<preset>-<stack>); {IN_CLEAR.format(key='preset')}",
-        ("preset", "[secret]", "set it in clear"), secrets=("preset",), stack="local"),
+        "preset is set as a secret, but it is exported as the preset output and names the default run "
+        f"(<preset>-<stack>), {IN_CLEAR.format(key='preset')}",
+        ("preset", "set as a secret", "set it without --secret"), secrets=("preset",), stack="local"),
     Bad("secret-infra-stack", {},
-        "infraStack = [secret] cannot be a secret: it names the StackReference resource, which the state and every "
-        f"preview show; {IN_CLEAR.format(key='infraStack')}",
-        ("infraStack", "[secret]", "set it in clear"), secrets=("infraStack",)),
+        "infraStack is set as a secret, but it names the StackReference resource, which the state and every "
+        f"preview show, {IN_CLEAR.format(key='infraStack')}",
+        ("infraStack", "set as a secret", "set it without --secret"), secrets=("infraStack",)),
     Bad("secret-address-local", {},
-        "address = [secret] cannot be a secret: it is the job's target, kept in clear in the resources' inputs and "
-        f"state; {IN_CLEAR.format(key='address')}",
-        ("address", "[secret]", "set it in clear"), secrets=("address",), stack="local"),
+        "address is set as a secret, but it is the job's target, kept in the resources' inputs and "
+        f"state, {IN_CLEAR.format(key='address')}",
+        ("address", "set as a secret", "set it without --secret"), secrets=("address",), stack="local"),
     # Where to run, and the rest.
     Bad("address-not-a-url", {"address": "127.0.0.1:8265"},
         "address = '127.0.0.1:8265' is not a URL; use http://HOST:8265",
@@ -421,9 +421,9 @@ ROWS = [
         "runName = 'My Run' is not valid; use lowercase letters, digits, '-', '_' or '.', at most 64 characters "
         "(it names the checkpoint directory)",
         ("runName", "'My Run'", "use lowercase letters")),
-    Bad("assumed-mfu-percent", {"assumedMfu": "46%"}, "assumedMfu = '46%' must be a fraction in (0, 1], for example 0.4",
+    Bad("assumed-mfu-percent", {"assumedMfu": "46%"}, "assumedMfu = '46%' is not a number; use a fraction in (0, 1], for example 0.4",
         ("assumedMfu", "'46%'", "a fraction in (0, 1]")),
-    Bad("assumed-mfu-above-one", {"assumedMfu": 1.5}, "assumedMfu = 1.5 must be a fraction in (0, 1], for example 0.4",
+    Bad("assumed-mfu-above-one", {"assumedMfu": 1.5}, "assumedMfu = 1.5 is out of range; use a fraction in (0, 1], for example 0.4",
         ("assumedMfu", "1.5", "a fraction in (0, 1]")),
     Bad("unknown-setting", {"slices": 4},
         f"{PROJECT}:slices is not a setting of this project; valid settings: {SETTINGS}",
@@ -441,7 +441,7 @@ def run_refused(bad: Bad) -> tuple[ProblemsError, RecordingMonitor]:
     monitor = RecordingMonitor(stack_outputs={INFRA_STACK: bad.infra})
     with pytest.raises(ProblemsError) as caught:
         run_program(
-            lambda: build(read_settings(), secret_settings()),
+            lambda: build(read_settings()),
             config,
             project=PROJECT,
             stack=bad.stack,
@@ -489,14 +489,14 @@ def test_every_problem_of_the_stack_file_is_reported_at_once():
     error, monitor = run_refused(bad)
     assert type(error) is WorkloadSettingsError
     assert error.problems == [
-        "runName = [secret] cannot be a secret: it is exported as the runName output and names the checkpoint "
-        f"directory; {IN_CLEAR.format(key='runName')}",
-        "preset = 'tiny-cpu' runs on CPU through a local Ray head, not on the infra stack's GKE TPU cluster; "
-        f"unset preset (the infra stack's is used) or choose a TPU preset: {TPU_PRESETS} (or set address instead "
-        "of infraStack for a local run)",
+        "runName is set as a secret, but it is exported as the runName output and names the checkpoint "
+        f"directory, {IN_CLEAR.format(key='runName')}",
         f"minSlices = 0 is out of range; {MIN_SLICES}",
         f"maxFailures = -1 is out of range; {MAX_FAILURES}",
         f"timeoutSeconds = 0 is out of range; {TIMEOUT}",
+        "preset = 'tiny-cpu' runs on CPU through a local Ray head, not on the infra stack's GKE TPU cluster; "
+        f"unset preset (the infra stack's is used) or choose a TPU preset: {TPU_PRESETS} (or set address instead "
+        "of infraStack for a local run)",
         "maxtextOverrides: 'lerning_rate' is not a MaxText setting (not in base.yml); did you mean 'learning_rate'?",
         f"maxtextOverrides.steps = 'abc' is not an integer {base('steps', '150001')}",
         "maxtextOverrides.learning_rate = 0 is out of range; use a number above 0, for example 3e-5",

@@ -27,10 +27,10 @@ from pathlib import Path
 from domain.capacity import train_flops_per_step
 from domain.job import JobError, JobSpec, resolve_job
 from domain.maxtext_config import base_config_path
+from domain.paths import PROJECT_ROOT
 from domain.presets import PRESETS
 from domain.tpu_catalog import accelerator_by_ray_type
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
 CACHE_DIR = PROJECT_ROOT / ".cache" / "fit-check"
 TRAINER_PYTHON = PROJECT_ROOT / ".venv-trainer" / "bin" / "python"
 GIB = 1024**3

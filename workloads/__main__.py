@@ -4,9 +4,8 @@ before it registers the job; its outputs are the stack's."""
 
 import pulumi
 
-from workloads.config import read_settings, secret_settings
+from workloads.config import read_settings
 from workloads.program import build
 
 settings = read_settings()
-secrets = secret_settings()
-pulumi.run(lambda: build(settings, secrets))
+pulumi.run(lambda: build(settings))

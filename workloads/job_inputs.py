@@ -10,11 +10,10 @@ from typing import Any
 from domain import maxtext_config
 from domain.capacity import job_cost, train_flops_per_step
 from domain.job import JobError, JobSpec, resolve_job
+from domain.paths import PROJECT_ROOT
 from domain.presets import PRESETS
 from domain.tpu_catalog import accelerator_by_ray_type
 from domain.workload_settings import WorkloadSettings
-
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 # Infra stack outputs the job needs; the optional ones are missing from stacks deployed before
 # they existed (such a stack's cluster has no Ray token, and destroy cannot ask GKE about it).

@@ -28,7 +28,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+from domain.paths import PROJECT_ROOT
+
 TRAINER_VENV = PROJECT_ROOT / ".venv-trainer"
 
 # Set only in the head's environment, to the head's own temp dir. Every process of the

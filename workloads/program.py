@@ -10,7 +10,6 @@ Output, where the SDK would wrap it in "While processing input ..." with object 
 
 from __future__ import annotations
 
-from collections.abc import Set as AbstractSet
 from typing import Any
 
 import pulumi
@@ -29,14 +28,14 @@ def _secret_if(secret: bool, value: pulumi.Output[Any]) -> pulumi.Output[Any]:
     return pulumi.Output.secret(value) if secret else value
 
 
-async def build(settings: WorkloadSettings, secret_settings: AbstractSet[str] = frozenset()) -> dict[str, Any]:
+async def build(settings: WorkloadSettings) -> dict[str, Any]:
     """Registers the job's resources and returns the stack outputs. Raises the domain's
     JobError, before the guard or the job is registered, when the job cannot run.
 
-    `secret_settings` names the settings set as secrets: a secret runtime env keeps the job's
+    `settings.secrets` names the settings set as secrets: a secret runtime env keeps the job's
     runtime env secret; any other secret setting (it reaches the command) keeps the whole job
     description secret, in the resource's inputs, outputs and the exports derived from it."""
-    secret_job = bool(set(secret_settings) - {"runtimeEnv"})
+    secret_job = bool(settings.secrets - {"runtimeEnv"})
     if settings.infra_stack:
         infra = pulumi.StackReference(settings.infra_stack)
         cluster = pulumi.Output.all(
@@ -61,7 +60,7 @@ async def build(settings: WorkloadSettings, secret_settings: AbstractSet[str] = 
         target = {"address": pulumi.Output.from_input(settings.address)}
         cost = pulumi.Output.from_input(job_inputs.cost_estimate(resolved, settings, 0.0))
     props = {name: inputs[name] for name in JOB_INPUTS}
-    if "runtimeEnv" in secret_settings:
+    if "runtimeEnv" in settings.secrets:
         props["runtime_env"] = pulumi.Output.secret(props["runtime_env"])
     props.update(target)
     # The submission id is a digest of the inputs: it names the job, it does not reveal it.

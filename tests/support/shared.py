@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+from domain.paths import PROJECT_ROOT
 
 
 def shared_dir() -> Path:
