@@ -36,18 +36,6 @@ GCS_FUSE_ANNOTATIONS = {
     "gke-gcsfuse/ephemeral-storage-limit": "0",
 }
 
-# The procedure's XLA/TPU collective-overlap flags; the DCN interface prefix is appended per NIC.
-LIBTPU_FLAGS = (
-    "--xla_tpu_scoped_vmem_limit_kib=122880",
-    "--xla_tpu_use_minor_sharding_for_major_trivial_input=true",
-    "--xla_tpu_relayout_group_size_threshold_for_reduce_scatter=1",
-    "--xla_tpu_assign_all_reduce_scatter_layout",
-    "--xla_tpu_enable_async_collective_fusion_fuse_all_gather=true",
-    "--xla_tpu_enable_async_collective_fusion_multiple_steps=true",
-    "--xla_tpu_overlap_compute_collective_tc=true",
-    "--xla_enable_async_all_gather=true",
-)
-
 METADATA_SERVER_SELECTOR = {"iam.gke.io/gke-metadata-server-enabled": "true"}
 HEAD_RESOURCES = {"requests": {"cpu": "8", "memory": "16Gi"}, "limits": {"memory": "16Gi"}}
 # Per TPU host: the procedure's 8 CPUs and 200G of the VM's memory for the Ray worker.
@@ -181,14 +169,6 @@ _NOT_ON_SPOT = {
 }
 
 
-def libtpu_init_args(dcn_networks: int) -> str:
-    flags = list(LIBTPU_FLAGS)
-    if dcn_networks:
-        interfaces = [f"eth{index}" for index in range(1, dcn_networks + 1)] + ["lo"]
-        flags.append(f"--megascale_grpc_interface_prefixes={','.join(interfaces)}")
-    return " ".join(flags)
-
-
 def _head_group(settings: StackSettings, bucket_name: Any, image: Any) -> dict[str, Any]:
     return {
         "rayStartParams": {},
@@ -253,7 +233,7 @@ def _worker_group(settings: StackSettings, bucket_name: Any, image: Any) -> dict
             {"name": "ENABLE_PJRT_COMPATIBILITY", "value": "true"},
             {
                 "name": "LIBTPU_INIT_ARGS",
-                "value": libtpu_init_args(settings.accelerator.dcn_networks),
+                "value": settings.accelerator.libtpu_init_args(),
             },
         ],
         "volumeMounts": [dict(mount) for mount in _VOLUME_MOUNTS],

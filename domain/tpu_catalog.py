@@ -53,6 +53,11 @@ class Accelerator:
     # Only ct6e has been measured with DRANET; other generations use the primary NIC.
     dcn_networks: int
     shapes: Mapping[str, SliceShape]
+    # XLA/libtpu flags the TPU workers run with (LIBTPU_INIT_ARGS, domain/kuberay.py) and the fit
+    # check compiles with (trainer/fit_check.py): one list, so the compile sees what the job will.
+    # Only flags the pinned libtpu accepts for this generation: it refuses unknown flags, and some
+    # known ones per platform (tests/test_fit_check.py compiles every shipped preset with them).
+    libtpu_flags: tuple[str, ...] = ()
 
     def shape(self, topology: str) -> SliceShape:
         try:
@@ -61,6 +66,15 @@ class Accelerator:
             raise ValueError(
                 f"topology {topology!r} is not offered for TPU {self.name}; valid topologies: {', '.join(self.shapes)}"
             ) from None
+
+    def libtpu_init_args(self) -> str:
+        """LIBTPU_INIT_ARGS of this generation's workers: its flags, plus the NICs that carry
+        cross-slice (megascale) traffic when the machine type attaches DCN networks."""
+        flags = list(self.libtpu_flags)
+        if self.dcn_networks:
+            interfaces = [f"eth{index}" for index in range(1, self.dcn_networks + 1)] + ["lo"]
+            flags.append(f"--megascale_grpc_interface_prefixes={','.join(interfaces)}")
+        return " ".join(flags)
 
     def slice_type(self, topology: str) -> str:
         """The slice name MaxText and Ray use, e.g. `v6e-16` for a 4x4 v6e slice."""
@@ -96,6 +110,20 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType(
             peak_bf16_tflops_per_chip=918.0,
             price_per_chip_hour_usd=2.70,
             dcn_networks=2,
+            # The procedure's collective-overlap flags, less one: it also sets
+            # --xla_tpu_enable_async_collective_fusion_fuse_all_gather=true, which libtpu 0.0.52
+            # refuses for v6e ("Continuation fusion for AllGather is enabled on platform
+            # ghostlite ... not supported/recommended on platforms other than TPU v5e"): the
+            # job would fail at its first step. Measured with the fit check's compile.
+            libtpu_flags=(
+                "--xla_tpu_scoped_vmem_limit_kib=122880",
+                "--xla_tpu_use_minor_sharding_for_major_trivial_input=true",
+                "--xla_tpu_relayout_group_size_threshold_for_reduce_scatter=1",
+                "--xla_tpu_assign_all_reduce_scatter_layout",
+                "--xla_tpu_enable_async_collective_fusion_multiple_steps=true",
+                "--xla_tpu_overlap_compute_collective_tc=true",
+                "--xla_enable_async_all_gather=true",
+            ),
             shapes=_shapes(
                 ("1x1", "ct6e-standard-1t", 1),
                 ("2x2", "ct6e-standard-4t", 4),

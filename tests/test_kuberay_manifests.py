@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
+from domain.tpu_catalog import ACCELERATORS
 from tests.conftest import run_infra
 from tests.support.k8s_conformance import (
     normalize_numbers,
@@ -132,6 +133,10 @@ DELIBERATE_DIFFERENCES = {
     "RayCluster.spec.workerGroupSpecs[0].template.spec.containers[0].imagePullPolicy": "IfNotPresent "
     "for the pinned tag",
     "RayCluster.spec.workerGroupSpecs[0].template.spec.resourceClaims[0].resourceClaimTemplateName": "follows the claim template's name",
+    "RayCluster.spec.workerGroupSpecs[0].template.spec.containers[0].env[4].value": "LIBTPU_INIT_ARGS "
+    "without --xla_tpu_enable_async_collective_fusion_fuse_all_gather=true, which the pinned libtpu "
+    "(0.0.52) refuses for v6e: the job would fail at its first step (tests/test_fit_check.py "
+    "compiles the presets with exactly these flags)",
 }
 
 KSA, BUCKET = "maxtext-ray", "checkpoints-bucket"  # the dev stack's service account; the mock bucket
@@ -189,3 +194,13 @@ def test_ray_cluster_matches_the_procedure_but_for_listed_reasons():
     assert unexplained == [], {path: (ours_flat.get(path), reference_flat.get(path)) for path in unexplained}
     stale = sorted(set(DELIBERATE_DIFFERENCES) - {explained_by(path) for path in differing})
     assert stale == [], f"listed differences that no longer differ: {stale}"
+
+
+def test_worker_flags_are_the_procedures_less_the_one_libtpu_refuses():
+    """The procedure's LIBTPU_INIT_ARGS, in order, without the all-gather continuation fusion
+    that libtpu 0.0.52 refuses for v6e (measured: tests/test_fit_check.py)."""
+    worker = reference_objects()["RayCluster"]["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
+    procedure = {item["name"]: item["value"] for item in worker["env"]}["LIBTPU_INIT_ARGS"].split()
+    refused = "--xla_tpu_enable_async_collective_fusion_fuse_all_gather=true"
+    assert refused in procedure
+    assert ACCELERATORS["v6e"].libtpu_init_args().split() == [flag for flag in procedure if flag != refused]

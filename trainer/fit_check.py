@@ -1,13 +1,15 @@
 """Will this job fit in TPU memory? Asks MaxText's ahead-of-time compiler, on this machine's CPU,
 before a single TPU is provisioned.
 
-    python -m trainer.fit_check --preset llama3-70b [--slices N] [key=value ...]
+    python -m trainer.fit_check --preset llama3-70b [--topology T] [--slices N] [key=value ...]
 
 Compiles the training step for the preset's TPU topology and slice count with MaxText's
-`train_compile` (libtpu from `maxtext[tpu]` runs the TPU compiler without a TPU), then prints
+`train_compile` (libtpu from `maxtext[tpu]` runs the TPU compiler without a TPU), with exactly the
+LIBTPU_INIT_ARGS the TPU workers get (plus any flags in the caller's LIBTPU_INIT_ARGS), then prints
 per-chip memory (arguments, temporaries, total), usable HBM, headroom and FLOPs per step. Exit
-status: 0 fits, 1 does not fit (with the compiler's message), 2 any other error. Results are
-cached by the full resolved configuration (and the MaxText/libtpu versions) under .cache/.
+status: 0 fits, 1 does not fit (with the compiler's message), 2 any other error (with the
+compiler's own error when it gave one). Results are cached by the full resolved configuration,
+the flags and the trainer lock (MaxText, JAX, libtpu) under .cache/.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import argparse
 import hashlib
 import importlib.metadata
 import json
+import os
 import re
 import subprocess
 import sys
@@ -38,6 +41,16 @@ GIB = 1024**3
 MEMORY_LINE = re.compile(r"Memory analysis: CompiledMemoryStats\((?P<fields>[^)]*)\)")
 FLOPS_FIELD = re.compile(r"""['"]flops['"]:\s*(?P<flops>[-\d.e+]+)""")
 OOM_LINE = re.compile(r".*(CompileTimeHbmOom|RESOURCE_EXHAUSTED|Ran out of memory).*")
+# The compiler's own words when it stops for another reason: a flag libtpu does not know, a
+# runtime error from XLA (a flag it refuses on this platform, a bad mesh), or a Python exception.
+COMPILER_ERRORS = (
+    re.compile(r"ERROR: (Unknown command line flag .*)"),
+    re.compile(r"jax\.errors\.JaxRuntimeError: (.*)"),
+    re.compile(r"^(\w+(?:\.\w+)*(?:Error|Exception): .*)", re.MULTILINE),
+)
+# LIBTPU_INIT_ARGS in the caller's environment: XLA flags to try on top of the runtime ones, as
+# MaxText's recipes pass them (a later flag overrides an earlier one).
+EXTRA_FLAGS_VARIABLE = "LIBTPU_INIT_ARGS"
 
 
 @dataclass(frozen=True)
@@ -91,7 +104,27 @@ def compile_command(job: JobSpec, python: Path) -> list[str]:
         *job.maxtext_args(),
         f"compile_topology={acc.slice_type(job.topology or '')}",
         f"compile_topology_num_slices={job.slices}",
+        # No JAX persistent compilation cache (MaxText's default is ~/jax_cache): its key leaves
+        # LIBTPU_INIT_ARGS out, so an executable compiled under other flags could be reused and
+        # hide a flag libtpu refuses. The fit check caches its results by config and flags.
+        "jax_cache_dir=",
     ]
+
+
+def libtpu_flags(job: JobSpec, extra: str = "") -> str:
+    """What the compile runs with: exactly the TPU workers' LIBTPU_INIT_ARGS (one definition,
+    domain/tpu_catalog.py), then any extra flags the caller asks for."""
+    runtime = accelerator_by_ray_type(job.accelerator_type or "").libtpu_init_args()
+    return " ".join(part for part in (runtime, extra.strip()) if part)
+
+
+def compiler_error(output: str) -> str | None:
+    """The compiler's own error, when it printed one."""
+    for pattern in COMPILER_ERRORS:
+        found = pattern.findall(output)
+        if found:
+            return found[-1].strip()[:2000]
+    return None
 
 
 def parse_output(output: str, job: JobSpec) -> FitResult:
@@ -108,7 +141,10 @@ def parse_output(output: str, job: JobSpec) -> FitResult:
     memory = MEMORY_LINE.search(output)
     if memory is None:
         if oom is None:
-            raise RuntimeError("the compiler printed neither a memory analysis nor an out-of-memory error")
+            error = compiler_error(output)
+            if error is None:
+                raise RuntimeError("the compiler printed neither a memory analysis nor an error")
+            raise RuntimeError(f"the compiler failed: {error}")
         return FitResult(fits=False, message=oom.group(0).strip()[:2000], **common)
     fields = {
         key.strip(): int(value)
@@ -130,17 +166,35 @@ def parse_output(output: str, job: JobSpec) -> FitResult:
     )
 
 
-def cache_key(command: Sequence[str]) -> str:
-    versions = {name: importlib.metadata.version(name) for name in ("maxtext",)}
+TRAINER_LOCK = PROJECT_ROOT / "requirements-trainer.txt"
+
+
+def cache_key(command: Sequence[str], flags: str) -> str:
+    # The compile runs in the trainer environment: its lock pins MaxText, JAX and libtpu.
+    lock = TRAINER_LOCK.read_text() if TRAINER_LOCK.exists() else ""
+    versions = {
+        "maxtext": importlib.metadata.version("maxtext"),
+        "trainer-lock": hashlib.sha256(lock.encode()).hexdigest(),
+    }
     # The output directory is a fresh temporary one each time: it does not change the result.
     stable = [part for part in command[1:] if not part.startswith("base_output_directory=")]
-    return hashlib.sha256(json.dumps([stable, versions], sort_keys=True).encode()).hexdigest()[:24]
+    return hashlib.sha256(json.dumps([stable, flags, versions], sort_keys=True).encode()).hexdigest()[:24]
 
 
-def run_fit_check(job: JobSpec, *, use_cache: bool = True, python: Path | None = None) -> FitResult:
+def compile_environment(flags: str) -> dict[str, str]:
+    """The compile's environment: the flags, and libtpu's process lock left off. libtpu takes a
+    lock file meant to stop two processes from sharing one TPU; an AOT compile has no TPU to
+    share, and with the lock a second fit check running at the same time fails."""
+    return {**os.environ, "LIBTPU_INIT_ARGS": flags, "ALLOW_MULTIPLE_LIBTPU_LOAD": "true"}
+
+
+def run_fit_check(
+    job: JobSpec, *, use_cache: bool = True, python: Path | None = None, extra_flags: str = ""
+) -> FitResult:
     python = python or (TRAINER_PYTHON if TRAINER_PYTHON.exists() else Path(sys.executable))
     command = compile_command(job, python)
-    cached = CACHE_DIR / f"{cache_key(command)}.json"
+    flags = libtpu_flags(job, extra_flags)
+    cached = CACHE_DIR / f"{cache_key(command, flags)}.json"
     if use_cache and cached.exists():
         return FitResult(**json.loads(cached.read_text()))
     with tempfile.TemporaryDirectory(prefix="fit-check-") as output_dir:
@@ -148,7 +202,9 @@ def run_fit_check(job: JobSpec, *, use_cache: bool = True, python: Path | None =
             part if not part.startswith("base_output_directory=") else f"base_output_directory={output_dir}"
             for part in command
         ]
-        completed = subprocess.run(command, capture_output=True, text=True, cwd=output_dir)
+        completed = subprocess.run(
+            command, capture_output=True, text=True, cwd=output_dir, env=compile_environment(flags)
+        )
     result = parse_output(completed.stdout + completed.stderr, job)
     if result.fits or result.message:
         CACHE_DIR.mkdir(parents=True, exist_ok=True)
@@ -159,6 +215,7 @@ def run_fit_check(job: JobSpec, *, use_cache: bool = True, python: Path | None =
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", required=True, choices=[p for p, v in PRESETS.items() if v.runs_on_tpu])
+    parser.add_argument("--topology", help="slice topology, for example 4x8 (default: the preset's)")
     parser.add_argument("--slices", type=int, help="slice count (default: the preset's)")
     parser.add_argument("--no-cache", action="store_true", help="compile even when a result is cached")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="MaxText settings to add or override")
@@ -169,9 +226,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         overrides = dict(pair.split("=", 1) for pair in args.overrides)
         job = resolve_job(
-            args.preset, run_name="fit-check", checkpoint_root="/tmp/fit-check", slices=args.slices, overrides=overrides
+            args.preset,
+            run_name="fit-check",
+            checkpoint_root="/tmp/fit-check",
+            slices=args.slices,
+            topology=args.topology,
+            overrides=overrides,
         )
-        result = run_fit_check(job, use_cache=not args.no_cache)
+        extra = os.environ.get(EXTRA_FLAGS_VARIABLE, "")
+        if extra:
+            print(f"fit check: compiling with the workers' flags plus {EXTRA_FLAGS_VARIABLE}: {extra}")
+        result = run_fit_check(job, use_cache=not args.no_cache, extra_flags=extra)
     except JobError as error:
         print(f"fit check: {error}", file=sys.stderr)
         return 2
