@@ -26,15 +26,6 @@ from domain.maxtext_config import as_boolean, as_integer, as_number, shown
 
 Kind = Literal["string", "integer", "boolean", "number", "array", "object"]
 
-# `pulumi config` has no number type: a number is declared as text, which `read` parses.
-PULUMI_TYPES: Mapping[str, str] = {
-    "string": "string",
-    "integer": "integer",
-    "boolean": "boolean",
-    "number": "string",
-    "array": "array",
-    "object": "object",
-}
 SECRET = "[secret]"
 _METADATA_KEY = "setting"
 
@@ -167,13 +158,14 @@ def read(cls: type, raw: Mapping[str, Any], *, project_name: str, secret_keys: S
                 reading.refused.add(entry.field)
             reading.values[entry.field] = entry.default
             continue
+        # A list or map arrives as JSON text: read, and show, what it says, not how it was sent.
+        if entry.kind in ("array", "object"):
+            value = _decoded(value, entry.kind)
         typed, problem = _typed(entry, value)
         if problem is None and typed is not None:
             problem = _value_problem(entry, typed)
         if problem is not None:
-            # A list or map arrives as JSON text: show what it says, not how it was sent.
-            parsed = _json(value) if entry.kind in ("array", "object") else None
-            problems.append(f"{entry.key} = {reading.shown(entry.key, value if parsed is None else parsed)} {problem}")
+            problems.append(f"{entry.key} = {reading.shown(entry.key, value)} {problem}")
             reading.refused.add(entry.field)
             typed = None
         reading.values[entry.field] = typed
@@ -194,31 +186,25 @@ def _typed(entry: Setting, value: Any) -> tuple[Any, str | None]:
         real = as_number(value)
         return (real, None) if real is not None else (None, f"is not a number; {entry.rule}")
     if entry.kind == "array":
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError:
-                value = [part.strip() for part in value.split(",") if part.strip()]
         if isinstance(value, list) and all(isinstance(item, str) for item in value):
             return tuple(value), None
         return None, "is not a list of strings"
     if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError:
-            return None, "is not an object; set it in the stack file as a map"
+        return None, "is not an object; set it in the stack file as a map"
     if isinstance(value, dict):
         return value, None
     return None, "is not an object (a map of keys to values)"
 
 
-def _json(value: Any) -> Any:
+def _decoded(value: Any, kind: Kind) -> Any:
+    """JSON text as what it says; other text of a list as `pulumi config set` types one (a, b);
+    anything else as it is."""
     if not isinstance(value, str):
-        return None
+        return value
     try:
         return json.loads(value)
     except json.JSONDecodeError:
-        return None
+        return [part.strip() for part in value.split(",") if part.strip()] if kind == "array" else value
 
 
 def _value_problem(entry: Setting, value: Any) -> str | None:
@@ -249,7 +235,8 @@ def pulumi_yaml_config(cls: type) -> dict[str, dict[str, Any]]:
     for entry in settings_of(cls):
         if entry.namespace is not None:
             continue
-        declaration: dict[str, Any] = {"type": PULUMI_TYPES[entry.kind]}
+        # `pulumi config` has no number type: a number is declared as text, which `read` parses.
+        declaration: dict[str, Any] = {"type": "string" if entry.kind == "number" else entry.kind}
         if entry.kind == "array":
             declaration["items"] = {"type": "string"}
         declaration["description"] = entry.description
