@@ -170,11 +170,14 @@ def job_cost(
     peak_tflops_per_chip: float,
     assumed_mfu: float,
     price_per_chip_hour_usd: float,
+    step_seconds: float | None = None,
 ) -> CostEstimate:
-    """Steps x (FLOPs per step / what the chips deliver at the assumed MFU), at the hourly price."""
+    """Steps x a step time, at the hourly price. The step time is `step_seconds` when known (the
+    fit check's prediction), else FLOPs per step over what the chips deliver at the assumed MFU."""
     if not 0 < assumed_mfu <= 1:
         raise ValueError(f"assumed MFU = {assumed_mfu} must be in (0, 1]")
-    step_seconds = flops_per_step / (chips * peak_tflops_per_chip * 1e12 * assumed_mfu)
+    if step_seconds is None:
+        step_seconds = flops_per_step / (chips * peak_tflops_per_chip * 1e12 * assumed_mfu)
     hours = steps * step_seconds / 3600
     hourly = cost_per_hour(chips, price_per_chip_hour_usd)
     return CostEstimate(

@@ -31,6 +31,9 @@ class Preset:
     slices: int
     dcn_axis: str | None
     maxtext_overrides: Mapping[str, str]
+    # The fit check's predicted MFU for the preset on its own slices (docs/capacity.md, "Speed");
+    # the rayjob-predicted-mfu policy compares jobs with it, a `fitcheck` test with a fresh compile.
+    predicted_mfu: float | None = None
 
     @property
     def runs_on_tpu(self) -> bool:
@@ -74,6 +77,7 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
                     "ici_tensor_parallelism": "1",
                 }
             ),
+            predicted_mfu=0.430,
         ),
         "llama3-70b": Preset(
             name="llama3-70b",
@@ -100,6 +104,7 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
                     "decoder_layer_input": "offload",
                 }
             ),
+            predicted_mfu=0.425,
         ),
         "tiny-cpu": Preset(
             name="tiny-cpu",

@@ -148,6 +148,14 @@ class WorkloadSettings:
         valid="use a fraction in (0, 1], for example 0.4",
     )
 
+    fit_check_result: str | None = setting(
+        "string",
+        "A fit check's JSON result for this job's configuration (python -m trainer.fit_check ... --output FILE, "
+        "relative to the project root); its predicted step time drives the estimates. Default: this checkout's "
+        "fit-check cache, when it holds this exact configuration.",
+        unset="unset (the fit-check cache is used)",
+    )
+
     def run_name_for(self, preset: str) -> str:
         return self.run_name or f"{preset}-{self.stack}".lower()
 

@@ -28,6 +28,17 @@ def infra_run() -> Callable[..., ProgramRun]:
     return run
 
 
+@pytest.fixture(autouse=True)
+def _own_fit_check_cache(request, tmp_path_factory, monkeypatch):
+    """Estimates and policies read this checkout's fit-check cache: a test sees an empty one of
+    its own, so a fit check run before it (by hand, or by a `fitcheck` test) cannot change what
+    it asserts. `fitcheck` tests keep the real cache: they are the compiles it saves."""
+    if request.node.get_closest_marker("fitcheck") is None:
+        from trainer import fit_check
+
+        monkeypatch.setattr(fit_check, "CACHE_DIR", tmp_path_factory.mktemp("fit-check-cache"))
+
+
 @pytest.fixture(scope="session")
 def local_ray_head():
     """One loopback-only Ray head for the whole test session, from the trainer environment;

@@ -6,6 +6,7 @@ as during preview) stays quiet; enforcement levels follow the standard pack conf
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import shlex
 from collections.abc import Callable
@@ -69,6 +70,8 @@ ADVISORY_POLICIES = {
     "raycluster-privileged-only-for-tpu",
     "rayjob-hbm-headroom",
     "rayjob-elastic-checkpointing",
+    "rayjob-predicted-mfu",
+    "rayjob-predicted-cost",
     "tpu-hourly-budget",
 }
 
@@ -129,6 +132,22 @@ def job_edit(overrides: dict[str, str] | None = None, **fields: Any) -> Callable
         return shlex.join([*words[:4], json.dumps(job, sort_keys=True)])
 
     return edit
+
+
+def record_slow_fit_check(resources: list[dict[str, Any]]) -> None:
+    """A fit check of exactly the training job's configuration, in this test's fit-check cache,
+    predicting the step ten times slower than the 8B anchor's compile: a poor layout."""
+    from domain.hlo_profile import StepProfile
+    from domain.speed_anchors import V6E_ANCHORS
+    from policies.rules.rayjob import job_of
+    from tests.test_workloads_program import recorded_fit_check
+    from trainer import fit_check
+
+    job = job_of(named(resources, "training")["props"])
+    slow = StepProfile(tuple(dataclasses.replace(s, cycles=10 * s.cycles) for s in V6E_ANCHORS[0].profile.scopes))
+    result = dataclasses.replace(recorded_fit_check(job), profile=slow.to_json())
+    fit_check.CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    (fit_check.CACHE_DIR / f"{fit_check.cache_key(job, fit_check.libtpu_flags(job))}.json").write_text(result.to_json())
 
 
 def without(name: str) -> Callable[[list[dict[str, Any]]], None]:
@@ -314,6 +333,8 @@ CASES = [
     Case("rayjob-fits-hbm", WDEV, "training", ("entrypoint",), job_edit(PROCEDURE_70B, preset="llama3-70b")),
     Case("rayjob-hbm-headroom", WDEV, "training", ("entrypoint",), job_edit(BF16_FULL_REMAT_70B, preset="llama3-70b")),
     Case("rayjob-elastic-checkpointing", WDEV, "training", ("entrypoint",), job_edit(elastic=True)),
+    Case("rayjob-predicted-mfu", WDEV, "training", ("entrypoint",), change=record_slow_fit_check),
+    Case("rayjob-predicted-cost", WDEV, "training", ("entrypoint",), job_edit({"steps": "100000"})),
     Case("tpu-chip-cap", STD, "tpu-0", ("nodeCount",), config={"tpu-chip-cap": {"chipCap": 16}}, subject=None),
     Case(
         "tpu-chip-cap",

@@ -79,10 +79,52 @@ def test_the_job_cost_is_estimated_before_it_runs():
     run, _ = run_workloads("dev")
     outputs = run.outputs
     # 100 steps of 8B at 4 x 4096 tokens per chip on 32 chips, 40% of 918 TFLOP/s per chip.
-    assert outputs["assumedMfu"] == 0.40
+    assert outputs["assumedMfu"] == 0.40 and outputs["estimateSource"] == "assumedMfu"
     assert 2.0 < outputs["estimatedStepSeconds"] < 2.6  # ~6 x 8.03e9 x 524,288 FLOPs / 11.75 PFLOP/s
     expected = round(outputs["estimatedStepSeconds"] * 100 / 3600 * 32 * 2.70, 2)
     assert outputs["estimatedJobDollars"] == pytest.approx(expected, abs=0.01)
+
+
+def recorded_fit_check(job):
+    """A fit check of exactly `job`'s configuration, with the 8B anchor's recorded profile."""
+    from domain.speed_anchors import V6E_ANCHORS
+    from trainer import fit_check
+
+    return fit_check.FitResult(
+        fits=True,
+        slice_type="v6e-16",
+        slices=2,
+        chips=32,
+        usable_gib=31.24,
+        generation="v6e",
+        tokens_per_chip=4 * 4096,
+        model_flops_per_chip=2.0e15,
+        profile=V6E_ANCHORS[0].profile.to_json(),
+        configuration=fit_check.configuration(job, fit_check.libtpu_flags(job)),
+    )
+
+
+def test_the_estimate_uses_the_fit_checks_prediction_for_exactly_this_configuration(tmp_path):
+    from trainer import fit_check
+
+    _, inputs = run_workloads("dev")
+    job = job_of(inputs["entrypoint"])
+    result = recorded_fit_check(job)
+    prediction = result.prediction
+    # From a file the stack points at.
+    (tmp_path / "result.json").write_text(result.to_json())
+    outputs = run_workloads("dev", fitCheckResult=str(tmp_path / "result.json"))[0].outputs
+    assert outputs["estimateSource"] == "prediction" and outputs["assumedMfu"] is None
+    assert outputs["estimatedStepSeconds"] == round(prediction.step_seconds, 3)
+    assert outputs["predictedMfu"] == round(prediction.mfu, 4)
+    assert outputs["estimatedJobDollars"] == pytest.approx(prediction.step_seconds * 100 / 3600 * 32 * 2.70, abs=0.01)
+    # From this checkout's fit-check cache, where `python -m trainer.fit_check` records it.
+    fit_check.CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    (fit_check.CACHE_DIR / f"{fit_check.cache_key(job, fit_check.libtpu_flags(job))}.json").write_text(result.to_json())
+    assert run_workloads("dev")[0].outputs["estimatedStepSeconds"] == round(prediction.step_seconds, 3)
+    # Another configuration (a different batch) has no prediction: the assumed MFU again.
+    outputs = run_workloads("dev", maxtextOverrides={"per_device_batch_size": 2})[0].outputs
+    assert outputs["estimateSource"] == "assumedMfu" and outputs["predictedMfu"] is None
 
 
 def test_elastic_and_overrides_reach_the_trainer():

@@ -33,7 +33,7 @@ UNSET = object()  # removes a setting the stack file has
 TPU_PRESETS = "llama3-8b, llama3-70b"
 SETTINGS = (
     "infraStack, address, preset, runName, elastic, minSlices, maxFailures, maxtextOverrides, "
-    "runtimeEnv, allowRuntimeInstall, timeoutSeconds, checkpointRoot, assumedMfu"
+    "runtimeEnv, allowRuntimeInstall, timeoutSeconds, checkpointRoot, assumedMfu, fitCheckResult"
 )
 OPT_IN = (
     "at every job start, on every worker, before the first step (gigabytes for MaxText's "
@@ -425,6 +425,17 @@ ROWS = [
         ("assumedMfu", "'46%'", "a fraction in (0, 1]")),
     Bad("assumed-mfu-above-one", {"assumedMfu": 1.5}, "assumedMfu = 1.5 is out of range; use a fraction in (0, 1], for example 0.4",
         ("assumedMfu", "1.5", "a fraction in (0, 1]")),
+    Bad("fit-check-result-missing", {"fitCheckResult": "no-such-result.json"},
+        f"fitCheckResult = 'no-such-result.json' cannot be read as a fit check's result ([Errno 2] No such file or "
+        f"directory: '{PROJECT_ROOT / 'no-such-result.json'}'); write one with `python -m trainer.fit_check --preset "
+        "PRESET ... --output FILE`, or unset it",
+        ("fitCheckResult", "'no-such-result.json'", "--output FILE"), error=JobError),
+    Bad("fit-check-result-of-another-configuration", {"fitCheckResult": "tests/fixtures/fit_check_other_configuration.json"},
+        "fitCheckResult = 'tests/fixtures/fit_check_other_configuration.json' was compiled for another configuration "
+        "than this job's (they differ in libtpu_init_args, maxtext, maxtext_version, slices, trainer_lock_sha256); "
+        "rerun `python -m trainer.fit_check --preset llama3-8b --topology 4x4 --slices 2 KEY=VALUE ... --output FILE` "
+        "with this job's maxtextOverrides, or unset fitCheckResult",
+        ("fitCheckResult", "fit_check_other_configuration.json", "rerun `python -m trainer.fit_check"), error=JobError),
     Bad("unknown-setting", {"slices": 4},
         f"{PROJECT}:slices is not a setting of this project; valid settings: {SETTINGS}",
         (f"{PROJECT}:slices", "slices", f"valid settings: {SETTINGS}")),

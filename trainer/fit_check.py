@@ -10,11 +10,18 @@ per-chip memory (arguments, temporaries, total), usable HBM, headroom and FLOPs 
 status: 0 fits, 1 does not fit (with the compiler's message), 2 any other error (with the
 compiler's own error when it gave one). Results are cached by the full resolved configuration,
 the flags and the trainer lock (MaxText, JAX, libtpu) under .cache/.
+
+From the same compile it predicts the step: the compiler's optimized HLO (dumped with
+XLA_FLAGS=--xla_dump_to) carries libtpu's cycle estimates, collectives and host transfers;
+domain/hlo_profile.py reads them and domain/step_time.py turns them into seconds, tokens/s per
+chip and MFU with the generation's calibrated speed model. `--output FILE` also writes the
+result as JSON, for the workloads stack's `fitCheckResult` setting.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import importlib.metadata
 import json
@@ -24,17 +31,22 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from domain.capacity import train_flops_per_step
+from domain.hlo_profile import StepProfile, profile
 from domain.job import JobError, JobSpec, resolve_job
-from domain.maxtext_config import base_config_path
+from domain.maxtext_config import base_config, base_config_path
 from domain.paths import PROJECT_ROOT
 from domain.presets import PRESETS
+from domain.speed_anchors import speed_model
+from domain.step_time import Anchor, Prediction
 from domain.tpu_catalog import accelerator_by_ray_type
 
 CACHE_DIR = PROJECT_ROOT / ".cache" / "fit-check"
+TRAINER_LOCK = PROJECT_ROOT / "requirements-trainer.txt"
 TRAINER_PYTHON = PROJECT_ROOT / ".venv-trainer" / "bin" / "python"
 GIB = 1024**3
 
@@ -48,6 +60,13 @@ COMPILER_ERRORS = (
     re.compile(r"jax\.errors\.JaxRuntimeError: (.*)"),
     re.compile(r"^(\w+(?:\.\w+)*(?:Error|Exception): .*)", re.MULTILINE),
 )
+# MaxText settings that do not change the compiled training step: where and what it is called,
+# how long it runs, when it saves. Left out of the configuration a result is recorded under, so a
+# workloads job finds the fit check of its preset whatever its run name or step count.
+NOT_COMPILED = frozenset(
+    {"run_name", "base_output_directory", "steps", "checkpoint_period", "enable_checkpointing", "async_checkpointing"}
+)
+HLO_MODULE = "jit_train_step"
 # LIBTPU_INIT_ARGS in the caller's environment: XLA flags to try on top of the runtime ones, as
 # MaxText's recipes pass them (a later flag overrides an earlier one).
 EXTRA_FLAGS_VARIABLE = "LIBTPU_INIT_ARGS"
@@ -67,12 +86,45 @@ class FitResult:
     total_gib: float | None = None
     flops_per_step: float | None = None
     message: str | None = None
+    # For the prediction: the accelerator generation, what one chip processes and computes per
+    # step (tokens; the model's FLOPs, for MFU), and the compiled step's profile.
+    generation: str | None = None
+    tokens_per_chip: float | None = None
+    model_flops_per_chip: float | None = None
+    profile: dict[str, Any] | None = None
+    # What the result was compiled for (configuration()): the workloads stack matches on it.
+    configuration: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def prediction(self) -> Prediction | None:
+        """The predicted step, from the profile and the generation's current calibration (so a
+        cached compile is re-read, not recompiled, when the calibration changes)."""
+        model = speed_model(self.generation or "")
+        if model is None or self.profile is None or not self.tokens_per_chip or not self.model_flops_per_chip:
+            return None
+        return model.predict(
+            StepProfile.from_json(self.profile),
+            tokens_per_chip=self.tokens_per_chip,
+            model_flops_per_chip=self.model_flops_per_chip,
+        )
 
     @property
     def headroom_percent(self) -> float | None:
         if self.total_gib is None:
             return None
         return 100 * (self.usable_gib - self.total_gib) / self.usable_gib
+
+    def to_json(self) -> str:
+        """The result, with its prediction spelled out for readers (it is derived again on load)."""
+        prediction = self.prediction
+        data = {**asdict(self), "prediction": asdict(prediction) if prediction else None}
+        return json.dumps(data, sort_keys=True, indent=1) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> FitResult:
+        data = json.loads(text)
+        data.pop("prediction", None)
+        return cls(**data)
 
     def report(self) -> str:
         lines = [f"fit check: {self.slices} x {self.slice_type} ({self.chips} chips)"]
@@ -89,8 +141,32 @@ class FitResult:
             lines.append(f"FLOPs per step per chip (compiler's cost analysis): {self.flops_per_step:.4g}")
         if self.message:
             lines.append(f"compiler: {self.message}")
+        if self.fits:
+            prediction = self.prediction
+            if prediction is not None:
+                lines += prediction.lines()
+                lines.append("(a compiler-model estimate, not a TPU measurement: docs/capacity.md gives its error)")
+            elif speed_model(self.generation or "") is None:
+                lines.append(f"predicted step time: none (no calibrated speed model for TPU {self.generation})")
+            else:
+                lines.append("predicted step time: none (the compiler dumped no optimized HLO to read)")
         lines.append("result: FITS" if self.fits else "result: DOES NOT FIT")
         return "\n".join(lines)
+
+
+def configuration(job: JobSpec, flags: str) -> dict[str, Any]:
+    """What a result is recorded under: the compile target, the MaxText settings that shape the
+    step, the libtpu flags, and the versions (the trainer lock pins MaxText, JAX and libtpu)."""
+    acc = accelerator_by_ray_type(job.accelerator_type or "")
+    lock = TRAINER_LOCK.read_text() if TRAINER_LOCK.exists() else ""
+    return {
+        "slice_type": acc.slice_type(job.topology or ""),
+        "slices": job.slices,
+        "maxtext": {k: str(v) for k, v in sorted(job.maxtext_overrides.items()) if k not in NOT_COMPILED},
+        "libtpu_init_args": flags,
+        "maxtext_version": importlib.metadata.version("maxtext"),
+        "trainer_lock_sha256": hashlib.sha256(lock.encode()).hexdigest(),
+    }
 
 
 def compile_command(job: JobSpec, python: Path) -> list[str]:
@@ -166,26 +242,43 @@ def parse_output(output: str, job: JobSpec) -> FitResult:
     )
 
 
-TRAINER_LOCK = PROJECT_ROOT / "requirements-trainer.txt"
+def cache_key(job: JobSpec, flags: str) -> str:
+    return hashlib.sha256(json.dumps(configuration(job, flags), sort_keys=True).encode()).hexdigest()[:24]
 
 
-def cache_key(command: Sequence[str], flags: str) -> str:
-    # The compile runs in the trainer environment: its lock pins MaxText, JAX and libtpu.
-    lock = TRAINER_LOCK.read_text() if TRAINER_LOCK.exists() else ""
-    versions = {
-        "maxtext": importlib.metadata.version("maxtext"),
-        "trainer-lock": hashlib.sha256(lock.encode()).hexdigest(),
-    }
-    # The output directory is a fresh temporary one each time: it does not change the result.
-    stable = [part for part in command[1:] if not part.startswith("base_output_directory=")]
-    return hashlib.sha256(json.dumps([stable, flags, versions], sort_keys=True).encode()).hexdigest()[:24]
+def recorded_result(job: JobSpec, flags: str | None = None) -> FitResult | None:
+    """The cached fit check of exactly this configuration (with the workers' flags unless told
+    otherwise), or None when it has not been run here."""
+    cached = CACHE_DIR / f"{cache_key(job, libtpu_flags(job) if flags is None else flags)}.json"
+    return FitResult.from_json(cached.read_text()) if cached.exists() else None
 
 
-def compile_environment(flags: str) -> dict[str, str]:
+def compile_environment(flags: str, dump_dir: Path | None = None) -> dict[str, str]:
     """The compile's environment: the flags, and libtpu's process lock left off. libtpu takes a
     lock file meant to stop two processes from sharing one TPU; an AOT compile has no TPU to
-    share, and with the lock a second fit check running at the same time fails."""
-    return {**os.environ, "LIBTPU_INIT_ARGS": flags, "ALLOW_MULTIPLE_LIBTPU_LOAD": "true"}
+    share, and with the lock a second fit check running at the same time fails. With
+    `dump_dir`, XLA also writes the training step's optimized HLO there (an XLA flag, not a
+    libtpu one: libtpu refuses --xla_dump_to in LIBTPU_INIT_ARGS as unknown)."""
+    environment = {**os.environ, "LIBTPU_INIT_ARGS": flags, "ALLOW_MULTIPLE_LIBTPU_LOAD": "true"}
+    if dump_dir is not None:
+        dump = f"--xla_dump_to={dump_dir} --xla_dump_hlo_module_re={HLO_MODULE}"
+        environment["XLA_FLAGS"] = " ".join(part for part in (os.environ.get("XLA_FLAGS", ""), dump) if part)
+    return environment
+
+
+def step_profile(dump_dir: Path, chips_per_slice: int) -> dict[str, Any] | None:
+    """The compiled step's profile from the dumped optimized HLO, None when there is none."""
+    dumped = sorted(dump_dir.glob(f"*{HLO_MODULE}*.after_codegen.txt"), key=lambda p: p.stat().st_size)
+    if not dumped:
+        return None
+    return profile(dumped[-1].read_text(), chips_per_slice=chips_per_slice).to_json()
+
+
+def per_chip_work(job: JobSpec, chips: int) -> tuple[float, float]:
+    """(tokens, model FLOPs) one chip processes per step."""
+    values = {**base_config(), **job.maxtext_overrides}
+    tokens = float(values["per_device_batch_size"]) * int(values["max_target_length"])
+    return tokens, train_flops_per_step(job.maxtext_overrides, chips=chips) / chips
 
 
 def run_fit_check(
@@ -194,22 +287,46 @@ def run_fit_check(
     python = python or (TRAINER_PYTHON if TRAINER_PYTHON.exists() else Path(sys.executable))
     command = compile_command(job, python)
     flags = libtpu_flags(job, extra_flags)
-    cached = CACHE_DIR / f"{cache_key(command, flags)}.json"
+    cached = CACHE_DIR / f"{cache_key(job, flags)}.json"
     if use_cache and cached.exists():
-        return FitResult(**json.loads(cached.read_text()))
+        return FitResult.from_json(cached.read_text())
+    acc = accelerator_by_ray_type(job.accelerator_type or "")
     with tempfile.TemporaryDirectory(prefix="fit-check-") as output_dir:
         command = [
             part if not part.startswith("base_output_directory=") else f"base_output_directory={output_dir}"
             for part in command
         ]
+        dump_dir = Path(output_dir) / "hlo"
         completed = subprocess.run(
-            command, capture_output=True, text=True, cwd=output_dir, env=compile_environment(flags)
+            command, capture_output=True, text=True, cwd=output_dir, env=compile_environment(flags, dump_dir)
         )
-    result = parse_output(completed.stdout + completed.stderr, job)
+        result = parse_output(completed.stdout + completed.stderr, job)
+        if result.fits:
+            tokens, model_flops = per_chip_work(job, result.chips)
+            result = dataclasses.replace(
+                result,
+                generation=acc.name,
+                tokens_per_chip=tokens,
+                model_flops_per_chip=model_flops,
+                profile=step_profile(dump_dir, acc.shape(job.topology or "").chips),
+            )
+    result = dataclasses.replace(result, configuration=configuration(job, flags))
     if result.fits or result.message:
         CACHE_DIR.mkdir(parents=True, exist_ok=True)
-        cached.write_text(json.dumps(asdict(result), sort_keys=True))
+        cached.write_text(result.to_json())
     return result
+
+
+def anchor_job(anchor: Anchor) -> JobSpec:
+    """A published run's configuration, as a fit check compiles it."""
+    return resolve_job(
+        anchor.preset,
+        run_name="fit-check",
+        checkpoint_root="/tmp/fit-check",
+        slices=anchor.slices,
+        topology=anchor.topology,
+        overrides=anchor.overrides,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -218,6 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--topology", help="slice topology, for example 4x8 (default: the preset's)")
     parser.add_argument("--slices", type=int, help="slice count (default: the preset's)")
     parser.add_argument("--no-cache", action="store_true", help="compile even when a result is cached")
+    parser.add_argument("--output", type=Path, help="also write the result as JSON to this file")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="MaxText settings to add or override")
     args = parser.parse_args(argv)
     malformed = [pair for pair in args.overrides if "=" not in pair or pair.startswith("=")]
@@ -244,6 +362,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"fit check failed: {error}", file=sys.stderr)
         return 2
     print(result.report())
+    if args.output:
+        args.output.write_text(result.to_json())
     model_flops = train_flops_per_step(job.maxtext_overrides, chips=result.chips)
     print(f"model FLOPs per step (all chips; 6 x parameters x tokens + attention): {model_flops:.4g}")
     return 0 if result.fits else 1

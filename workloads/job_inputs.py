@@ -14,6 +14,7 @@ from domain.paths import PROJECT_ROOT
 from domain.presets import PRESETS
 from domain.tpu_catalog import accelerator_by_ray_type
 from domain.workload_settings import WorkloadSettings
+from trainer.fit_check import FitResult, configuration, libtpu_flags, recorded_result
 
 # Infra stack outputs the job needs; the optional ones are missing from stacks deployed before
 # they existed (such a stack's cluster has no Ray token, and destroy cannot ask GKE about it).
@@ -167,15 +168,63 @@ def ray_job_inputs(job: JobSpec, settings: WorkloadSettings) -> dict[str, Any]:
     }
 
 
-def cost_estimate(job: JobSpec, settings: WorkloadSettings, price_per_chip_hour: float) -> dict[str, Any]:
-    """What the job should cost: its steps x an estimated step time (model FLOPs per step over
-    what the chips deliver at the assumed MFU), at the chips' hourly price. None for CPU jobs."""
-    if not job.use_tpu or job.total_steps is None:
-        return dict.fromkeys(
-            ("flopsPerStep", "assumedMfu", "estimatedStepSeconds", "estimatedJobHours", "estimatedJobDollars")
+# The stack's estimate outputs, in order (workloads/program.py exports them).
+COST_OUTPUTS = (
+    "flopsPerStep",
+    "estimateSource",
+    "assumedMfu",
+    "predictedMfu",
+    "estimatedStepSeconds",
+    "estimatedJobHours",
+    "estimatedJobDollars",
+)
+PREDICTION, ASSUMED_MFU = "prediction", "assumedMfu"
+
+
+def fit_check_result(job: JobSpec, settings: WorkloadSettings) -> FitResult | None:
+    """The fit check of exactly this job's configuration: the file `fitCheckResult` names (it
+    must be this configuration's), else this checkout's fit-check cache, else None."""
+    if settings.fit_check_result is None:
+        return recorded_result(job)
+    path = PROJECT_ROOT / settings.fit_check_result
+    try:
+        result = FitResult.from_json(path.read_text())
+    except (OSError, ValueError, TypeError) as error:
+        raise JobError(
+            [
+                f"fitCheckResult = {settings.fit_check_result!r} cannot be read as a fit check's result ({error}); "
+                "write one with `python -m trainer.fit_check --preset PRESET ... --output FILE`, or unset it"
+            ]
+        ) from None
+    expected = configuration(job, libtpu_flags(job))
+    different = sorted(
+        key
+        for key in expected.keys() | result.configuration.keys()
+        if expected.get(key) != result.configuration.get(key)
+    )
+    if different:
+        raise JobError(
+            [
+                f"fitCheckResult = {settings.fit_check_result!r} was compiled for another configuration than this "
+                f"job's (they differ in {', '.join(different)}); rerun `python -m trainer.fit_check --preset "
+                f"{job.preset} --topology {job.topology} --slices {job.slices} KEY=VALUE ... --output FILE` with "
+                "this job's maxtextOverrides, or unset fitCheckResult"
+            ]
         )
+    return result
+
+
+def cost_estimate(job: JobSpec, settings: WorkloadSettings, price_per_chip_hour: float) -> dict[str, Any]:
+    """What the job should cost: its steps x an estimated step time, at the chips' hourly price.
+    The step time is the fit check's prediction for this exact configuration when there is one
+    (estimateSource `prediction`), else model FLOPs per step over what the chips deliver at the
+    assumed MFU (`assumedMfu`). None for CPU jobs."""
+    if not job.use_tpu or job.total_steps is None:
+        return dict.fromkeys(COST_OUTPUTS)
     chips = job.max_workers * job.chips_per_host
     flops = train_flops_per_step(job.maxtext_overrides, chips=chips)
+    result = fit_check_result(job, settings)
+    prediction = result.prediction if result is not None else None
     estimate = job_cost(
         flops_per_step=flops,
         steps=job.total_steps,
@@ -183,10 +232,13 @@ def cost_estimate(job: JobSpec, settings: WorkloadSettings, price_per_chip_hour:
         peak_tflops_per_chip=accelerator_by_ray_type(job.accelerator_type or "").peak_bf16_tflops_per_chip,
         assumed_mfu=settings.assumed_mfu,
         price_per_chip_hour_usd=price_per_chip_hour,
+        step_seconds=prediction.step_seconds if prediction else None,
     )
     return {
         "flopsPerStep": flops,
-        "assumedMfu": settings.assumed_mfu,
+        "estimateSource": PREDICTION if prediction else ASSUMED_MFU,
+        "assumedMfu": None if prediction else settings.assumed_mfu,
+        "predictedMfu": round(prediction.mfu, 4) if prediction else None,
         "estimatedStepSeconds": round(estimate.step_seconds or 0, 3),
         "estimatedJobHours": round(estimate.job_hours or 0, 3),
         "estimatedJobDollars": estimate.job_dollars,

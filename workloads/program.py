@@ -16,12 +16,10 @@ import pulumi
 
 from domain.workload_settings import WorkloadSettings
 from workloads import job_inputs
-from workloads.job_inputs import INFRA_OUTPUTS, OPTIONAL_INFRA_OUTPUTS
+from workloads.job_inputs import COST_OUTPUTS, INFRA_OUTPUTS, OPTIONAL_INFRA_OUTPUTS
 from workloads.ray_job import JOB_INPUTS, RayJob, RayJobGuard, submission_id
 
 __all__ = ["COST_OUTPUTS", "INFRA_OUTPUTS", "OPTIONAL_INFRA_OUTPUTS", "build"]
-
-COST_OUTPUTS = ("flopsPerStep", "assumedMfu", "estimatedStepSeconds", "estimatedJobHours", "estimatedJobDollars")
 
 
 def _secret_if(secret: bool, value: pulumi.Output[Any]) -> pulumi.Output[Any]:
@@ -46,6 +44,7 @@ async def build(settings: WorkloadSettings) -> dict[str, Any]:
         if values is not None:
             resolved = job_inputs.resolve_for_cluster(settings, values)
             job_inputs.ray_job_inputs(resolved, settings)  # refuses a missing trainer program
+            job_inputs.fit_check_result(resolved, settings)  # refuses another configuration's result
         job = _secret_if(secret_job, cluster.apply(lambda values: job_inputs.resolve_for_cluster(settings, values)))
         inputs = job.apply(lambda resolved: job_inputs.ray_job_inputs(resolved, settings))
         target = {"gke": cluster.apply(job_inputs.gke_target)}

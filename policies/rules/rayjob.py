@@ -25,17 +25,40 @@ from pulumi_policy import (
     ResourceValidationPolicy,
 )
 
-from domain.capacity import MemoryEstimate, estimate_memory
+from domain.capacity import MemoryEstimate, estimate_memory, job_cost, train_flops_per_step
 from domain.job import JobSpec
 from domain.maxtext_config import base_config, override_problems
+from domain.presets import PRESETS
+from domain.setting import settings_of
 from domain.tpu_catalog import Accelerator, SliceShape, accelerator_by_ray_type
-from policies.rules.common import RAY_JOB, at, known, plain, whole_number
+from domain.workload_settings import WorkloadSettings
+from policies.rules.common import RAY_JOB, at, config_value, known, plain, schema, whole_number
+from trainer.fit_check import recorded_result
 
 # docs/capacity.md: the estimate is off by up to ~5 GiB (17% of a v6e chip's usable HBM) either
 # way, so only a clear excess blocks; near the limit the ahead-of-time fit check decides.
 CLEARLY_OVER = 1.25
 NEAR_LIMIT = 0.85
 REDO_BUDGET = 0.10  # of the run's steps, per failure
+MFU_SCHEMA = schema(
+    minShareOfPresetMfu={
+        "type": "number",
+        "minimum": 0,
+        "maximum": 1,
+        "default": 0.8,
+        "description": "Flag a job whose predicted MFU is below this share of its preset's predicted MFU.",
+    }
+)
+COST_SCHEMA = schema(
+    budgetDollars={
+        "type": "number",
+        "minimum": 0,
+        "default": 1000,
+        "description": "The most one training job may be predicted to cost, in US dollars at list prices.",
+    }
+)
+# The workloads stack's default assumedMfu: the estimate when the fit check has not run.
+DEFAULT_ASSUMED_MFU = next(s.default for s in settings_of(WorkloadSettings) if s.field == "assumed_mfu")
 
 
 def job_of(props: dict[str, Any]) -> JobSpec | None:
@@ -198,6 +221,70 @@ def elastic_checkpointing(args: ResourceValidationArgs, report_violation: Report
     )
 
 
+def predicted_mfu(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+    """A layout much slower than its preset's pays for the difference in TPU hours. Reads the
+    fit check this checkout has for exactly the job's configuration; without one it says nothing."""
+    found = _job(args)
+    if found is None:
+        return
+    job, label = found
+    preset = PRESETS.get(job.preset)
+    result = recorded_result(job) if _tpu(job) is not None else None
+    prediction = result.prediction if result is not None else None
+    if preset is None or preset.predicted_mfu is None or prediction is None:
+        return
+    share = config_value(args.get_config(), MFU_SCHEMA, "minShareOfPresetMfu")
+    if prediction.mfu < share * preset.predicted_mfu:
+        report_violation(
+            f"{label} is predicted to run at {prediction.mfu:.1%} MFU ({prediction.step_seconds:.2f} s per step), "
+            f"below {share:.0%} of the {preset.predicted_mfu:.1%} predicted for preset {preset.name}: the same "
+            "tokens would cost more TPU hours. Compare layouts with `python -m trainer.fit_check --preset "
+            f"{preset.name} KEY=VALUE ...` (docs/capacity.md lists the preset's), or lower minShareOfPresetMfu "
+            "in the policy config for rayjob-predicted-mfu.",
+            args.urn,
+        )
+
+
+def predicted_cost(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+    """What the whole run should cost: steps x the fit check's predicted step time for exactly
+    this configuration, or, without one, the model's FLOPs at the default assumed MFU."""
+    found = _job(args)
+    if found is None:
+        return
+    job, label = found
+    tpu = _tpu(job)
+    steps = job.total_steps
+    if tpu is None or steps is None:
+        return
+    accelerator, shape = tpu
+    chips = shape.chips * max(_slice_counts(job))
+    result = recorded_result(job)
+    prediction = result.prediction if result is not None else None
+    estimate = job_cost(
+        flops_per_step=train_flops_per_step(job.maxtext_overrides, chips=chips),
+        steps=steps,
+        chips=chips,
+        peak_tflops_per_chip=accelerator.peak_bf16_tflops_per_chip,
+        assumed_mfu=DEFAULT_ASSUMED_MFU,
+        price_per_chip_hour_usd=accelerator.price_per_chip_hour_usd,
+        step_seconds=prediction.step_seconds if prediction else None,
+    )
+    budget = config_value(args.get_config(), COST_SCHEMA, "budgetDollars")
+    if estimate.job_dollars is not None and estimate.job_dollars > budget:
+        source = (
+            "the fit check's predicted step time"
+            if prediction
+            else f"an assumed {DEFAULT_ASSUMED_MFU:.0%} MFU (no fit check of this configuration here)"
+        )
+        report_violation(
+            f"{label} is predicted to cost about ${estimate.job_dollars:,.2f} ({steps} steps of "
+            f"{estimate.step_seconds:.2f} s on {chips} chips at ${accelerator.price_per_chip_hour_usd:.2f} per chip-hour, "
+            f"from {source}), over the budget of ${budget:,.2f}. Run fewer steps, or raise budgetDollars in the "
+            "policy config for rayjob-predicted-cost.",
+            args.urn,
+        )
+
+
 ALL = [
     ResourceValidationPolicy(
         name="rayjob-maxtext-mesh",
@@ -216,6 +303,20 @@ ALL = [
         description=f"The job's estimated memory per chip leaves at least {1 - NEAR_LIMIT:.0%} of usable HBM free.",
         validate=hbm_headroom,
         enforcement_level=EnforcementLevel.ADVISORY,
+    ),
+    ResourceValidationPolicy(
+        name="rayjob-predicted-mfu",
+        description="A job's predicted MFU (fit check) is at least minShareOfPresetMfu of its preset's.",
+        validate=predicted_mfu,
+        enforcement_level=EnforcementLevel.ADVISORY,
+        config_schema=MFU_SCHEMA,
+    ),
+    ResourceValidationPolicy(
+        name="rayjob-predicted-cost",
+        description="A job is predicted to cost at most budgetDollars at list prices.",
+        validate=predicted_cost,
+        enforcement_level=EnforcementLevel.ADVISORY,
+        config_schema=COST_SCHEMA,
     ),
     ResourceValidationPolicy(
         name="rayjob-elastic-checkpointing",

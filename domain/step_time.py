@@ -1,0 +1,195 @@
+"""How long a training step will take on TPUs, predicted from the compiler's own cost model.
+
+Input: a StepProfile (domain/hlo_profile.py), what the fit check's compile says one step does on
+each chip. Per computation (the entry, each scanned layer loop's body) the model takes
+
+    compute  = estimated cycles / cycles per second + kernel FLOPs / kernel FLOP rate
+    ICI      = bytes sent over ICI / ICI bandwidth            (inside a slice)
+    DCN      = bytes sent over DCN / DCN bandwidth per chip   (across slices)
+    host     = bytes to and from host memory / host DMA bandwidth
+
+and, since the compiler schedules collectives and host transfers asynchronously on engines of
+their own, takes the computation's time as the longest of the four: what communication adds is
+only its excess over compute (attributed to ICI, then DCN, then host, in that order, so the parts
+add up and none is negative). Then it multiplies the
+sum by one calibrated constant, `overhead`, for everything the cost model does not see (launch
+gaps, imperfect overlap, VPU work it underestimates). The parts are scaled by the same constant,
+so the breakdown adds up to the predicted step time.
+
+It is a compiler-model estimate, not a TPU measurement: calibrated on published TPU runs, with
+the error on each derived next to them (domain/speed_anchors.py; docs/capacity.md).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from domain.hlo_profile import Scope, StepProfile
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One TPU generation's rates, per chip."""
+
+    generation: str
+    peak_flops: float  # bf16 FLOP/s (domain/tpu_catalog.py)
+    # The cost model's cycle: at this rate its largest matmul fusions run at 95% of peak.
+    cycles_per_second: float
+    # Pallas kernels (splash attention) carry no cycle estimate: their FLOPs run at this rate,
+    # the one the cost model gives large matmuls.
+    kernel_flops_per_second: float
+    ici_bytes_per_second: float  # one direction of the chip's ICI links
+    dcn_bytes_per_second: float  # the host's DCN NICs, shared by its chips
+    host_bytes_per_second: float  # one direction of the chip's PCIe link to its host
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """A published TPU run: how to compile it, what was measured, what its compile says."""
+
+    name: str  # MaxText's benchmark name (benchmarks/maxtext_trillium_model_configs.py)
+    preset: str  # the shipped preset the fit check starts from; `overrides` make it the recipe's
+    topology: str
+    slices: int
+    overrides: Mapping[str, str]
+    extra_flags: str  # LIBTPU_INIT_ARGS on top of the workers' own, as the recipe passes them
+    published_step_seconds: float
+    calibrated: bool  # used to fit `overhead`, or only checked against
+    # Recorded from the fit check's compile (`python -m benchmarks.speed_anchors` prints it).
+    profile: StepProfile = field(default_factory=StepProfile)
+
+
+@dataclass(frozen=True)
+class SpeedModel:
+    """A generation's hardware rates, calibrated on its anchors."""
+
+    hardware: Hardware
+    anchors: tuple[Anchor, ...]
+
+    @cached_property
+    def overhead(self) -> float:
+        calibrating = [anchor for anchor in self.anchors if anchor.calibrated]
+        return fitted_overhead(
+            {a.name: raw_step_seconds(a.profile, self.hardware) for a in calibrating},
+            {a.name: a.published_step_seconds for a in calibrating},
+        )
+
+    def predicted_step_seconds(self, anchor: Anchor) -> float:
+        return self.overhead * raw_step_seconds(anchor.profile, self.hardware)
+
+    def error_percent(self, anchor: Anchor) -> float:
+        published = anchor.published_step_seconds
+        return 100 * (self.predicted_step_seconds(anchor) - published) / published
+
+    def predict(self, profile: StepProfile, *, tokens_per_chip: float, model_flops_per_chip: float) -> Prediction:
+        return predict(
+            profile,
+            self.hardware,
+            overhead=self.overhead,
+            tokens_per_chip=tokens_per_chip,
+            model_flops_per_chip=model_flops_per_chip,
+        )
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A predicted step, its parts (they add up to it) and what it means per chip."""
+
+    step_seconds: float
+    compute_seconds: float
+    exposed_ici_seconds: float
+    exposed_dcn_seconds: float
+    exposed_host_seconds: float
+    tokens_per_second_per_chip: float
+    mfu: float  # model FLOPs (6 x parameters x tokens + attention) over peak
+
+    def lines(self) -> list[str]:
+        return [
+            f"predicted step time: {self.step_seconds:.3f} s",
+            f"predicted tokens/s per chip: {self.tokens_per_second_per_chip:,.0f}",
+            f"predicted MFU: {100 * self.mfu:.1f}%",
+            f"predicted breakdown: compute {self.compute_seconds:.3f} s, exposed ICI "
+            f"{self.exposed_ici_seconds:.3f} s, exposed DCN {self.exposed_dcn_seconds:.3f} s, "
+            f"host transfer {self.exposed_host_seconds:.3f} s",
+        ]
+
+
+@dataclass(frozen=True)
+class ScopeTimes:
+    compute: float
+    ici: float
+    dcn: float
+    host: float
+
+    @property
+    def exposed_ici(self) -> float:
+        return max(0.0, self.ici - self.compute)
+
+    @property
+    def exposed_dcn(self) -> float:
+        return max(0.0, self.dcn - max(self.compute, self.ici))
+
+    @property
+    def exposed_host(self) -> float:
+        return max(0.0, self.host - max(self.compute, self.ici, self.dcn))
+
+    @property
+    def total(self) -> float:
+        return max(self.compute, self.ici, self.dcn, self.host)
+
+
+def scope_times(scope: Scope, model: Hardware) -> ScopeTimes:
+    """One run of a computation, in seconds, before overlap and calibration."""
+    return ScopeTimes(
+        compute=scope.cycles / model.cycles_per_second + scope.kernel_flops / model.kernel_flops_per_second,
+        ici=scope.ici_bytes / model.ici_bytes_per_second,
+        dcn=scope.dcn_bytes / model.dcn_bytes_per_second,
+        host=scope.host_bytes / model.host_bytes_per_second,
+    )
+
+
+def raw_step_seconds(profile: StepProfile, hardware: Hardware) -> float:
+    """The step before calibration: each computation as long as its longest engine."""
+    return math.fsum(scope.runs * scope_times(scope, hardware).total for scope in profile.scopes)
+
+
+def predict(
+    profile: StepProfile,
+    model: Hardware,
+    *,
+    overhead: float,
+    tokens_per_chip: float,
+    model_flops_per_chip: float,
+) -> Prediction:
+    """The predicted step for one chip: `tokens_per_chip` tokens per step, `model_flops_per_chip`
+    of the model's FLOPs per step (for MFU), everything scaled by the calibrated `overhead`."""
+    compute = ici = dcn = host = 0.0
+    for scope in profile.scopes:
+        times = scope_times(scope, model)
+        compute += scope.runs * times.compute
+        ici += scope.runs * times.exposed_ici
+        dcn += scope.runs * times.exposed_dcn
+        host += scope.runs * times.exposed_host
+    parts = [overhead * part for part in (compute, ici, dcn, host)]
+    step = math.fsum(parts)
+    if step <= 0:
+        raise ValueError("the compiled step has no work the cost model can time")
+    return Prediction(
+        step_seconds=step,
+        compute_seconds=parts[0],
+        exposed_ici_seconds=parts[1],
+        exposed_dcn_seconds=parts[2],
+        exposed_host_seconds=parts[3],
+        tokens_per_second_per_chip=tokens_per_chip / step,
+        mfu=model_flops_per_chip / (step * model.peak_flops),
+    )
+
+
+def fitted_overhead(raw_seconds: dict[str, float], published_seconds: dict[str, float]) -> float:
+    """The one calibration constant: the geometric mean of published over uncalibrated predicted
+    step times, so the anchors' errors balance in ratio."""
+    ratios = [published_seconds[name] / raw_seconds[name] for name in published_seconds]
+    return math.exp(math.fsum(math.log(r) for r in ratios) / len(ratios))

@@ -1,0 +1,263 @@
+"""The step-time predictor: reading the compiler's optimized HLO (domain/hlo_profile.py) and
+turning it into seconds (domain/step_time.py). Pure: a small module written for these tests in
+the format libtpu dumps (tests/fixtures/tiny_step.hlo.txt), and made-up profiles."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from domain import hlo_profile
+from domain.hlo_profile import Scope, StepProfile
+from domain.speed_anchors import SPEED_MODELS, speed_model
+from domain.step_time import Hardware, fitted_overhead, predict, raw_step_seconds, scope_times
+
+FIXTURE = Path(__file__).parent / "fixtures" / "tiny_step.hlo.txt"
+
+MODEL = Hardware(
+    generation="test",
+    peak_flops=1000.0,
+    cycles_per_second=100.0,
+    kernel_flops_per_second=1000.0,
+    ici_bytes_per_second=10.0,
+    dcn_bytes_per_second=1.0,
+    host_bytes_per_second=5.0,
+)
+
+
+def test_the_fixtures_profile_multiplies_the_loop_body_by_its_trip_count():
+    profile = hlo_profile.profile(FIXTURE.read_text(), chips_per_slice=4)
+    scopes = {scope.name: scope for scope in profile.scopes}
+    assert set(scopes) == {"main.1_spmd", "body"}
+    body, entry = scopes["body"], scopes["main.1_spmd"]
+    assert body.runs == 4 and entry.runs == 1  # `i < 4` in the loop's condition
+    assert (body.cycles, entry.cycles) == (1000, 500)
+    # bf16[16,128] gathered over 4 chips of one slice: 3/4 of 4096 bytes leave the chip, on ICI.
+    assert body.ici_bytes == 3072 and body.dcn_bytes == 0
+    # Splash forward: 2 matmuls x 2 FLOPs x (2 x 4 rows) x 1024 x 1024 x 64, causal 512-blocks: 3/4.
+    assert body.kernel_flops == 2 * 2 * 8 * 1024 * 1024 * 64 * 0.75
+    assert body.host_bytes == 2048  # the bf16[1,8,128] update written to host memory (S(5))
+    # f32[1024] all-reduced over ids {0,2,4,6}: two slices of 4, so DCN: 2 x 4096 x 3/4; plus a
+    # megascale all-reduce send of f32[256] over 2 slices: 2 x 1024 x 1/2.
+    assert entry.dcn_bytes == 6144 + 1024
+    assert entry.host_bytes == 256  # copy-start of f32[64] to host memory
+    assert profile.total("cycles") == 4500 and profile.total("host_bytes") == 4 * 2048 + 256
+
+
+def test_a_profile_survives_json():
+    profile = hlo_profile.profile(FIXTURE.read_text(), chips_per_slice=4)
+    assert StepProfile.from_json(profile.to_json()) == profile
+
+
+def test_text_that_is_not_an_hlo_module_is_refused():
+    with pytest.raises(hlo_profile.HloError, match="no ENTRY computation"):
+        hlo_profile.profile("Segmentation fault", chips_per_slice=4)
+
+
+def test_a_loop_whose_bound_cannot_be_read_is_refused():
+    text = FIXTURE.read_text().replace("%constant.4 = s32[]{:T(128)} constant(4)", "")
+    with pytest.raises(hlo_profile.HloError, match=r"cannot tell the trip count of while\.1"):
+        hlo_profile.profile(text, chips_per_slice=4)
+
+
+def test_the_compilers_known_trip_count_wins():
+    text = FIXTURE.read_text().replace(
+        'body=%body, backend_config={"flag_configs":[]}', 'body=%body, backend_config={"known_trip_count":{"n":"80"}}'
+    )
+    (body,) = [s for s in hlo_profile.profile(text, chips_per_slice=4).scopes if s.name == "body"]
+    assert body.runs == 80
+
+
+@pytest.mark.parametrize(
+    "groups, chips_per_slice, expected",
+    [
+        ("{{0,1,2,3},{4,5,6,7}}", 4, (4, False)),
+        ("{{0,4},{1,5},{2,6},{3,7}}", 4, (2, True)),
+        ("[2,4]<=[8]", 4, (4, False)),
+        ("[4,2]<=[2,4]T(1,0)", 4, (2, True)),  # {0,4},{1,5},...: one chip of each slice
+        ("mesh['axis_0'=2,'axis_1'=16] {'axis_1'}", 16, (16, False)),
+        ("mesh['axis_0'=2,'axis_1'=16] {'axis_0'}", 16, (2, True)),
+        ("mesh['axis_0'=16] {'axis_0'}", 16, (16, False)),
+    ],
+)
+def test_replica_groups_in_every_form_say_whether_they_cross_slices(groups, chips_per_slice, expected):
+    assert hlo_profile.group_crosses_slices(groups, chips_per_slice) == expected
+
+
+@pytest.mark.parametrize(
+    "q_len, block, fraction",
+    [(8192, 2048, 10 / 16), (1024, 512, 3 / 4), (256, 256, 1.0), (8192, 8192, 1.0), (4096, 512, 36 / 64)],
+)
+def test_causal_attention_computes_the_blocks_on_and_below_the_diagonal(q_len, block, fraction):
+    assert hlo_profile._causal_block_fraction(q_len, q_len, block, block) == pytest.approx(fraction)
+
+
+@pytest.mark.parametrize(
+    "name, results, matmuls",
+    [
+        ("splash_mha_fwd_segmented_residuals.3", 2, 2),
+        ("splash_mha_dq_segmented_no_residuals.1", 1, 3),
+        ("splash_mha_dkv_segmented_no_residuals.1", 2, 4),
+        ("splash_mha_dkv_segmented_no_residuals.2", 3, 5),  # fused backward: dq too
+        ("custom-call.7", 1, 0),
+    ],
+)
+def test_attention_kernels_count_their_matmuls(name, results, matmuls):
+    shape = "(" + ", ".join(["bf16[1,2,256,64]{3,2,1,0}"] * results) + ")"
+    operands = "operand_layout_constraints={s8[1,1,1]{2,1,0}, bf16[1,2,256,64]{3,2,1,0}, bf16[1,2,256,64]{3,2,1,0}}"
+    rest = f'%a), custom_call_target="tpu_custom_call", {operands}, metadata={{op_name="x"}}'
+    kernel = hlo_profile.Instruction(name, shape, "custom-call", rest)
+    assert hlo_profile.attention_kernel_flops(kernel) == matmuls * 2 * 2 * 256 * 256 * 64
+
+
+@pytest.mark.parametrize(
+    "kind, target, expected",
+    [
+        ("ALL_REDUCE", "{1,2}x{0:3}", 2 * 1024 * 1 / 2),
+        ("ALL_REDUCE", "{1,2,3,4}x{0:3}", 2 * 1024 * 3 / 4),
+        ("ALL_GATHER", "{1,2}x{0:3}", 1024),
+        ("REDUCE_SCATTER", "{0:3}x{0:3}", 1024 * 3 / 4),
+        ("ALL_REDUCE", "{1}x{0:3}", 0),
+    ],
+)
+def test_megascale_sends_count_the_bytes_leaving_for_other_slices(kind, target, expected):
+    rest = f'frontend_attributes={{_xla_megascale_transfer_type="{kind}",_xla_megascale_target="{target}"}}'
+    assert hlo_profile.megascale_bytes("(f32[256]{0}, u32[]{:S(2)}, token[])", rest) == expected
+
+
+def test_collectives_send_what_a_ring_sends():
+    one_kib = "f32[256]{0}"
+    assert hlo_profile.collective_bytes("all-gather", one_kib, 4) == 768
+    assert hlo_profile.collective_bytes("all-reduce", one_kib, 4) == 1536
+    assert hlo_profile.collective_bytes("reduce-scatter", one_kib, 4) == 3072
+    assert hlo_profile.collective_bytes("all-reduce", one_kib, 1) == 0
+
+
+def test_a_computation_lasts_as_long_as_its_longest_engine():
+    scope = Scope("body", runs=1, cycles=100, ici_bytes=20, dcn_bytes=3, host_bytes=20)
+    times = scope_times(scope, MODEL)  # compute 1 s, ICI 2 s, DCN 3 s, host 4 s
+    assert (times.exposed_ici, times.exposed_dcn, times.exposed_host) == (1.0, 1.0, 1.0)
+    assert timed(scope).step_seconds == 4.0
+
+
+def test_communication_hides_behind_compute_and_only_the_excess_is_exposed():
+    scope = Scope("body", runs=10, cycles=100, ici_bytes=30, dcn_bytes=0.5, host_bytes=2)
+    times = scope_times(scope, MODEL)
+    assert (times.compute, times.ici, times.dcn, times.host) == (1.0, 3.0, 0.5, 0.4)
+    assert (times.exposed_ici, times.exposed_dcn, times.exposed_host) == (2.0, 0.0, 0.0)  # all behind ICI
+    prediction = predict(StepProfile((scope,)), MODEL, overhead=1.0, tokens_per_chip=300, model_flops_per_chip=15000)
+    assert prediction.step_seconds == 30.0  # 10 runs x (1 s compute + 2 s exposed ICI)
+    assert prediction.tokens_per_second_per_chip == 10.0
+    assert prediction.mfu == 0.5  # 15000 FLOPs / (30 s x 1000 FLOP/s)
+
+
+def test_the_calibrated_overhead_scales_every_part_so_the_breakdown_adds_up():
+    scope = Scope("body", runs=2, cycles=100, kernel_flops=500, ici_bytes=30, dcn_bytes=4, host_bytes=10)
+    prediction = predict(StepProfile((scope,)), MODEL, overhead=1.25, tokens_per_chip=1, model_flops_per_chip=1)
+    parts = (
+        prediction.compute_seconds,
+        prediction.exposed_ici_seconds,
+        prediction.exposed_dcn_seconds,
+        prediction.exposed_host_seconds,
+    )
+    # compute 1.5 s, ICI 3 s, DCN 4 s, host 2 s per run: the run lasts 4 s.
+    assert parts == (1.25 * 2 * 1.5, 1.25 * 2 * 1.5, 1.25 * 2 * 1.0, 0.0)
+    assert prediction.step_seconds == pytest.approx(sum(parts))
+    assert "predicted step time: 10.000 s" in prediction.lines()
+
+
+def test_a_step_with_nothing_to_time_is_refused():
+    with pytest.raises(ValueError, match="no work the cost model can time"):
+        predict(StepProfile((Scope("entry", runs=1),)), MODEL, overhead=1.0, tokens_per_chip=1, model_flops_per_chip=1)
+
+
+def test_the_fitted_overhead_balances_the_anchors_errors_in_ratio():
+    overhead = fitted_overhead({"a": 1.0, "b": 4.0}, {"a": 2.0, "b": 2.0})
+    assert overhead == pytest.approx(1.0)  # ratios 2 and 1/2
+    assert fitted_overhead({"a": 3.0}, {"a": 3.3}) == pytest.approx(1.1)
+
+
+def test_every_calibrated_model_is_within_10_percent_of_every_anchor():
+    assert speed_model("v6e") is SPEED_MODELS["v6e"] and speed_model("v5e") is None
+    for model in SPEED_MODELS.values():
+        calibrating = [a for a in model.anchors if a.calibrated]
+        assert calibrating, f"{model.hardware.generation}: no anchor calibrates it"
+        ratios = [a.published_step_seconds / raw_step_seconds(a.profile, model.hardware) for a in calibrating]
+        assert min(ratios) <= model.overhead <= max(ratios)
+        for anchor in model.anchors:
+            assert anchor.profile.scopes, f"{anchor.name}: no recorded profile"
+            assert abs(model.error_percent(anchor)) < 10, anchor.name
+
+
+sizes = st.floats(min_value=0, max_value=1e12, allow_nan=False)
+
+
+@st.composite
+def scopes(draw):
+    return Scope(
+        "s",
+        runs=draw(st.integers(min_value=1, max_value=100)),
+        cycles=draw(st.integers(min_value=1, max_value=10**10)),
+        kernel_flops=draw(sizes),
+        ici_bytes=draw(sizes),
+        dcn_bytes=draw(sizes),
+        host_bytes=draw(sizes),
+    )
+
+
+def timed(scope: Scope):
+    return predict(StepProfile((scope,)), MODEL, overhead=1.0, tokens_per_chip=1, model_flops_per_chip=1)
+
+
+@given(scopes())
+def test_doubling_a_steps_flops_never_predicts_less_compute(scope):
+    doubled = dataclasses.replace(scope, cycles=2 * scope.cycles, kernel_flops=2 * scope.kernel_flops)
+    assert timed(doubled).compute_seconds >= timed(scope).compute_seconds
+    assert timed(doubled).step_seconds >= timed(scope).step_seconds * (1 - 1e-12)  # summed parts round
+
+
+@given(scopes(), sizes)
+def test_offloading_more_never_predicts_less_host_transfer_time(scope, more):
+    offloaded = dataclasses.replace(scope, host_bytes=scope.host_bytes + more)
+    assert scope_times(offloaded, MODEL).host >= scope_times(scope, MODEL).host
+    assert timed(offloaded).exposed_host_seconds >= timed(scope).exposed_host_seconds
+
+
+@given(scopes())
+def test_exposed_communication_is_never_negative(scope):
+    prediction = timed(scope)
+    assert min(prediction.exposed_ici_seconds, prediction.exposed_dcn_seconds, prediction.exposed_host_seconds) >= 0
+    assert math.isclose(
+        prediction.step_seconds,
+        prediction.compute_seconds
+        + prediction.exposed_ici_seconds
+        + prediction.exposed_dcn_seconds
+        + prediction.exposed_host_seconds,
+        rel_tol=1e-9,
+    )
+
+
+@pytest.mark.parametrize("pairs, kind", [("{{0,1},{1,0}}", "ici_bytes"), ("{{0,4},{4,0}}", "dcn_bytes")])
+def test_a_collective_permute_crosses_slices_when_a_pair_does(pairs, kind):
+    rest = f"%x), channel_id=1, source_target_pairs={pairs}, backend_config={{}}"
+    assert list(hlo_profile._collective("collective-permute", "f32[256]{0}", rest, 4)) == [(kind, 1024.0)]
+
+
+@pytest.mark.parametrize(
+    "shape, result",
+    [
+        (
+            "((bf16[4,8]{1,0:S(5)}, bf16[1,8]{1,0}, s32[]{:T(128)}), bf16[4,8]{1,0:S(5)}, u32[]{:S(2)})",
+            "bf16[4,8]{1,0:S(5)}",
+        ),
+        ("(bf16[2,128]{1,0}, bf16[16,128]{1,0})", "bf16[16,128]{1,0}"),  # all-gather-start: (operand, result)
+        ("f32[1024]{0}", "f32[1024]{0}"),
+    ],
+)
+def test_an_async_start_is_counted_by_its_result(shape, result):
+    assert hlo_profile._async_result(shape) == result
