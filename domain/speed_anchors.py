@@ -183,6 +183,56 @@ V6E_ANCHORS = (
             )
         ),
     ),
+    # Checked only: twice the slice, float32 weights, collective matmul left on.
+    Anchor(
+        name="llama3_1_70b_8192_bs2",
+        preset="llama3-70b",
+        topology="8x8",
+        slices=1,
+        overrides=_frozen(
+            {
+                **RECIPE_SETTINGS,
+                "model_name": "llama3.1-70b",
+                "per_device_batch_size": "2",
+                "ici_fsdp_parallelism": "64",
+                "weight_dtype": "float32",
+            }
+        ),
+        extra_flags=RECIPE_FLAGS,
+        published_step_seconds=18.688,
+        calibrated=False,
+        profile=StepProfile(
+            scopes=(
+                Scope(
+                    name="main.64_spmd",
+                    runs=1,
+                    cycles=796955369,
+                    kernel_flops=12369505812480.0,
+                    ici_bytes=19215383276.25,
+                    dcn_bytes=0.0,
+                    host_bytes=1207959552.0,
+                ),
+                Scope(
+                    name="wide.region_1.6_spmd.sunk.clone.clone.clone.clone.clone.sunk",
+                    runs=80,
+                    cycles=77234235,
+                    kernel_flops=2748779069440.0,
+                    ici_bytes=1717567488.0,
+                    dcn_bytes=0.0,
+                    host_bytes=603979776.0,
+                ),
+                Scope(
+                    name="wide.region_11.24_spmd.1.sunk",
+                    runs=79,
+                    cycles=203275869,
+                    kernel_flops=9620726743040.0,
+                    ici_bytes=5086706688.0,
+                    dcn_bytes=0.0,
+                    host_bytes=603979776.0,
+                ),
+            )
+        ),
+    ),
 )
 
 SPEED_MODELS: Mapping[str, SpeedModel] = MappingProxyType({"v6e": SpeedModel(V6E, V6E_ANCHORS)})

@@ -207,6 +207,8 @@ def test_every_shipped_tpu_preset_fits_with_5_percent_headroom_at_its_predicted_
     report = capsys.readouterr().out
     headroom = float(report.split("headroom: ")[1].split("%")[0])
     assert headroom >= 5.0, report
+    total = float(report.split("per chip total: ")[1].split(" GiB")[0])
+    assert total == pytest.approx(PRESETS[preset].compiled_gib, abs=0.01), report
     # The MFU the preset records (docs/capacity.md, the rayjob-predicted-mfu policy) is this compile's.
     predicted_mfu = float(report.split("predicted MFU: ")[1].split("%")[0]) / 100
     assert predicted_mfu == pytest.approx(PRESETS[preset].predicted_mfu, abs=0.005), report

@@ -716,3 +716,23 @@ def test_the_evaluator_handles_unknowns_and_async_rules_as_the_analyzer_does():
         ),
         Violation("reports-later", "mandatory", "thing is big.", resource["urn"]),
     ]
+
+
+def test_the_memory_rules_defer_to_a_fit_check_of_exactly_the_job(shipped):
+    """The estimate is for when the compiler has not spoken: once a fit check of exactly this
+    configuration says it fits, the estimate's near-the-limit advisory is quiet."""
+    from policies.rules.rayjob import job_of
+    from tests.test_workloads_program import recorded_fit_check
+    from trainer import fit_check
+
+    [case] = [c for c in CASES if c.policy == "rayjob-hbm-headroom"]
+    resources = case.broken(shipped)
+    assert {v.policy_name for v in evaluate(resources, {})} == {"rayjob-hbm-headroom"}
+    job = job_of(named(resources, "training")["props"])
+    fit_check.CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    cached = fit_check.CACHE_DIR / f"{fit_check.cache_key(job, fit_check.libtpu_flags(job))}.json"
+    cached.write_text(recorded_fit_check(job).to_json())
+    assert evaluate(resources, {}) == []
+    # A compile that says it does not fit leaves the estimate's rules to speak.
+    cached.write_text(dataclasses.replace(recorded_fit_check(job), fits=False).to_json())
+    assert {v.policy_name for v in evaluate(resources, {})} == {"rayjob-hbm-headroom"}

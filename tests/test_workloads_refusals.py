@@ -568,7 +568,7 @@ DEV_JOB = {
     '"max_failures": 0, "maxtext_overrides": {"dataset_type": "synthetic", "dcn_data_parallelism": "2", '
     '"dcn_fsdp_parallelism": "1", "ici_fsdp_parallelism": "16", "ici_tensor_parallelism": "1", '
     '"max_target_length": "4096", "model_name": "llama3-8b", "per_device_batch_size": "4", '
-    '"steps": "100"}, "min_slices": 2, "preset": "llama3-8b", "run_name": "llama3-8b-dev", '
+    '"remat_policy": "save_qkv_proj", "steps": "100"}, "min_slices": 2, "preset": "llama3-8b", "run_name": "llama3-8b-dev", '
     '"slices": 2, "topology": "4x4", "use_tpu": true}\'',
     "gke": DEV_GKE,
     "metadata": {"preset": "llama3-8b", "run_name": "llama3-8b-dev"},
@@ -614,7 +614,7 @@ def registered(stack: str) -> list[tuple[str, str, dict[str, Any], frozenset[str
 def test_the_dev_stack_registers_the_same_guard_and_job_as_before():
     # The job id is a digest of every job-defining input: it is the one recorded before the checks.
     assert registered("dev") == [
-        (RAY_JOB_GUARD, "training-guard", {"gke": DEV_GKE, "job_id": "pulumi-dev-8a3b11b5625a89cb"}, frozenset(),
+        (RAY_JOB_GUARD, "training-guard", {"gke": DEV_GKE, "job_id": "pulumi-dev-ef200ca0f14663bc"}, frozenset(),
          frozenset({INFRA_STACK})),
         (RAY_JOB, "training", DEV_JOB, frozenset(), frozenset({INFRA_STACK, "training-guard"})),
     ]  # fmt: skip

@@ -16,6 +16,7 @@ the failure count has no fixed bound (Ray Train does not count Spot preemptions 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from typing import Any
 
 from pulumi_policy import (
@@ -28,12 +29,12 @@ from pulumi_policy import (
 from domain.capacity import MemoryEstimate, estimate_memory, job_cost, train_flops_per_step
 from domain.job import JobSpec
 from domain.maxtext_config import base_config, override_problems
-from domain.presets import PRESETS
+from domain.presets import PRESETS, maxtext_overrides
 from domain.setting import settings_of
 from domain.tpu_catalog import Accelerator, SliceShape, accelerator_by_ray_type
 from domain.workload_settings import WorkloadSettings
 from policies.rules.common import RAY_JOB, at, config_value, known, plain, schema, whole_number
-from trainer.fit_check import recorded_result
+from trainer.fit_check import NOT_COMPILED, recorded_result
 
 # docs/capacity.md: the estimate is off by up to ~5 GiB (17% of a v6e chip's usable HBM) either
 # way, so only a clear excess blocks; near the limit the ahead-of-time fit check decides.
@@ -144,11 +145,34 @@ def _sized(args: ResourceValidationArgs) -> tuple[JobSpec, str, MemoryEstimate, 
     if found is None or tpu is None or _mesh_problems(found[0], tpu[1]):
         return None
     (job, label), (accelerator, shape) = found, tpu
+    if _compiler_says_it_fits(job):
+        return None  # the estimate is for when the compiler has not spoken
     try:
         memory = estimate_memory(job.maxtext_overrides, chips_per_slice=shape.chips, slices=_slice_counts(job)[0])
     except (KeyError, ValueError):
         return None
     return job, label, memory, accelerator
+
+
+def _compiler_says_it_fits(job: JobSpec) -> bool:
+    """Whether the fit check has compiled exactly this job and it fits: a fit check in this
+    checkout's cache, or the preset's own configuration, whose compile the preset records
+    (`compiled_gib`, checked by a `fitcheck` test)."""
+    recorded = recorded_result(job)
+    if recorded is not None:
+        return recorded.fits
+    preset = PRESETS.get(job.preset)
+    return (
+        preset is not None
+        and preset.compiled_gib is not None
+        and (job.topology, job.slices, job.min_slices) == (preset.topology, preset.slices, preset.slices)
+        and _compiled(job.maxtext_overrides) == _compiled(maxtext_overrides(preset, preset.slices))
+    )
+
+
+def _compiled(overrides: Mapping[str, Any]) -> dict[str, str]:
+    """The settings that shape the compiled step (not the run's name, length or checkpoints)."""
+    return {key: str(value) for key, value in overrides.items() if key not in NOT_COMPILED}
 
 
 def fits_hbm(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
