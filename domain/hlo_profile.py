@@ -12,7 +12,6 @@ MaxText. domain/step_time.py turns a profile into seconds.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Iterable, Iterator
@@ -435,9 +434,3 @@ def _host_async_bytes(root_opcode: str, shape: str) -> float:
     result = [a for a in parts if not a.dims == ()]
     device_side = [a for a in result if not a.host]
     return float(device_side[-1].bytes if device_side else result[-1].bytes)
-
-
-def summary(profile_: StepProfile) -> str:
-    return json.dumps(
-        {k: profile_.total(k) for k in ("cycles", "kernel_flops", "ici_bytes", "dcn_bytes", "host_bytes")}
-    )
