@@ -1,13 +1,23 @@
 """What one training step does on each chip, read from the TPU compiler's optimized HLO.
 
-The fit check's compile dumps the optimized module (`*.after_codegen.txt`). libtpu's cost model
-writes an `estimated_cycles` figure into the backend config of every instruction it schedules;
-it leaves out the Pallas kernels (MaxText's splash attention), the collectives and the host
-transfers. This module walks the module from its entry computation, multiplies every `while`
-body by its trip count (MaxText scans its decoder layers, so most of the step is in loops) and
-sums, per computation, the cycles, the kernels' FLOPs, the bytes each chip moves over ICI and
-over DCN, and the bytes it moves to and from host memory. Pure text processing: no JAX, no
-MaxText. domain/step_time.py turns a profile into seconds.
+The fit check's compile dumps the optimized, scheduled module (`*.after_optimizations.txt`,
+written once buffer assignment has placed every buffer in HBM). This module walks it from its
+entry computation, multiplies every `while` body by its trip count (MaxText scans its decoder
+layers, so most of the step is in loops) and sums, per computation, the work each engine does:
+
+- matmul FLOPs: every convolution (XLA's TPU form of a dot), counted over the positions its
+  window really covers and padded to whole MXU tiles in the output-feature dimension;
+- HBM bytes of everything else, in three classes the cost model rates differently: reductions,
+  slices, and other memory-bound work (elementwise fusions, copies, broadcasts). A fusion reads
+  only the slices it takes of an operand and writes only the update of a dynamic-update-slice;
+- splash-attention (Pallas kernel) FLOPs, from the kernels' operands and block sizes;
+- bytes each chip moves over ICI and over DCN (collectives, megascale sends), and to and from
+  host memory (offloaded activations).
+
+Pure text processing: no JAX, no MaxText. domain/step_time.py turns a profile into seconds.
+libtpu's own per-instruction `estimated_cycles` appear only after code generation, which takes
+most of a compile; `estimated_cycles` reads them from such a dump, so the rates can be checked
+against the cost model (benchmarks/roofline_vs_cost_model.py).
 """
 
 from __future__ import annotations
@@ -38,17 +48,20 @@ DTYPE_BITS = {
     "c64": 64,
     "c128": 128,
 }
-# TPU memory space 5 is host memory: a buffer laid out with S(5) lives on the host.
+# TPU memory spaces in a layout's `S(n)`: none is HBM, 1 the core's VMEM, 5 host memory.
 HOST_MEMORY_SPACE = "S(5)"
+HOST_SPACE = 5
 COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
 
 _ARRAY = re.compile(r"\b([a-z]+\d*[a-z0-9]*)\[([\d,]*)\](\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\})?")
 _HEADER = re.compile(r"^(ENTRY )?%?([\w.\-]+) \(.*\{$")
 _INSTRUCTION = re.compile(r"^\s+(?:ROOT )?%([\w.\-]+) = (.*?) ([a-z][a-z0-9\-]*)\((.*)$")
+_SPACE = re.compile(r"S\((\d+)\)")
+_OPERAND = re.compile(r"%([\w.\-]+(?:#\d+)?)")
 _CALLED = re.compile(r"\b(calls|body|condition|to_apply)=%([\w.\-]+)")
 _CYCLES = re.compile(r'"estimated_cycles":"(\d+)"')
 _TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
-_CONSTANT = re.compile(r"s32\[\][^ ]* constant\((\d+)\)")
+_CONSTANT = re.compile(r"[su]32\[\][^ ]* constant\((\d+)\)")
 _KERNEL_BLOCKS = re.compile(r'\\"block_q(?:_dkv|_dq)?\\": (\d+), \\"block_kv(?:_dkv|_dq)?\\": (\d+)')
 
 
@@ -60,11 +73,15 @@ class HloError(ValueError):
 class Array:
     dtype: str
     dims: tuple[int, ...]
-    host: bool
+    space: int  # memory space: 0 HBM, 1 VMEM, 5 host, ...
 
     @property
     def bytes(self) -> int:
         return math.prod(self.dims) * DTYPE_BITS.get(self.dtype, 32) // 8
+
+    @property
+    def host(self) -> bool:
+        return self.space == HOST_SPACE
 
 
 def arrays(shape_text: str) -> list[Array]:
@@ -73,8 +90,14 @@ def arrays(shape_text: str) -> list[Array]:
     for dtype, dims, layout in _ARRAY.findall(shape_text):
         if dtype not in DTYPE_BITS:
             continue
-        found.append(Array(dtype, tuple(int(d) for d in dims.split(",") if d), HOST_MEMORY_SPACE in (layout or "")))
+        space = _SPACE.search(layout or "")
+        found.append(Array(dtype, tuple(int(d) for d in dims.split(",") if d), int(space.group(1)) if space else 0))
     return found
+
+
+def hbm_bytes(shape_text: str) -> int:
+    """Bytes of the arrays of a shape that live in HBM."""
+    return sum(a.bytes for a in arrays(shape_text) if a.space == 0)
 
 
 @dataclass(frozen=True)
@@ -89,7 +112,19 @@ class Instruction:
         return dict(_CALLED.findall(self.rest))
 
     @property
-    def cycles(self) -> int:
+    def operands(self) -> list[str]:
+        """Operand names, `name#k` for element k of a tuple-shaped operand."""
+        depth = 1
+        for position, char in enumerate(self.rest):
+            depth += char == "("
+            depth -= char == ")"
+            if depth == 0:
+                return _OPERAND.findall(self.rest[:position])
+        return []
+
+    @property
+    def estimated_cycles(self) -> int:
+        """libtpu's cost-model estimate: only in a dump written after code generation."""
         found = _CYCLES.search(self.rest)
         return int(found.group(1)) if found else 0
 
@@ -137,7 +172,8 @@ def parse_module(text: str) -> Module:
 
 def trip_count(module: Module, loop: Instruction) -> int:
     """A while loop's trip count: the compiler's known_trip_count when it wrote one, else the
-    bound its condition compares the counter against (MaxText's scanned layers: `i < N`)."""
+    bound its condition compares the counter against (MaxText's scanned layers: `i < N`; the
+    loops of a windowed, collective matmul count with an unsigned counter)."""
     known = _TRIP_COUNT.search(loop.rest)
     if known:
         return int(known.group(1))
@@ -280,7 +316,10 @@ class Scope:
 
     name: str
     runs: int
-    cycles: int = 0
+    matmul_flops: float = 0.0  # padded to whole MXU tiles
+    memory_bytes: float = 0.0  # HBM bytes of elementwise fusions, copies, broadcasts, ...
+    reduce_bytes: float = 0.0  # HBM bytes of reductions
+    slice_bytes: float = 0.0  # HBM bytes of slices
     kernel_flops: float = 0.0
     ici_bytes: float = 0.0
     dcn_bytes: float = 0.0
@@ -304,31 +343,217 @@ class StepProfile:
         return cls(tuple(Scope(**s) for s in data["scopes"]))  # type: ignore[arg-type]
 
 
-def profile(text: str, *, chips_per_slice: int) -> StepProfile:
-    """The step's profile from the optimized module's text."""
+# Instructions that do no work of their own on the core: bookkeeping, control flow (their
+# computations are walked), and what runs on other engines (counted as transfers).
+NO_WORK = frozenset(
+    {
+        "parameter",
+        "constant",
+        "tuple",
+        "get-tuple-element",
+        "bitcast",
+        "while",
+        "call",
+        "conditional",
+        "custom-call",
+        "after-all",
+        "partition-id",
+        "replica-id",
+        "opt-barrier",
+        "send",
+        "send-done",
+        "recv",
+        "recv-done",
+        "async-start",
+        "async-update",
+        "async-done",
+        "copy-start",
+        "copy-done",
+    }
+)
+SLICES = frozenset({"slice", "dynamic-slice"})
+WORK_KINDS = ("matmul_flops", "memory_bytes", "reduce_bytes", "slice_bytes")
+
+
+def profile(text: str, *, chips_per_slice: int, mxu_width: int) -> StepProfile:
+    """The step's profile from the optimized module's text, for a chip whose MXUs are
+    `mxu_width` wide."""
     module = parse_module(text)
-    scopes: dict[str, Scope] = {}
-    _walk(module, module.entry, 1, chips_per_slice, scopes)
-    return StepProfile(tuple(scopes.values()))
+    scopes = []
+    for name, runs in computation_runs(module).items():
+        scope = Scope(name, runs)
+        for _, kind, amount in computation_work(module, name, chips_per_slice, mxu_width):
+            setattr(scope, kind, getattr(scope, kind) + amount)
+        scopes.append(scope)
+    return StepProfile(tuple(scopes))
 
 
-def _walk(module: Module, name: str, runs: int, chips_per_slice: int, scopes: dict[str, Scope]) -> None:
-    if name in scopes:
-        scopes[name].runs += runs
-        return
-    scope = scopes[name] = Scope(name, runs)
-    for instruction in module.computations.get(name, []):
-        scope.cycles += instruction.cycles
-        called = instruction.called
-        if instruction.opcode == "while":
-            _walk(module, called["body"], runs * trip_count(module, instruction), chips_per_slice, scopes)
-        elif instruction.opcode in ("call", "conditional"):
-            for target in called.values():
-                _walk(module, target, runs, chips_per_slice, scopes)
-        elif instruction.opcode == "custom-call":
-            scope.kernel_flops += attention_kernel_flops(instruction)
+def computation_runs(module: Module) -> dict[str, int]:
+    """How many times one step runs each computation that holds scheduled work: the entry, and
+    the bodies of its loops (times their trip counts) and calls."""
+    runs: dict[str, int] = {}
+
+    def walk(name: str, times: int) -> None:
+        runs[name] = runs.get(name, 0) + times
+        for instruction in module.computations.get(name, []):
+            called = instruction.called
+            if instruction.opcode == "while":
+                walk(called["body"], times * trip_count(module, instruction))
+            elif instruction.opcode in ("call", "conditional"):
+                for target in called.values():
+                    walk(target, times)
+
+    walk(module.entry, 1)
+    return runs
+
+
+def computation_work(
+    module: Module, name: str, chips_per_slice: int, mxu_width: int
+) -> Iterator[tuple[Instruction, str, float]]:
+    """(instruction, Scope attribute, amount) for every piece of work in one run of a computation."""
+    instructions = module.computations.get(name, [])
+    shapes = _Shapes(instructions)
+    for instruction in instructions:
+        if instruction.opcode == "custom-call":
+            yield instruction, "kernel_flops", attention_kernel_flops(instruction)
         for kind, bytes_ in _transfers(module, instruction, chips_per_slice):
-            setattr(scope, kind, getattr(scope, kind) + bytes_)
+            yield instruction, kind, bytes_
+        work = core_work(module, instruction, shapes, mxu_width)
+        if work is not None:
+            yield instruction, *work
+
+
+def core_work(module: Module, instruction: Instruction, shapes: _Shapes, mxu_width: int) -> tuple[str, float] | None:
+    """What bounds an instruction on the core: its MXU FLOPs when it multiplies matrices (the
+    large ones are compute-bound by far), else the HBM bytes it reads and writes, by class."""
+    opcode = instruction.opcode
+    if opcode in NO_WORK or opcode.endswith(("-start", "-done")) or opcode in COLLECTIVES:
+        return None
+    if opcode == "convolution":
+        return "matmul_flops", convolution_flops(instruction, shapes, mxu_width)
+    if opcode == "fusion":
+        fused = instruction.called.get("calls", "")
+        flops = _fused_flops(module, fused, mxu_width)
+        if flops:
+            return "matmul_flops", flops
+        return "memory_bytes", float(fusion_bytes(module, instruction, shapes))
+    if opcode in SLICES:
+        return "slice_bytes", 2.0 * hbm_bytes(instruction.shape)  # reads the slice, writes it
+    total = hbm_bytes(instruction.shape) + sum(hbm_bytes(shapes[o]) for o in instruction.operands)
+    return ("reduce_bytes" if opcode == "reduce" else "memory_bytes"), float(total)
+
+
+class _Shapes:
+    """A computation's instruction shapes by name; `name#k` is element k of a tuple."""
+
+    def __init__(self, instructions: list[Instruction]) -> None:
+        self.by_name = {i.name: i.shape for i in instructions}
+
+    def __getitem__(self, name: str) -> str:
+        base, _, element = name.partition("#")
+        shape = self.by_name.get(base, "")
+        if not element:
+            return shape
+        spans = [m.group(0) for m in _ARRAY.finditer(shape) if m.group(1) in DTYPE_BITS]
+        return spans[int(element)] if int(element) < len(spans) else ""
+
+
+def convolution_flops(instruction: Instruction, shapes: _Shapes, mxu_width: int) -> float:
+    """FLOPs of a convolution (XLA's TPU form of every dot): 2 x batch x output features x input
+    features x, per spatial dimension, the (output, window) position pairs that fall inside the
+    input; batched matmuls put the batch in a padded window, so counting positions, not window
+    sizes, keeps them exact. Output features are padded to whole MXU tiles: a 128-wide head on a
+    256-wide MXU uses half of it."""
+    labels = re.search(r"dim_labels=(\w+)_(\w+)->(\w+)", instruction.rest)
+    operands = instruction.operands
+    lhs = arrays(shapes[operands[0]]) if operands else []
+    out = arrays(instruction.shape)
+    if labels is None or not lhs or not out:
+        return 0.0
+    lhs_labels, _, out_labels = labels.groups()
+    lhs_dims, out_dims = lhs[0].dims, out[0].dims
+    window = re.search(r"window=\{([^}]*)\}", instruction.rest)
+    attributes = dict(part.split("=", 1) for part in window.group(1).split()) if window else {}
+    spatial = sum(c.isdigit() for c in out_labels)
+
+    def per_dimension(key: str, default: int) -> list[int]:
+        return [int(v) for v in attributes[key].split("x")] if key in attributes else [default] * spatial
+
+    size, stride = per_dimension("size", 1), per_dimension("stride", 1)
+    lhs_dilation, rhs_dilation = per_dimension("lhs_dilate", 1), per_dimension("rhs_dilate", 1)
+    pads = [int(p.split("_")[0]) for p in attributes["pad"].split("x")] if "pad" in attributes else [0] * spatial
+    groups = re.search(r"feature_group_count=(\d+)", instruction.rest)
+    features = out_dims[out_labels.index("f")]
+    padded = -(-features // mxu_width) * mxu_width
+    multiplies = out_dims[out_labels.index("b")] * padded
+    multiplies *= lhs_dims[lhs_labels.index("f")] // (int(groups.group(1)) if groups else 1)
+    for d in range(spatial):
+        inputs, outputs = lhs_dims[lhs_labels.index(str(d))], out_dims[out_labels.index(str(d))]
+        covered = 0
+        for o in range(outputs):
+            for k in range(size[d]):
+                position = o * stride[d] - pads[d] + k * rhs_dilation[d]
+                if position >= 0 and position % lhs_dilation[d] == 0 and position // lhs_dilation[d] < inputs:
+                    covered += 1
+        multiplies *= covered
+    return 2.0 * multiplies
+
+
+def _fused_flops(module: Module, name: str, mxu_width: int) -> float:
+    instructions = module.computations.get(name, [])
+    shapes = _Shapes(instructions)
+    total = 0.0
+    for instruction in instructions:
+        if instruction.opcode == "convolution":
+            total += convolution_flops(instruction, shapes, mxu_width)
+        elif instruction.opcode == "fusion":
+            total += _fused_flops(module, instruction.called.get("calls", ""), mxu_width)
+    return total
+
+
+def fusion_bytes(module: Module, fusion: Instruction, shapes: _Shapes) -> int:
+    """HBM bytes a fusion moves: each operand in full, except one it only slices (the slices) or
+    only updates in place (nothing: the update is the write); plus its results, where a
+    dynamic-update-slice writes only its update."""
+    fused = module.computations.get(fusion.called.get("calls", ""), [])
+    by_name = {i.name: i for i in fused}
+    users: dict[str, list[Instruction]] = {}
+    for instruction in fused:
+        for operand in instruction.operands:
+            users.setdefault(operand, []).append(instruction)
+
+    def readers(name: str) -> list[tuple[Instruction, str]]:
+        found = []
+        for user in users.get(name, []):
+            found += readers(user.name) if user.opcode == "bitcast" else [(user, name)]
+        return found
+
+    operands = fusion.operands
+    total = 0
+    for instruction in fused:
+        if instruction.opcode != "parameter":
+            continue
+        index = int(re.match(r"\d+", instruction.rest).group(0))  # type: ignore[union-attr]
+        full = hbm_bytes(shapes[operands[index]]) if index < len(operands) else 0
+        uses = readers(instruction.name)
+        if uses and all(u.opcode in SLICES and u.operands[0] == via for u, via in uses):
+            total += min(full, sum(sum(a.bytes for a in arrays(u.shape)) for u, _ in uses))
+        elif not (uses and all(u.opcode == "dynamic-update-slice" and u.operands[0] == via for u, via in uses)):
+            total += full
+
+    def written(node: Instruction | None) -> int:
+        while node is not None and node.opcode == "bitcast":
+            node = by_name.get(node.operands[0])
+        if node is None:
+            return 0
+        if node.opcode == "tuple":
+            return sum(written(by_name.get(o)) for o in node.operands)
+        if node.opcode == "dynamic-update-slice":
+            update = by_name.get(node.operands[1])
+            return sum(a.bytes for a in arrays(update.shape)) if update else 0
+        return hbm_bytes(node.shape)
+
+    return total + (written(fused[-1]) if fused else hbm_bytes(fusion.shape))
 
 
 def _transfers(module: Module, instruction: Instruction, chips_per_slice: int) -> Iterable[tuple[str, float]]:
@@ -434,3 +659,44 @@ def _host_async_bytes(root_opcode: str, shape: str) -> float:
     result = [a for a in parts if not a.dims == ()]
     device_side = [a for a in result if not a.host]
     return float(device_side[-1].bytes if device_side else result[-1].bytes)
+
+
+@dataclass(frozen=True)
+class BufferMemory:
+    """Per-chip HBM the compiled step needs, from the compiler's buffer assignment, known before
+    code generation. Against the memory analysis MaxText prints after a full compile (three
+    compiles, 8B to 70B): arguments, outputs and aliased bytes equal; temporaries 16,352 bytes
+    fewer (code generation's own scratch, presumably)."""
+
+    argument_bytes: int
+    output_bytes: int
+    alias_bytes: int
+    temp_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.argument_bytes + self.temp_bytes + self.output_bytes - self.alias_bytes
+
+
+_ALLOCATION = re.compile(r"^allocation \d+: size (\d+), (.*):$", re.MULTILINE)
+
+
+def buffer_memory(text: str) -> BufferMemory:
+    """Reads a `*-buffer-assignment.txt` dump. HBM allocations carry no color (others are VMEM,
+    host memory, ...): entry parameters are arguments, `maybe-live-out` ones outputs (both:
+    aliased, donated), and the one `preallocated-temp` block holds every temporary."""
+    argument = output = alias = temp = 0
+    found = False
+    for size_text, tags in _ALLOCATION.findall(text):
+        found = True
+        if re.search(r"\bcolor [1-9]", tags):
+            continue
+        size = int(size_text)
+        parameter, live_out = "parameter" in tags, "maybe-live-out" in tags
+        argument += size if parameter else 0
+        output += size if live_out else 0
+        alias += size if parameter and live_out else 0
+        temp += size if "preallocated-temp" in tags else 0
+    if not found:
+        raise HloError("no allocations: not a buffer assignment dump")
+    return BufferMemory(argument, output, alias, temp)

@@ -1,9 +1,10 @@
-"""How long a training step will take on TPUs, predicted from the compiler's own cost model.
+"""How long a training step will take on TPUs, predicted from the compiler's optimized HLO.
 
 Input: a StepProfile (domain/hlo_profile.py), what the fit check's compile says one step does on
 each chip. Per computation (the entry, each scanned layer loop's body) the model takes
 
-    compute  = estimated cycles / cycles per second + kernel FLOPs / kernel FLOP rate
+    compute  = matmul FLOPs / matmul rate + kernel FLOPs / kernel FLOP rate
+               + HBM bytes of each memory-bound class / that class's rate
     ICI      = bytes sent over ICI / ICI bandwidth            (inside a slice)
     DCN      = bytes sent over DCN / DCN bandwidth per chip   (across slices)
     host     = bytes to and from host memory / host DMA bandwidth
@@ -12,8 +13,9 @@ and, since the compiler schedules collectives and host transfers asynchronously 
 their own, takes the computation's time as the longest of the four: what communication adds is
 only its excess over compute (attributed to ICI, then DCN, then host, in that order, so the parts
 add up and none is negative). Then it multiplies the
-sum by one calibrated constant, `overhead`, for everything the cost model does not see (launch
-gaps, imperfect overlap, VPU work it underestimates). The parts are scaled by the same constant,
+sum by one calibrated constant, `overhead`, for everything the model does not see (launch
+gaps, imperfect overlap). The compute rates are libtpu's cost model's own, measured against it
+(benchmarks/roofline_vs_cost_model.py), so a fit check needs no code generation. The parts are scaled by the same constant,
 so the breakdown adds up to the predicted step time.
 
 It is a compiler-model estimate, not a TPU measurement: calibrated on published TPU runs, with
@@ -36,11 +38,12 @@ class Hardware:
 
     generation: str
     peak_flops: float  # bf16 FLOP/s (domain/tpu_catalog.py)
-    # The cost model's cycle: at this rate its largest matmul fusions run at 95% of peak.
-    cycles_per_second: float
-    # Pallas kernels (splash attention) carry no cycle estimate: their FLOPs run at this rate,
-    # the one the cost model gives large matmuls.
-    kernel_flops_per_second: float
+    mxu_width: int  # matmul output features are padded to whole tiles this wide
+    matmul_flops_per_second: float  # padded matmul FLOPs
+    kernel_flops_per_second: float  # Pallas kernels (splash attention)
+    memory_bytes_per_second: float  # HBM bytes of elementwise fusions, copies, broadcasts
+    reduce_bytes_per_second: float  # HBM bytes of reductions
+    slice_bytes_per_second: float  # HBM bytes of slices
     ici_bytes_per_second: float  # one direction of the chip's ICI links
     dcn_bytes_per_second: float  # the host's DCN NICs, shared by its chips
     host_bytes_per_second: float  # one direction of the chip's PCIe link to its host
@@ -144,7 +147,15 @@ class ScopeTimes:
 def scope_times(scope: Scope, model: Hardware) -> ScopeTimes:
     """One run of a computation, in seconds, before overlap and calibration."""
     return ScopeTimes(
-        compute=scope.cycles / model.cycles_per_second + scope.kernel_flops / model.kernel_flops_per_second,
+        compute=math.fsum(
+            (
+                scope.matmul_flops / model.matmul_flops_per_second,
+                scope.kernel_flops / model.kernel_flops_per_second,
+                scope.memory_bytes / model.memory_bytes_per_second,
+                scope.reduce_bytes / model.reduce_bytes_per_second,
+                scope.slice_bytes / model.slice_bytes_per_second,
+            )
+        ),
         ici=scope.ici_bytes / model.ici_bytes_per_second,
         dcn=scope.dcn_bytes / model.dcn_bytes_per_second,
         host=scope.host_bytes / model.host_bytes_per_second,
@@ -176,7 +187,7 @@ def predict(
     parts = [overhead * part for part in (compute, ici, dcn, host)]
     step = math.fsum(parts)
     if step <= 0:
-        raise ValueError("the compiled step has no work the cost model can time")
+        raise ValueError("the compiled step has no work the model can time")
     return Prediction(
         step_seconds=step,
         compute_seconds=parts[0],

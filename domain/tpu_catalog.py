@@ -94,6 +94,46 @@ def _shapes(*entries: tuple[str, str, int]) -> Mapping[str, SliceShape]:
     return MappingProxyType({topology: SliceShape(topology, machine, chips) for topology, machine, chips in entries})
 
 
+# The v6e workers' LIBTPU_INIT_ARGS, which the fit check compiles with too.
+# The procedure's collective-overlap flags, less one: it also sets
+# --xla_tpu_enable_async_collective_fusion_fuse_all_gather=true, which libtpu 0.0.52 refuses for
+# v6e ("Continuation fusion for AllGather is enabled on platform ghostlite ... not
+# supported/recommended on platforms other than TPU v5e"): the job would fail at its first step.
+# Measured with the fit check's compile.
+V6E_COLLECTIVE_OVERLAP = (
+    "--xla_tpu_use_minor_sharding_for_major_trivial_input=true",
+    "--xla_tpu_relayout_group_size_threshold_for_reduce_scatter=1",
+    "--xla_tpu_assign_all_reduce_scatter_layout",
+    "--xla_tpu_enable_async_collective_fusion_multiple_steps=true",
+    "--xla_tpu_overlap_compute_collective_tc=true",
+    "--xla_enable_async_all_gather=true",
+)
+# Then three flag groups of MaxText's own published v6e recipes (xla_flags_library.py; the
+# speed model's anchors ran with them): the dense models' scoped VMEM limit (instead of the
+# procedure's 122880 KiB), data-parallel all-reduce overlap, and the host-offload scheduler
+# flags. With them the llama3-70b preset needs 2.6 GiB less HBM per chip and both presets are
+# predicted faster (docs/capacity.md, "The presets, tuned for speed"). Not taken: the 8B
+# recipes' SparseCore all-reduce offload.
+DENSE_VMEM_LIMIT = ("--xla_tpu_scoped_vmem_limit_kib=98304",)
+DATA_PARALLEL_OVERLAP = (
+    "--xla_tpu_enable_data_parallel_all_reduce_opt=true",
+    "--xla_tpu_data_parallel_opt_different_sized_ops=true",
+)
+HOST_OFFLOAD = (
+    "--xla_tpu_enable_all_experimental_scheduler_features=true",
+    "--xla_tpu_enable_scheduler_memory_pressure_tracking=true",
+    "--xla_tpu_host_transfer_overlap_limit=24",
+    "--xla_tpu_aggressive_opt_barrier_removal=ENABLED",
+    "--xla_lhs_prioritize_async_depth_over_stall=ENABLED",
+    "--xla_tpu_enable_ag_backward_pipelining=true",
+    "--xla_should_allow_loop_variant_parameter_in_chain=ENABLED",
+    "--xla_should_add_loop_invariant_op_in_chain=ENABLED",
+    "--xla_max_concurrent_host_send_recv=100",
+    "--xla_tpu_scheduler_percent_shared_memory_limit=100",
+    "--xla_latency_hiding_scheduler_rerun=2",
+)
+V6E_LIBTPU_FLAGS = (*DENSE_VMEM_LIMIT, *V6E_COLLECTIVE_OVERLAP, *DATA_PARALLEL_OVERLAP, *HOST_OFFLOAD)
+
 _V6E_MULTI_HOST = "ct6e-standard-4t"
 _V5E_MULTI_HOST = "ct5lp-hightpu-4t"
 _V5P = "ct5p-hightpu-4t"
@@ -110,20 +150,7 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType(
             peak_bf16_tflops_per_chip=918.0,
             price_per_chip_hour_usd=2.70,
             dcn_networks=2,
-            # The procedure's collective-overlap flags, less one: it also sets
-            # --xla_tpu_enable_async_collective_fusion_fuse_all_gather=true, which libtpu 0.0.52
-            # refuses for v6e ("Continuation fusion for AllGather is enabled on platform
-            # ghostlite ... not supported/recommended on platforms other than TPU v5e"): the
-            # job would fail at its first step. Measured with the fit check's compile.
-            libtpu_flags=(
-                "--xla_tpu_scoped_vmem_limit_kib=122880",
-                "--xla_tpu_use_minor_sharding_for_major_trivial_input=true",
-                "--xla_tpu_relayout_group_size_threshold_for_reduce_scatter=1",
-                "--xla_tpu_assign_all_reduce_scatter_layout",
-                "--xla_tpu_enable_async_collective_fusion_multiple_steps=true",
-                "--xla_tpu_overlap_compute_collective_tc=true",
-                "--xla_enable_async_all_gather=true",
-            ),
+            libtpu_flags=V6E_LIBTPU_FLAGS,
             shapes=_shapes(
                 ("1x1", "ct6e-standard-1t", 1),
                 ("2x2", "ct6e-standard-4t", 4),

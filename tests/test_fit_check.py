@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import re
-import subprocess
+import os
+import sys
 import time
 from pathlib import Path
 
@@ -39,6 +39,7 @@ jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: E1000: CompileTimeHbmOom: Ran ou
 
 
 TINY_HLO = Path(__file__).parent / "fixtures" / "tiny_step.hlo.txt"
+TINY_BUFFERS = Path(__file__).parent / "fixtures" / "tiny_step.buffer-assignment.txt"
 
 
 def job(preset="llama3-70b", **overrides):
@@ -102,12 +103,12 @@ def test_the_compile_runs_with_exactly_the_workers_libtpu_flags(tmp_path, monkey
 
     seen = {}
 
-    def compile_(command, **kwargs):
-        seen.update(kwargs["env"])
-        return subprocess.CompletedProcess(command, 0, SUCCESS_OUTPUT, "")
+    def compile_(command, *, env, **kwargs):
+        seen.update(env)
+        return SUCCESS_OUTPUT, False
 
     monkeypatch.setattr(fit_check, "CACHE_DIR", tmp_path)
-    monkeypatch.setattr(fit_check.subprocess, "run", compile_)
+    monkeypatch.setattr(fit_check, "compile_step", compile_)
     assert fit_check.run_fit_check(job()).fits
     assert seen["LIBTPU_INIT_ARGS"] == workers_flags
     assert seen["ALLOW_MULTIPLE_LIBTPU_LOAD"] == "true"  # two fit checks may compile at once
@@ -129,28 +130,40 @@ def test_cache_key_follows_the_compiled_config_not_the_run_name_or_length():
     assert "base_output_directory" not in json.dumps(fit_check.configuration(job(), flags))
 
 
-def fake_compile(hlo: str, output: str = SUCCESS_OUTPUT):
-    """A compile that prints `output` and dumps `hlo` where XLA_FLAGS says, as XLA does."""
+def fake_compile(hlo: str | None, output: str = "", buffers: str | None = None):
+    """A compile that dumps `hlo` (the optimized module) where XLA_FLAGS says, as XLA does, and
+    either gets as far as buffer assignment (`buffers`: it dumps it and is stopped there) or
+    ends, printing `output`."""
     calls = []
 
-    def compile_(command, **kwargs):
+    def compile_(command, *, env, dump_dir, full, **kwargs):
         calls.append(command)
-        dump = re.search(r"--xla_dump_to=(\S+)", kwargs["env"]["XLA_FLAGS"]).group(1)
-        Path(dump).mkdir(parents=True)
-        (Path(dump) / "module_0000.jit_train_step.cl_1.after_codegen.txt").write_text(hlo)
-        return subprocess.CompletedProcess(command, 0, output, "")
+        assert f"--xla_dump_to={dump_dir}" in env["XLA_FLAGS"]
+        dump_dir.mkdir(parents=True)
+        if hlo is not None:
+            (dump_dir / "module_0000.jit_train_step.cl_1.after_optimizations.txt").write_text(hlo)
+        if buffers is not None and not full:
+            (dump_dir / "module_0000.jit_train_step.cl_1.after_optimizations-buffer-assignment.txt").write_text(buffers)
+            return "", True
+        return output, False
 
     return compile_, calls
 
 
 def test_the_fit_check_predicts_the_step_from_the_dumped_hlo_and_caches_it(tmp_path, monkeypatch, capsys):
-    compile_, calls = fake_compile(TINY_HLO.read_text())
+    compile_, calls = fake_compile(TINY_HLO.read_text(), buffers=TINY_BUFFERS.read_text())
     monkeypatch.setattr(fit_check, "CACHE_DIR", tmp_path / "cache")
-    monkeypatch.setattr(fit_check.subprocess, "run", compile_)
+    monkeypatch.setattr(fit_check, "compile_step", compile_)
     output = tmp_path / "result.json"
     assert fit_check.main(["--preset", "llama3-70b", "--output", str(output)]) == 0
     report = capsys.readouterr().out
     result = fit_check.FitResult.from_json(output.read_text())
+    # Memory from the buffer assignment: the parameter (aliased to an output), the 200-byte
+    # output, the HBM temporaries; VMEM (color 2) and host memory (color 5) do not count.
+    assert (result.argument_gib, result.temp_gib) == ((13228441600 + 300) / 2**30, 17029824512 / 2**30)
+    assert result.total_gib == pytest.approx((300 + 200 + 13228441600 + 17029824512) / 2**30)
+    assert result.compiled_through == fit_check.BUFFER_ASSIGNMENT
+    assert "compiled through buffer assignment (code generation skipped" in report
     prediction = result.prediction
     assert prediction is not None and prediction.step_seconds > 0
     assert result.tokens_per_chip == 2 * 4096 and result.generation == "v6e"
@@ -167,16 +180,81 @@ def test_the_fit_check_predicts_the_step_from_the_dumped_hlo_and_caches_it(tmp_p
     assert fit_check.recorded_result(job(per_device_batch_size=1)) is None
 
 
+def test_a_full_compile_reads_the_executables_memory_analysis(tmp_path, monkeypatch, capsys):
+    compile_, calls = fake_compile(TINY_HLO.read_text(), SUCCESS_OUTPUT, buffers=TINY_BUFFERS.read_text())
+    monkeypatch.setattr(fit_check, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(fit_check, "compile_step", compile_)
+    assert fit_check.main(["--preset", "llama3-70b", "--full-compile"]) == 0
+    result = fit_check.recorded_result(job())
+    assert result.compiled_through == fit_check.CODE_GENERATION and result.flops_per_step == 1.945e14
+    assert result.prediction is not None
+    # Always compiles: it is how the cost model is compared with (benchmarks/roofline_vs_cost_model.py).
+    assert fit_check.main(["--preset", "llama3-70b", "--full-compile"]) == 0
+    assert len(calls) == 2
+
+
 def test_without_a_dumped_module_the_fit_check_says_it_cannot_predict(tmp_path, monkeypatch):
     monkeypatch.setattr(fit_check, "CACHE_DIR", tmp_path)
-    monkeypatch.setattr(
-        fit_check.subprocess,
-        "run",
-        lambda command, **kwargs: subprocess.CompletedProcess(command, 0, SUCCESS_OUTPUT, ""),
-    )
+    monkeypatch.setattr(fit_check, "compile_step", fake_compile(None, SUCCESS_OUTPUT)[0])
     result = fit_check.run_fit_check(job())
     assert result.fits and result.prediction is None
     assert "predicted step time: none (the compiler dumped no optimized HLO to read)" in result.report()
+
+
+def test_an_unreadable_optimized_step_leaves_the_memory_answer_and_says_why(tmp_path, monkeypatch):
+    monkeypatch.setattr(fit_check, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(fit_check, "compile_step", fake_compile("not HLO", buffers=TINY_BUFFERS.read_text())[0])
+    result = fit_check.run_fit_check(job())
+    assert result.fits and result.total_gib is not None and result.prediction is None
+    assert "predicted step time: none (the optimized step could not be read: no ENTRY computation" in result.report()
+
+
+# A stand-in for the compiler: dumps what the test says into the dump directory, then prints and
+# sleeps as told, recording its pid.
+FAKE_COMPILER = """
+import os, sys, time
+dump, pid_file, placed, sleep = sys.argv[1:5]
+open(pid_file, "w").write(str(os.getpid()))
+os.makedirs(dump, exist_ok=True)
+if placed == "yes":
+    open(os.path.join(dump, "module_0000.jit_train_step.cl_1.after_optimizations_after_buffer_assignment.txt"), "w").close()
+print("compiling", flush=True)
+time.sleep(float(sleep))
+print("Finished train_compile.py successfully!")
+"""
+
+
+def run_fake_compiler(tmp_path, *, placed: bool, sleep: float, full: bool = False):
+    dump = tmp_path / "hlo"
+    command = [
+        sys.executable,
+        "-c",
+        FAKE_COMPILER,
+        str(dump),
+        str(tmp_path / "pid"),
+        "yes" if placed else "no",
+        str(sleep),
+    ]
+    started = time.monotonic()
+    output, stopped = fit_check.compile_step(command, cwd=str(tmp_path), env=dict(os.environ), dump_dir=dump, full=full)
+    return output, stopped, time.monotonic() - started, int((tmp_path / "pid").read_text())
+
+
+def test_the_compile_is_stopped_once_every_buffer_is_placed(tmp_path):
+    output, stopped, seconds, pid = run_fake_compiler(tmp_path, placed=True, sleep=60)
+    assert stopped and seconds < 30 and "Finished" not in output
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # stopped and reaped: no process is left behind
+
+
+def test_a_compile_that_ends_first_is_read_whole(tmp_path):
+    output, stopped, _, _ = run_fake_compiler(tmp_path, placed=False, sleep=0)
+    assert not stopped and "compiling" in output and "Finished train_compile.py successfully!" in output
+
+
+def test_a_full_compile_runs_to_the_end(tmp_path):
+    output, stopped, _, _ = run_fake_compiler(tmp_path, placed=True, sleep=1, full=True)
+    assert not stopped and "Finished train_compile.py successfully!" in output
 
 
 def test_the_dump_flags_join_the_callers_xla_flags(monkeypatch, tmp_path):

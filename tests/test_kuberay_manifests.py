@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
+from domain import tpu_catalog
 from domain.tpu_catalog import ACCELERATORS
 from tests.conftest import run_infra
 from tests.support.k8s_conformance import (
@@ -196,11 +197,21 @@ def test_ray_cluster_matches_the_procedure_but_for_listed_reasons():
     assert stale == [], f"listed differences that no longer differ: {stale}"
 
 
-def test_worker_flags_are_the_procedures_less_the_one_libtpu_refuses():
+def test_worker_flags_are_the_procedures_less_the_one_libtpu_refuses_plus_the_recipes():
     """The procedure's LIBTPU_INIT_ARGS, in order, without the all-gather continuation fusion
-    that libtpu 0.0.52 refuses for v6e (measured: tests/test_fit_check.py)."""
+    that libtpu 0.0.52 refuses for v6e (measured: tests/test_fit_check.py), with MaxText's v6e
+    recipes' scoped VMEM limit instead of the procedure's and their overlap and host-offload
+    flags added (docs/capacity.md)."""
     worker = reference_objects()["RayCluster"]["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
     procedure = {item["name"]: item["value"] for item in worker["env"]}["LIBTPU_INIT_ARGS"].split()
     refused = "--xla_tpu_enable_async_collective_fusion_fuse_all_gather=true"
-    assert refused in procedure
-    assert ACCELERATORS["v6e"].libtpu_init_args().split() == [flag for flag in procedure if flag != refused]
+    vmem = "--xla_tpu_scoped_vmem_limit_kib="
+    assert refused in procedure and f"{vmem}122880" in procedure
+    kept = [flag for flag in procedure if flag != refused and not flag.startswith(vmem)]
+    ours = ACCELERATORS["v6e"].libtpu_init_args().split()
+    assert [flag for flag in ours if flag in kept] == kept
+    assert [flag for flag in ours if flag not in kept] == [
+        *tpu_catalog.DENSE_VMEM_LIMIT,
+        *tpu_catalog.DATA_PARALLEL_OVERLAP,
+        *tpu_catalog.HOST_OFFLOAD,
+    ]

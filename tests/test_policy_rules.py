@@ -144,7 +144,9 @@ def record_slow_fit_check(resources: list[dict[str, Any]]) -> None:
     from trainer import fit_check
 
     job = job_of(named(resources, "training")["props"])
-    slow = StepProfile(tuple(dataclasses.replace(s, cycles=10 * s.cycles) for s in V6E_ANCHORS[0].profile.scopes))
+    slow = StepProfile(
+        tuple(dataclasses.replace(s, matmul_flops=10 * s.matmul_flops) for s in V6E_ANCHORS[0].profile.scopes)
+    )
     result = dataclasses.replace(recorded_fit_check(job), profile=slow.to_json())
     fit_check.CACHE_DIR.mkdir(parents=True, exist_ok=True)
     (fit_check.CACHE_DIR / f"{fit_check.cache_key(job, fit_check.libtpu_flags(job))}.json").write_text(result.to_json())

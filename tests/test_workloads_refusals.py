@@ -432,7 +432,8 @@ ROWS = [
         ("fitCheckResult", "'no-such-result.json'", "--output FILE"), error=JobError),
     Bad("fit-check-result-of-another-configuration", {"fitCheckResult": "tests/fixtures/fit_check_other_configuration.json"},
         "fitCheckResult = 'tests/fixtures/fit_check_other_configuration.json' was compiled for another configuration "
-        "than this job's (they differ in libtpu_init_args, maxtext, maxtext_version, slices, trainer_lock_sha256); "
+        "than this job's (they differ in libtpu_init_args, maxtext, maxtext_version, result_format, slices, "
+        "trainer_lock_sha256); "
         "rerun `python -m trainer.fit_check --preset llama3-8b --topology 4x4 --slices 2 KEY=VALUE ... --output FILE` "
         "with this job's maxtextOverrides, or unset fitCheckResult",
         ("fitCheckResult", "fit_check_other_configuration.json", "rerun `python -m trainer.fit_check"), error=JobError),

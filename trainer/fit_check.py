@@ -6,16 +6,21 @@ before a single TPU is provisioned.
 Compiles the training step for the preset's TPU topology and slice count with MaxText's
 `train_compile` (libtpu from `maxtext[tpu]` runs the TPU compiler without a TPU), with exactly the
 LIBTPU_INIT_ARGS the TPU workers get (plus any flags in the caller's LIBTPU_INIT_ARGS), then prints
-per-chip memory (arguments, temporaries, total), usable HBM, headroom and FLOPs per step. Exit
-status: 0 fits, 1 does not fit (with the compiler's message), 2 any other error (with the
-compiler's own error when it gave one). Results are cached by the full resolved configuration,
-the flags and the trainer lock (MaxText, JAX, libtpu) under .cache/.
+per-chip memory (arguments, temporaries, total), usable HBM and headroom. Exit status: 0 fits, 1
+does not fit (with the compiler's message), 2 any other error (with the compiler's own error when
+it gave one). Results are cached by the full resolved configuration, the flags and the trainer
+lock (MaxText, JAX, libtpu) under .cache/.
 
-From the same compile it predicts the step: the compiler's optimized HLO (dumped with
-XLA_FLAGS=--xla_dump_to) carries libtpu's cycle estimates, collectives and host transfers;
-domain/hlo_profile.py reads them and domain/step_time.py turns them into seconds, tokens/s per
-chip and MFU with the generation's calibrated speed model. `--output FILE` also writes the
-result as JSON, for the workloads stack's `fitCheckResult` setting.
+The compile is stopped once the compiler has assigned every buffer: by then it has optimized and
+scheduled the step, and has either run out of HBM or placed every buffer, and it dumps both
+(XLA_FLAGS=--xla_dump_to). What follows is libtpu's code generation, about nine tenths of a
+full compile's time on 2 cores, which changes neither. `--full-compile` runs it anyway (errors
+libtpu raises only while generating code show up then).
+
+From the same compile it predicts the step: domain/hlo_profile.py reads the optimized module's
+matmuls, memory traffic, collectives and host transfers, and domain/step_time.py turns them into
+seconds, tokens/s per chip and MFU with the generation's calibrated speed model. `--output FILE`
+also writes the result as JSON, for the workloads stack's `fitCheckResult` setting.
 """
 
 from __future__ import annotations
@@ -27,16 +32,18 @@ import importlib.metadata
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from domain.capacity import train_flops_per_step
-from domain.hlo_profile import StepProfile, profile
+from domain.hlo_profile import HloError, StepProfile, buffer_memory, profile
 from domain.job import JobError, JobSpec, resolve_job
 from domain.maxtext_config import base_config, base_config_path
 from domain.paths import PROJECT_ROOT
@@ -67,6 +74,17 @@ NOT_COMPILED = frozenset(
     {"run_name", "base_output_directory", "steps", "checkpoint_period", "enable_checkpointing", "async_checkpointing"}
 )
 HLO_MODULE = "jit_train_step"
+# The dumps the fit check reads: written by the compiler once buffer assignment has succeeded
+# (the last of them only then: after an out-of-memory error it is missing).
+OPTIMIZED_SUFFIX = ".after_optimizations.txt"
+BUFFERS_SUFFIX = ".after_optimizations-buffer-assignment.txt"
+PLACED_SUFFIX = ".after_optimizations_after_buffer_assignment.txt"
+POLL_SECONDS = 0.2
+# Bumped when what a result holds changes shape (the profile's fields): older cached results
+# and result files are then another configuration, not misread.
+RESULT_FORMAT = 2
+BUFFER_ASSIGNMENT = "buffer assignment"
+CODE_GENERATION = "code generation"
 # LIBTPU_INIT_ARGS in the caller's environment: XLA flags to try on top of the runtime ones, as
 # MaxText's recipes pass them (a later flag overrides an earlier one).
 EXTRA_FLAGS_VARIABLE = "LIBTPU_INIT_ARGS"
@@ -86,12 +104,15 @@ class FitResult:
     total_gib: float | None = None
     flops_per_step: float | None = None
     message: str | None = None
+    # How far the compile ran: BUFFER_ASSIGNMENT (the default, stopped there) or CODE_GENERATION.
+    compiled_through: str | None = None
     # For the prediction: the accelerator generation, what one chip processes and computes per
     # step (tokens; the model's FLOPs, for MFU), and the compiled step's profile.
     generation: str | None = None
     tokens_per_chip: float | None = None
     model_flops_per_chip: float | None = None
     profile: dict[str, Any] | None = None
+    unreadable_step: str | None = None  # why the optimized step could not be read, if it could not
     # What the result was compiled for (configuration()): the workloads stack matches on it.
     configuration: dict[str, Any] = field(default_factory=dict)
 
@@ -141,6 +162,8 @@ class FitResult:
             lines.append(f"FLOPs per step per chip (compiler's cost analysis): {self.flops_per_step:.4g}")
         if self.message:
             lines.append(f"compiler: {self.message}")
+        if self.compiled_through == BUFFER_ASSIGNMENT:
+            lines.append("compiled through buffer assignment (code generation skipped: --full-compile runs it)")
         if self.fits:
             prediction = self.prediction
             if prediction is not None:
@@ -148,6 +171,10 @@ class FitResult:
                 lines.append("(a compiler-model estimate, not a TPU measurement: docs/capacity.md gives its error)")
             elif speed_model(self.generation or "") is None:
                 lines.append(f"predicted step time: none (no calibrated speed model for TPU {self.generation})")
+            elif self.unreadable_step:
+                lines.append(
+                    f"predicted step time: none (the optimized step could not be read: {self.unreadable_step})"
+                )
             else:
                 lines.append("predicted step time: none (the compiler dumped no optimized HLO to read)")
         lines.append("result: FITS" if self.fits else "result: DOES NOT FIT")
@@ -160,6 +187,7 @@ def configuration(job: JobSpec, flags: str) -> dict[str, Any]:
     acc = accelerator_by_ray_type(job.accelerator_type or "")
     lock = TRAINER_LOCK.read_text() if TRAINER_LOCK.exists() else ""
     return {
+        "result_format": RESULT_FORMAT,
         "slice_type": acc.slice_type(job.topology or ""),
         "slices": job.slices,
         "maxtext": {k: str(v) for k, v in sorted(job.maxtext_overrides.items()) if k not in NOT_COMPILED},
@@ -203,16 +231,39 @@ def compiler_error(output: str) -> str | None:
     return None
 
 
-def parse_output(output: str, job: JobSpec) -> FitResult:
-    """Reads the compiler's memory and cost analysis, or its out-of-memory error."""
+def _target(job: JobSpec) -> dict[str, Any]:
     acc = accelerator_by_ray_type(job.accelerator_type or "")
     shape = acc.shape(job.topology or "")
-    common = dict(  # noqa: C408 (keyword form: these are FitResult's arguments)
-        slice_type=acc.slice_type(shape.topology),
-        slices=job.slices,
-        chips=shape.chips * job.slices,
-        usable_gib=acc.usable_hbm_gib,
+    return {
+        "slice_type": acc.slice_type(shape.topology),
+        "slices": job.slices,
+        "chips": shape.chips * job.slices,
+        "usable_gib": acc.usable_hbm_gib,
+    }
+
+
+def memory_result(
+    job: JobSpec, *, argument: int, temp: int, output: int, alias: int, flops: float | None = None, stage: str
+) -> FitResult:
+    """A compile that placed every buffer (sizes in bytes): it fits when MaxText's own total
+    (max_utils: arguments + temporaries + outputs - aliased) is within usable HBM."""
+    target = _target(job)
+    total = (argument + temp + output - alias) / GIB
+    return FitResult(
+        fits=total <= target["usable_gib"],
+        argument_gib=argument / GIB,
+        temp_gib=temp / GIB,
+        output_gib=output / GIB,
+        alias_gib=alias / GIB,
+        total_gib=total,
+        flops_per_step=flops,
+        compiled_through=stage,
+        **target,
     )
+
+
+def parse_output(output: str, job: JobSpec) -> FitResult:
+    """Reads a finished compile's memory and cost analysis, or its out-of-memory error."""
     oom = OOM_LINE.search(output)
     memory = MEMORY_LINE.search(output)
     if memory is None:
@@ -221,24 +272,20 @@ def parse_output(output: str, job: JobSpec) -> FitResult:
             if error is None:
                 raise RuntimeError("the compiler printed neither a memory analysis nor an error")
             raise RuntimeError(f"the compiler failed: {error}")
-        return FitResult(fits=False, message=oom.group(0).strip()[:2000], **common)
+        return FitResult(fits=False, message=oom.group(0).strip()[:2000], **_target(job))
     fields = {
         key.strip(): int(value)
         for key, value in (pair.split("=", 1) for pair in memory["fields"].split(",") if "=" in pair)
     }
-    argument, temp = fields["argument_size_in_bytes"] / GIB, fields["temp_size_in_bytes"] / GIB
-    output_gib, alias = fields["output_size_in_bytes"] / GIB, fields["alias_size_in_bytes"] / GIB
-    total = argument + temp + output_gib - alias  # MaxText's own total (max_utils)
     flops = FLOPS_FIELD.search(output)
-    return FitResult(
-        fits=total <= acc.usable_hbm_gib,
-        argument_gib=argument,
-        temp_gib=temp,
-        output_gib=output_gib,
-        alias_gib=alias,
-        total_gib=total,
-        flops_per_step=float(flops["flops"]) if flops else None,
-        **common,
+    return memory_result(
+        job,
+        argument=fields["argument_size_in_bytes"],
+        temp=fields["temp_size_in_bytes"],
+        output=fields["output_size_in_bytes"],
+        alias=fields["alias_size_in_bytes"],
+        flops=float(flops["flops"]) if flops else None,
+        stage=CODE_GENERATION,
     )
 
 
@@ -266,12 +313,42 @@ def compile_environment(flags: str, dump_dir: Path | None = None) -> dict[str, s
     return environment
 
 
-def step_profile(dump_dir: Path, chips_per_slice: int) -> dict[str, Any] | None:
-    """The compiled step's profile from the dumped optimized HLO, None when there is none."""
-    dumped = sorted(dump_dir.glob(f"*{HLO_MODULE}*.after_codegen.txt"), key=lambda p: p.stat().st_size)
-    if not dumped:
+def dumped(dump_dir: Path, suffix: str) -> Path | None:
+    """The training step's dump ending in `suffix` (the largest, should there be several)."""
+    found = sorted(dump_dir.glob(f"*{HLO_MODULE}*{suffix}"), key=lambda p: p.stat().st_size)
+    return found[-1] if found else None
+
+
+def step_profile(dump_dir: Path, generation: str, chips_per_slice: int) -> dict[str, Any] | None:
+    """The compiled step's profile from the dumped optimized HLO, None when there is none or no
+    speed model for the generation."""
+    model = speed_model(generation)
+    optimized = dumped(dump_dir, OPTIMIZED_SUFFIX)
+    if model is None or optimized is None:
         return None
-    return profile(dumped[-1].read_text(), chips_per_slice=chips_per_slice).to_json()
+    text = optimized.read_text()
+    return profile(text, chips_per_slice=chips_per_slice, mxu_width=model.hardware.mxu_width).to_json()
+
+
+def compile_step(command: list[str], *, cwd: str, env: dict[str, str], dump_dir: Path, full: bool) -> tuple[str, bool]:
+    """Runs the compile; unless `full`, stops it (its own process, by pid) as soon as the
+    compiler has dumped the step after buffer assignment. Returns the compile's output and
+    whether it was stopped there."""
+    log_path = Path(cwd) / "compile.log"
+    stopped = False
+    with log_path.open("w") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env)
+        try:
+            while process.poll() is None:
+                if not full and dumped(dump_dir, PLACED_SUFFIX) is not None:
+                    stopped = True
+                    break
+                time.sleep(POLL_SECONDS)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    return log_path.read_text(errors="replace"), stopped
 
 
 def per_chip_work(job: JobSpec, chips: int) -> tuple[float, float]:
@@ -282,13 +359,21 @@ def per_chip_work(job: JobSpec, chips: int) -> tuple[float, float]:
 
 
 def run_fit_check(
-    job: JobSpec, *, use_cache: bool = True, python: Path | None = None, extra_flags: str = ""
+    job: JobSpec,
+    *,
+    use_cache: bool = True,
+    python: Path | None = None,
+    extra_flags: str = "",
+    full_compile: bool = False,
+    keep_dump: Path | None = None,
 ) -> FitResult:
+    """The fit check of `job`, from the cache when it has been run with these flags (unless
+    `full_compile`, which always compiles to the end). `keep_dump` keeps the compiler's dump."""
     python = python or (TRAINER_PYTHON if TRAINER_PYTHON.exists() else Path(sys.executable))
     command = compile_command(job, python)
     flags = libtpu_flags(job, extra_flags)
     cached = CACHE_DIR / f"{cache_key(job, flags)}.json"
-    if use_cache and cached.exists():
+    if use_cache and not full_compile and cached.exists():
         return FitResult.from_json(cached.read_text())
     acc = accelerator_by_ray_type(job.accelerator_type or "")
     with tempfile.TemporaryDirectory(prefix="fit-check-") as output_dir:
@@ -297,18 +382,36 @@ def run_fit_check(
             for part in command
         ]
         dump_dir = Path(output_dir) / "hlo"
-        completed = subprocess.run(
-            command, capture_output=True, text=True, cwd=output_dir, env=compile_environment(flags, dump_dir)
-        )
-        result = parse_output(completed.stdout + completed.stderr, job)
+        environment = compile_environment(flags, dump_dir)
+        output, stopped = compile_step(command, cwd=output_dir, env=environment, dump_dir=dump_dir, full=full_compile)
+        if keep_dump is not None and dump_dir.exists():
+            shutil.copytree(dump_dir, keep_dump, dirs_exist_ok=True)
+        buffers = dumped(dump_dir, BUFFERS_SUFFIX)
+        if stopped and buffers is not None:
+            memory = buffer_memory(buffers.read_text())
+            result = memory_result(
+                job,
+                argument=memory.argument_bytes,
+                temp=memory.temp_bytes,
+                output=memory.output_bytes,
+                alias=memory.alias_bytes,
+                stage=BUFFER_ASSIGNMENT,
+            )
+        else:
+            result = parse_output(output, job)
         if result.fits:
             tokens, model_flops = per_chip_work(job, result.chips)
+            try:
+                step, unreadable = step_profile(dump_dir, acc.name, acc.shape(job.topology or "").chips), None
+            except HloError as error:  # the memory answer stands; only the prediction is missing
+                step, unreadable = None, str(error)
             result = dataclasses.replace(
                 result,
                 generation=acc.name,
                 tokens_per_chip=tokens,
                 model_flops_per_chip=model_flops,
-                profile=step_profile(dump_dir, acc.shape(job.topology or "").chips),
+                profile=step,
+                unreadable_step=unreadable,
             )
     result = dataclasses.replace(result, configuration=configuration(job, flags))
     if result.fits or result.message:
@@ -336,6 +439,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--slices", type=int, help="slice count (default: the preset's)")
     parser.add_argument("--no-cache", action="store_true", help="compile even when a result is cached")
     parser.add_argument("--output", type=Path, help="also write the result as JSON to this file")
+    parser.add_argument(
+        "--full-compile",
+        action="store_true",
+        help="run the compile to the end (code generation too: several times longer) instead of the cache",
+    )
+    parser.add_argument("--hlo-dump", type=Path, metavar="DIR", help="keep the compiler's HLO dump in DIR")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="MaxText settings to add or override")
     args = parser.parse_args(argv)
     malformed = [pair for pair in args.overrides if "=" not in pair or pair.startswith("=")]
@@ -354,7 +463,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         extra = os.environ.get(EXTRA_FLAGS_VARIABLE, "")
         if extra:
             print(f"fit check: compiling with the workers' flags plus {EXTRA_FLAGS_VARIABLE}: {extra}")
-        result = run_fit_check(job, use_cache=not args.no_cache, extra_flags=extra)
+        result = run_fit_check(
+            job,
+            use_cache=not args.no_cache,
+            extra_flags=extra,
+            full_compile=args.full_compile,
+            keep_dump=args.hlo_dump,
+        )
     except JobError as error:
         print(f"fit check: {error}", file=sys.stderr)
         return 2
