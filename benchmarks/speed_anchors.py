@@ -2,7 +2,7 @@
 published TPU step time.
 
 Run: `.venv/bin/python -m benchmarks.speed_anchors [--no-cache] [NAME ...]` (after
-./scripts/setup; about 5 minutes per anchor on 2 cores, cached afterwards). Prints, per anchor,
+./scripts/setup; about 20 s per anchor on 2 cores, cached afterwards). Prints, per anchor,
 the profile to record in domain/speed_anchors.py, then a table: published step time, predicted,
 error, and whether the anchor calibrates the model or is only checked. The overhead in the table
 is the one the freshly compiled profiles give.

@@ -1,7 +1,7 @@
 """Fast, analytic answers about a job's size: parameters, per-chip memory, FLOPs and cost.
 
 The ahead-of-time compiler (trainer/fit_check.py) is the authority on whether a job fits; it
-takes minutes. This estimate takes microseconds, for policies and config validation. Its terms
+takes tens of seconds. This estimate takes microseconds, for policies and config validation. Its terms
 are the ones that dominate a dense decoder trained with AdamW under FSDP/tensor sharding; the
 per-layer working set is a constant calibrated against the compiler (docs/capacity.md lists the
 calibration points and the estimate's error on each).
