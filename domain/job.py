@@ -20,6 +20,10 @@ from domain.problems import ProblemsError
 
 # Ray Train retries after a worker error (a Spot preemption is counted apart, without limit).
 DEFAULT_MAX_FAILURES = {"multislice": 0, "elastic": 3}
+# Ray Train's own convention for "no limit" (FailureConfig.max_preemption_failures): the default
+# preemption budget. A Spot slice can be reclaimed any number of times in a long run; each
+# resumes from the latest checkpoint, and none of them uses up maxFailures.
+UNLIMITED = -1
 
 _RUN_NAME = re.compile(r"^[a-z0-9]([-a-z0-9_.]{0,62}[a-z0-9])?$")
 
@@ -54,6 +58,7 @@ class JobSpec:
     elastic: bool
     min_slices: int
     max_failures: int
+    max_preemptions: int = UNLIMITED
     maxtext_overrides: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -111,6 +116,7 @@ def resolve_job(
     elastic: bool = False,
     min_slices: int = 1,
     max_failures: int | None = None,
+    max_preemptions: int | None = None,
     overrides: Mapping[str, Any] | None = None,
 ) -> JobSpec:
     """Checks everything a submission would otherwise discover on the cluster, then returns the
@@ -144,7 +150,12 @@ def resolve_job(
     if failures < 0:
         problems.append(
             f"maxFailures = {failures} is out of range; use 0 or more (worker errors Ray Train recovers "
-            "from; Spot preemptions are not counted)"
+            "from; preemptions count against maxPreemptions instead)"
+        )
+    if max_preemptions is not None and max_preemptions < 0:
+        problems.append(
+            f"maxPreemptions = {max_preemptions} is out of range; use 0 or more, or leave it unset for no "
+            "limit (node preemptions Ray Train recovers from; they never use up maxFailures)"
         )
 
     resolved = maxtext_overrides(chosen, max(slices, 1))
@@ -173,5 +184,6 @@ def resolve_job(
         elastic=elastic,
         min_slices=min_slices if elastic else slices,
         max_failures=failures,
+        max_preemptions=UNLIMITED if max_preemptions is None else max_preemptions,
         maxtext_overrides=resolved,
     )

@@ -102,10 +102,20 @@ class WorkloadSettings:
     )
     max_failures: int | None = setting(
         "integer",
-        "Worker failures Ray Train recovers from (default 0 multislice, 3 elastic; Spot preemptions are not counted).",
+        "Worker failures Ray Train recovers from (default 0 multislice, 3 elastic); preemptions count against "
+        "maxPreemptions instead.",
         unset="0 multislice, 3 elastic",
         minimum=0,
-        valid="use 0 or more (worker errors Ray Train recovers from; Spot preemptions are not counted)",
+        valid="use 0 or more (worker errors Ray Train recovers from; preemptions count against maxPreemptions instead)",
+    )
+    max_preemptions: int | None = setting(
+        "integer",
+        "Node preemptions (a Spot slice reclaimed, a node drained for preemption) Ray Train recovers from, apart "
+        "from maxFailures; unset: no limit.",
+        unset="no limit",
+        minimum=0,
+        valid="use 0 or more, or leave it unset for no limit (node preemptions Ray Train recovers from; they never "
+        "use up maxFailures)",
     )
     maxtext_overrides: Mapping[str, str] = setting(
         "object",

@@ -2,7 +2,7 @@
 
 import pytest
 
-from domain.job import JobError, JobSpec, resolve_job
+from domain.job import UNLIMITED, JobError, JobSpec, resolve_job
 from domain.presets import PRESETS, maxtext_overrides
 
 
@@ -41,13 +41,19 @@ def test_elastic_job_spans_one_to_all_slices_and_lets_maxtext_size_dcn():
     assert job.maxtext_overrides["dcn_fsdp_parallelism"] == "-1"
 
 
+def test_preemptions_have_a_budget_of_their_own_unlimited_unless_set():
+    assert resolve().max_preemptions == resolve("llama3-70b", elastic=True).max_preemptions == UNLIMITED
+    job = resolve("llama3-70b", elastic=True, max_failures=1, max_preemptions=0)
+    assert (job.max_failures, job.max_preemptions) == (1, 0)
+
+
 def test_cpu_job_has_one_worker():
     job = resolve("tiny-cpu", checkpoint_root="/tmp/out")
     assert (job.use_tpu, job.num_workers, job.topology) == (False, 1, None)
 
 
 def test_json_round_trip():
-    job = resolve("llama3-70b", slices=4, elastic=True, min_slices=2, max_failures=5)
+    job = resolve("llama3-70b", slices=4, elastic=True, min_slices=2, max_failures=5, max_preemptions=9)
     assert JobSpec.from_json(job.to_json()) == job
 
 
@@ -91,6 +97,7 @@ def test_json_round_trip():
         ({"elastic": True, "min_slices": 3}, "minSlices = 3 is out of range; use 1 to 2 (the slice count"),
         ({"min_slices": 0}, "minSlices = 0 is out of range; use 1 to 2"),
         ({"max_failures": -1}, "maxFailures = -1 is out of range; use 0 or more"),
+        ({"max_preemptions": -1}, "maxPreemptions = -1 is out of range; use 0 or more, or leave it unset for no limit"),
     ],
 )
 def test_bad_jobs_are_refused_before_submission(kwargs, expected):

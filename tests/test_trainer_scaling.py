@@ -37,6 +37,15 @@ def test_failure_budget_defaults_and_overrides():
     assert maxtext_trainer.run_config(job(elastic=True, max_failures=7)).failure_config.max_failures == 7
 
 
+def test_preemptions_use_up_a_budget_of_their_own():
+    """Ray Train counts a node drained for preemption against max_preemption_failures, not
+    max_failures: a Spot slice reclaimed cannot use up the retries meant for real errors."""
+    default = maxtext_trainer.run_config(job(elastic=True)).failure_config
+    assert (default.max_failures, default.max_preemption_failures) == (3, -1)  # -1: Ray's "no limit"
+    capped = maxtext_trainer.run_config(job(elastic=True, max_failures=1, max_preemptions=5)).failure_config
+    assert (capped.max_failures, capped.max_preemption_failures) == (1, 5)
+
+
 def test_run_state_lives_beside_the_checkpoints():
     config = maxtext_trainer.run_config(job())
     assert (config.name, config.storage_path) == ("scaling", "/data/ray-train")

@@ -32,7 +32,7 @@ RAY_JOB_GUARD = "pulumi-python:dynamic/ray:RayJobGuard"
 UNSET = object()  # removes a setting the stack file has
 TPU_PRESETS = "llama3-8b, llama3-70b"
 SETTINGS = (
-    "infraStack, address, preset, runName, elastic, minSlices, maxFailures, maxtextOverrides, "
+    "infraStack, address, preset, runName, elastic, minSlices, maxFailures, maxPreemptions, maxtextOverrides, "
     "runtimeEnv, allowRuntimeInstall, timeoutSeconds, checkpointRoot, assumedMfu, fitCheckResult"
 )
 OPT_IN = (
@@ -41,7 +41,11 @@ OPT_IN = (
     "remove it, or opt in with allowRuntimeInstall: true (pulumi config set allowRuntimeInstall true)"
 )
 MIN_SLICES = "use 1 to the slice count (the fewest slices an elastic job keeps training on)"
-MAX_FAILURES = "use 0 or more (worker errors Ray Train recovers from; Spot preemptions are not counted)"
+MAX_FAILURES = "use 0 or more (worker errors Ray Train recovers from; preemptions count against maxPreemptions instead)"
+MAX_PREEMPTIONS = (
+    "use 0 or more, or leave it unset for no limit (node preemptions Ray Train recovers from; they never use up "
+    "maxFailures)"
+)
 TIMEOUT = "use 1 or more seconds (default 21600, 6 hours)"
 IN_CLEAR = "so it would appear in clear there; set it without --secret (`pulumi config set {key} VALUE`), or keep the value out of this stack"
 
@@ -277,6 +281,8 @@ ROWS = [
         ("maxFailures", "= -1", "use 0 or more")),
     Bad("max-failures-text-local", {"maxFailures": "many"}, f"maxFailures = 'many' is not a whole number; {MAX_FAILURES}",
         ("maxFailures", "'many'", "use 0 or more"), stack="local"),
+    Bad("max-preemptions-minus-one", {"maxPreemptions": -1}, f"maxPreemptions = -1 is out of range; {MAX_PREEMPTIONS}",
+        ("maxPreemptions", "= -1", "leave it unset for no limit")),
     Bad("timeout-zero", {"timeoutSeconds": 0}, f"timeoutSeconds = 0 is out of range; {TIMEOUT}",
         ("timeoutSeconds", "= 0", "use 1 or more seconds")),
     Bad("timeout-negative-local", {"timeoutSeconds": -5}, f"timeoutSeconds = -5 is out of range; {TIMEOUT}",
@@ -566,7 +572,8 @@ DEV_JOB = {
     "checkpoint_dir": "/data/llama3-8b-dev",
     "entrypoint": 'python -m trainer.maxtext_multi_slice_trainer --job \'{"accelerator_type": "TPU-V6E", '
     '"checkpoint_root": "/data", "chips_per_host": 4, "elastic": false, "hosts_per_slice": 4, '
-    '"max_failures": 0, "maxtext_overrides": {"dataset_type": "synthetic", "dcn_data_parallelism": "2", '
+    '"max_failures": 0, "max_preemptions": -1, "maxtext_overrides": {"dataset_type": "synthetic", '
+    '"dcn_data_parallelism": "2", '
     '"dcn_fsdp_parallelism": "1", "ici_fsdp_parallelism": "16", "ici_tensor_parallelism": "1", '
     '"max_target_length": "4096", "model_name": "llama3-8b", "per_device_batch_size": "4", '
     '"remat_policy": "save_qkv_proj", "steps": "100"}, "min_slices": 2, "preset": "llama3-8b", "run_name": "llama3-8b-dev", '
@@ -583,7 +590,8 @@ LOCAL_JOB = {
     "checkpoint_dir": f"{LOCAL_ROOT}/tiny-cpu-local",
     "entrypoint": 'python -m trainer.maxtext_multi_slice_trainer --job \'{"accelerator_type": null, '
     f'"checkpoint_root": "{LOCAL_ROOT}", "chips_per_host": 0, "elastic": false, "hosts_per_slice": 1, '
-    '"max_failures": 0, "maxtext_overrides": {"attention": "dot_product", "base_emb_dim": "64", '
+    '"max_failures": 0, "max_preemptions": -1, "maxtext_overrides": {"attention": "dot_product", '
+    '"base_emb_dim": "64", '
     '"base_mlp_dim": "128", "base_num_decoder_layers": "2", "base_num_kv_heads": "4", '
     '"base_num_query_heads": "4", "checkpoint_period": "2", "dataset_type": "synthetic", '
     '"enable_checkpointing": "true", "hardware": "cpu", "head_dim": "16", "max_target_length": '
@@ -615,7 +623,7 @@ def registered(stack: str) -> list[tuple[str, str, dict[str, Any], frozenset[str
 def test_the_dev_stack_registers_the_same_guard_and_job_as_before():
     # The job id is a digest of every job-defining input: it is the one recorded before the checks.
     assert registered("dev") == [
-        (RAY_JOB_GUARD, "training-guard", {"gke": DEV_GKE, "job_id": "pulumi-dev-ef200ca0f14663bc"}, frozenset(),
+        (RAY_JOB_GUARD, "training-guard", {"gke": DEV_GKE, "job_id": "pulumi-dev-2f25d929b1eed402"}, frozenset(),
          frozenset({INFRA_STACK})),
         (RAY_JOB, "training", DEV_JOB, frozenset(), frozenset({INFRA_STACK, "training-guard"})),
     ]  # fmt: skip

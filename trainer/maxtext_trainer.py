@@ -50,7 +50,10 @@ def run_config(job: JobSpec):
         name=job.run_name,
         # Ray Train's own run state next to MaxText's checkpoints: shared by every host on GKE.
         storage_path=f"{job.checkpoint_root.rstrip('/')}/ray-train",
-        failure_config=FailureConfig(max_failures=job.max_failures),
+        # Two budgets: worker errors use up max_failures; a node drained for preemption (a Spot
+        # slice reclaimed) uses up max_preemption_failures instead, so preemptions cannot exhaust
+        # the retries meant for real errors.
+        failure_config=FailureConfig(max_failures=job.max_failures, max_preemption_failures=job.max_preemptions),
         worker_runtime_env={} if job.use_tpu else {"env_vars": dict(CPU_WORKER_ENV)},
     )
 
@@ -96,6 +99,7 @@ def main(argv: Sequence[str], *, elastic: bool) -> int:
     print(
         f"training {job.preset} as {job.run_name!r}: workers={job.num_workers} "
         f"topology={job.topology} slices={job.slices} max_failures={job.max_failures} "
+        f"max_preemptions={'unlimited' if job.max_preemptions < 0 else job.max_preemptions} "
         f"output={job.run_directory}",
         flush=True,
     )

@@ -116,6 +116,7 @@ def resolve_for_cluster(settings: WorkloadSettings, cluster: Mapping[str, Any]) 
         elastic=settings.elastic,
         min_slices=settings.min_slices,
         max_failures=settings.max_failures,
+        max_preemptions=settings.max_preemptions,
         overrides=settings.maxtext_overrides,
     )
 
@@ -129,6 +130,7 @@ def resolve_local(settings: WorkloadSettings) -> JobSpec:
         elastic=settings.elastic,
         min_slices=settings.min_slices,
         max_failures=settings.max_failures,
+        max_preemptions=settings.max_preemptions,
         overrides=settings.maxtext_overrides,
     )
 

@@ -75,7 +75,7 @@ def job_of(props: dict[str, Any]) -> JobSpec | None:
     except (IndexError, TypeError, ValueError):
         return None
     # Hand-written JSON can have any shape; the rules need these types to compare and look up.
-    numbers_ok = all(isinstance(n, int) for n in (job.slices, job.min_slices, job.max_failures))
+    numbers_ok = all(isinstance(n, int) for n in (job.slices, job.min_slices, job.max_failures, job.max_preemptions))
     return job if numbers_ok and isinstance(job.maxtext_overrides, dict) else None
 
 
@@ -238,7 +238,8 @@ def elastic_checkpointing(args: ResourceValidationArgs, report_violation: Report
     report_violation(
         f"{label} is elastic (its slices may be preempted or fail) but {cause} of {steps}: each "
         f"failure repeats up to {redo} steps ({redo / steps:.0%} of the run; maxFailures "
-        f"{job.max_failures} allows that many worker errors, Spot preemptions without limit). "
+        f"{job.max_failures} allows that many worker errors, "
+        f"{'preemptions without limit' if job.max_preemptions < 0 else f'maxPreemptions {job.max_preemptions} that many preemptions'}). "
         f"Set maxtextOverrides {{{fix}}} (or a shorter period), so a failure repeats at most "
         f"{REDO_BUDGET:.0%} of the steps.",
         args.urn,
