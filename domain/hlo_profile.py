@@ -664,9 +664,10 @@ def _host_async_bytes(root_opcode: str, shape: str) -> float:
 @dataclass(frozen=True)
 class BufferMemory:
     """Per-chip HBM the compiled step needs, from the compiler's buffer assignment, known before
-    code generation. Against the memory analysis MaxText prints after a full compile (three
-    compiles, 8B to 70B): arguments, outputs and aliased bytes equal; temporaries 16,352 bytes
-    fewer (code generation's own scratch, presumably)."""
+    code generation. Against the memory analysis MaxText prints after a full compile (four
+    compiles: two tiny models, the llama3-8b preset, the 70B anchor): arguments, outputs and
+    aliased bytes equal; temporaries 16,352 bytes fewer (code generation's own scratch,
+    presumably)."""
 
     argument_bytes: int
     output_bytes: int
