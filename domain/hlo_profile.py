@@ -49,8 +49,8 @@ DTYPE_BITS = {
     "c128": 128,
 }
 # TPU memory spaces in a layout's `S(n)`: none is HBM, 1 the core's VMEM, 5 host memory.
-HOST_MEMORY_SPACE = "S(5)"
 HOST_SPACE = 5
+HOST_MEMORY_SPACE = f"S({HOST_SPACE})"
 COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
 
 _ARRAY = re.compile(r"\b([a-z]+\d*[a-z0-9]*)\[([\d,]*)\](\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\})?")
