@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from domain import resource_names
+from domain import preemption, resource_names
 from domain.dcn import DCN_MTU
 from domain.settings import StackSettings
 
@@ -200,6 +200,13 @@ def tpu_pool_args(
     node_config = _node_config(service_account_email, shape.machine_type)
     node_config["advanced_machine_features"] = {"threads_per_core": 1}
     node_config["spot"] = settings.spot
+    if settings.spot:
+        # The kubelet's graceful shutdown on preemption, extended so the Ray workers can drain
+        # and checkpoint (domain/preemption.py); GKE takes these only on Spot node pools.
+        node_config["kubelet_config"] = {
+            "shutdown_grace_period_seconds": preemption.EXTENDED_SPOT_SHUTDOWN_SECONDS,
+            "shutdown_grace_period_critical_pods_seconds": preemption.CRITICAL_PODS_SHUTDOWN_SECONDS,
+        }
     if dcn_networks:
         node_config["labels"] = dict(DRANET_NODE_LABEL)
     if settings.reservation:

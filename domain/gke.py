@@ -1,4 +1,5 @@
-"""GKE facts the procedure depends on: cluster modes and the versions that have managed DRANET."""
+"""GKE facts the procedure depends on: cluster modes, the versions that have managed DRANET, and
+the version from which a Standard node pool's Spot shutdown grace period can be set."""
 
 from __future__ import annotations
 
@@ -18,6 +19,11 @@ DEFAULT_VERSION = "1.35.2-gke.1842000"
 
 RELEASE_CHANNELS = ("RAPID", "REGULAR", "STABLE", "EXTENDED")
 
+# A Standard node pool's kubelet takes `shutdownGracePeriodSeconds` (and its critical-pods share)
+# on Spot VMs from this control-plane version on (GKE's Spot VMs concept page); the TPU pools of a
+# Spot stack set it (domain/preemption.py).
+SPOT_SHUTDOWN_GRACE_MINIMUM_VERSION = "1.35.0-gke.1171000"
+
 _VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)-gke\.(\d+)$")
 
 
@@ -34,3 +40,7 @@ def parse_version(version: str) -> tuple[int, int, int, int]:
 
 def supports_dranet(version: str, mode: str) -> bool:
     return parse_version(version) >= parse_version(DRANET_MINIMUM_VERSION[mode])
+
+
+def supports_spot_shutdown_grace(version: str) -> bool:
+    return parse_version(version) >= parse_version(SPOT_SHUTDOWN_GRACE_MINIMUM_VERSION)

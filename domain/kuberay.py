@@ -12,6 +12,7 @@ from __future__ import annotations
 import unicodedata
 from typing import Any
 
+from domain import preemption
 from domain.ray_version import RAY_VERSION
 from domain.settings import StackSettings
 
@@ -190,6 +191,8 @@ def _head_group(settings: StackSettings, bucket_name: Any, image: Any) -> dict[s
                             {"containerPort": 10001, "name": "client"},
                         ],
                         "resources": {key: dict(value) for key, value in HEAD_RESOURCES.items()},
+                        # Ray Train's preemption poll, read where the job's driver runs.
+                        "env": preemption.head_env(),
                         "volumeMounts": [dict(mount) for mount in _VOLUME_MOUNTS],
                     }
                 ],
@@ -235,6 +238,8 @@ def _worker_group(settings: StackSettings, bucket_name: Any, image: Any) -> dict
                 "name": "LIBTPU_INIT_ARGS",
                 "value": settings.accelerator.libtpu_init_args(),
             },
+            # A drain deadline before the kubelet's SIGKILL, and a quick preemption poll.
+            *preemption.worker_env(settings),
         ],
         "volumeMounts": [dict(mount) for mount in _VOLUME_MOUNTS],
     }
@@ -249,6 +254,8 @@ def _worker_group(settings: StackSettings, bucket_name: Any, image: Any) -> dict
         "containers": [container],
         "volumes": _checkpoint_volumes(bucket_name),
         "nodeSelector": _worker_node_selector(settings),
+        # The node's shutdown grace period for ordinary pods on Spot (docs/spot.md).
+        "terminationGracePeriodSeconds": preemption.worker_grace_seconds(settings),
     }
     if dranet:
         pod_spec["resourceClaims"] = [{"name": CLAIM_NAME, "resourceClaimTemplateName": CLAIM_TEMPLATE_NAME}]

@@ -345,7 +345,21 @@ def parse_settings(
 
     gke_version = values["gke_version"]
     try:
-        if mode is not None and gke_version is not None and not gke.supports_dranet(gke_version, mode):
+        # The Spot minimum is above Standard's DRANET minimum, so a Spot stack below it hears only
+        # the version that satisfies both.
+        if (
+            mode == "standard"
+            and values["spot"]
+            and gke_version is not None
+            and not gke.supports_spot_shutdown_grace(gke_version)
+        ):
+            problems.append(
+                f"gkeVersion = {reading.shown('gkeVersion', gke_version)} with spot = true: the Spot TPU node pools "
+                "extend the kubelet's shutdown grace period so the Ray workers can checkpoint before the node goes "
+                f"(docs/spot.md), which GKE takes from {gke.SPOT_SHUTDOWN_GRACE_MINIMUM_VERSION}; use "
+                f"{gke.SPOT_SHUTDOWN_GRACE_MINIMUM_VERSION} or later, or set spot to false"
+            )
+        elif mode is not None and gke_version is not None and not gke.supports_dranet(gke_version, mode):
             problems.append(
                 f"gkeVersion = {reading.shown('gkeVersion', gke_version)} is below the managed DRANET minimum "
                 f"for {mode} clusters; use {gke.DRANET_MINIMUM_VERSION[mode]} or later"

@@ -93,3 +93,18 @@ def test_misspelt_cluster_addon_fails():
     args["addons_config"]["ray_operator_config"] = [{"enabled": True}]  # the singular is wrong
     with pytest.raises(TypeError, match="ray_operator_config"):
         to_typed_args(gcp.container.ClusterArgs, args)
+
+
+def test_spot_pools_extend_the_kubelets_shutdown_grace_period():
+    """docs/spot.md: GKE takes these fields on Spot node pools only (Standard; Autopilot makes its
+    own nodes), 120 s being the largest value its API allows."""
+    spot = to_typed_args(
+        gcp.container.NodePoolArgs, gcp_resources.tpu_pool_args(VARIANTS["standard-spot"], 0, "c", EMAIL, NETWORKS)
+    )
+    kubelet = spot.node_config.kubelet_config
+    assert isinstance(kubelet, gcp.container.NodePoolNodeConfigKubeletConfigArgs)
+    assert (kubelet.shutdown_grace_period_seconds, kubelet.shutdown_grace_period_critical_pods_seconds) == (120, 15)
+    for on_demand in ("standard", "standard-reserved"):
+        args = gcp_resources.tpu_pool_args(VARIANTS[on_demand], 0, "c", EMAIL, NETWORKS)
+        assert "kubelet_config" not in args["node_config"]
+    assert "kubelet_config" not in gcp_resources.head_pool_args(VARIANTS["standard-spot"], "c", EMAIL)["node_config"]

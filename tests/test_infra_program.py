@@ -276,6 +276,11 @@ def test_spot_and_reservation_reach_the_tpu_pools():
     config.update({"maxtext-tpu-infra:spot": True})
     spot_pool = find(run_infra(config), POOL, "v6e-16-0").inputs
     assert spot_pool["nodeConfig"]["spot"] is True
+    # The extended shutdown grace period reaches the engine under the API's names (docs/spot.md).
+    assert spot_pool["nodeConfig"]["kubeletConfig"] == {
+        "shutdownGracePeriodSeconds": 120,
+        "shutdownGracePeriodCriticalPodsSeconds": 15,
+    }
     config = stack_config("dev")
     config.update({"maxtext-tpu-infra:reservation": "my-v6e-reservation"})
     reserved = find(run_infra(config), POOL, "v6e-16-0").inputs["nodeConfig"]["reservationAffinity"]

@@ -79,6 +79,39 @@ def test_compute_class_matches_its_schema(capacity):
     assert validate_against_schema(compute_class, schema) == []
 
 
+# (stack settings, worker terminationGracePeriodSeconds, worker RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S)
+PREEMPTION_TIMING = {
+    # Kubernetes' default grace, stated; Ray's drain 3 s before it instead of at the same moment.
+    "standard": ({}, 30, "27"),
+    "autopilot": ({"mode": "autopilot"}, 30, "27"),
+    # The node pools' kubelet shuts down over 120 s, 15 of them kept for system-critical pods.
+    "standard-spot": ({"spot": True}, 105, "102"),
+    # GKE's default on Autopilot's own nodes: 30 s, 15 of them for system-critical pods.
+    "autopilot-spot": ({"mode": "autopilot", "spot": True}, 15, "12"),
+}
+
+
+@pytest.mark.parametrize("variant", list(PREEMPTION_TIMING))
+def test_workers_drain_before_the_kubelet_kills_them(variant):
+    """docs/spot.md: the workers' grace period is the node's shutdown share, `ray start`'s drain
+    deadline falls before its end, and Ray Train polls for drains every second."""
+    overrides, grace, drain = PREEMPTION_TIMING[variant]
+    config = stack_config("dev")
+    config.update({f"maxtext-tpu-infra:{key}": value for key, value in overrides.items()})
+    [ray_cluster] = manifests(run_infra(config), "RayCluster")
+    worker = ray_cluster["spec"]["workerGroupSpecs"][0]["template"]["spec"]
+    env = {item["name"]: item["value"] for item in worker["containers"][0]["env"]}
+    assert worker["terminationGracePeriodSeconds"] == grace
+    assert env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] == drain
+    assert 0 < float(drain) < grace
+    assert env["RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S"] == "1"
+    # The head (never on Spot) gets only the poll interval: Ray Train's controller, which reads it,
+    # runs on the job driver's node.
+    head = ray_cluster["spec"]["headGroupSpec"]["template"]["spec"]
+    assert head["containers"][0]["env"] == [{"name": "RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S", "value": "1"}]
+    assert "terminationGracePeriodSeconds" not in head
+
+
 def test_broken_generated_objects_are_rejected():
     """The checks bite on our own output, not only on hand-made examples."""
     crd = require_schema("ray.io_rayclusters.yaml")
@@ -134,6 +167,17 @@ DELIBERATE_DIFFERENCES = {
     "RayCluster.spec.workerGroupSpecs[0].template.spec.containers[0].imagePullPolicy": "IfNotPresent "
     "for the pinned tag",
     "RayCluster.spec.workerGroupSpecs[0].template.spec.resourceClaims[0].resourceClaimTemplateName": "follows the claim template's name",
+    "RayCluster.spec.headGroupSpec.template.spec.containers[0].env": "Ray Train's preemption poll "
+    "every second instead of every 5 s, read by the controller on the driver's node (the head), so a "
+    "Spot notice reaches the trainer early in the node's short shutdown window (docs/spot.md)",
+    "RayCluster.spec.workerGroupSpecs[0].template.spec.containers[0].env[5]": "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S: "
+    "`ray start` drains its node on SIGTERM with a deadline before the kubelet's SIGKILL, not at the "
+    "same moment (Ray's 30 s default equals Kubernetes' default grace period)",
+    "RayCluster.spec.workerGroupSpecs[0].template.spec.containers[0].env[6]": "the preemption poll, "
+    "as on the head, should a driver run on a worker",
+    "RayCluster.spec.workerGroupSpecs[0].template.spec.terminationGracePeriodSeconds": "stated, so "
+    "the drain timeout can be derived from it (Kubernetes' 30 s on on-demand capacity; the node's "
+    "shutdown share on Spot)",
     "RayCluster.spec.workerGroupSpecs[0].template.spec.containers[0].env[4].value": "LIBTPU_INIT_ARGS "
     "without --xla_tpu_enable_async_collective_fusion_fuse_all_gather=true, which the pinned libtpu "
     "(0.0.52) refuses for v6e: the job would fail at its first step (tests/test_fit_check.py "

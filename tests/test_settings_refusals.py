@@ -219,6 +219,12 @@ ROWS = [
         "choose one",
     ),
     row(
+        "spot-below-the-shutdown-grace-version",
+        {"spot": True, "gkeVersion": "1.34.1-gke.1829001"},
+        "gkeVersion = '1.34.1-gke.1829001' with spot = true",
+        "use 1.35.0-gke.1171000 or later, or set spot to false",
+    ),
+    row(
         "mesh-16-way-fsdp-on-4-chips",
         {"topology": "2x2"},
         "topology = '2x2' (4 chips per slice, 2 slice(s)) cannot run preset 'llama3-8b'",

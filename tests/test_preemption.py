@@ -1,0 +1,114 @@
+"""docs/spot.md: the durations of a Spot preemption, and the Ray 2.60 behaviour they rely on.
+
+The manifests and node pool arguments that carry these numbers are checked in
+tests/test_kuberay_manifests.py, tests/test_gcp_resource_args.py and tests/test_infra_program.py;
+here, the arithmetic between them, and the Ray source the workers run, as installed.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import subprocess
+import sys
+
+import pytest
+
+from domain import gke, preemption
+from domain.settings import SettingsError, parse_settings
+
+BASE = {"gcp:project": "my-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b"}
+
+
+def settings(**overrides):
+    return parse_settings({**BASE, **overrides}, stack="dev", project_name="maxtext-tpu-infra")
+
+
+CAPACITIES = {
+    "standard": settings(),
+    "standard-spot": settings(spot="true"),
+    "autopilot": settings(mode="autopilot"),
+    "autopilot-spot": settings(mode="autopilot", spot="true"),
+}
+
+
+@pytest.mark.parametrize(
+    ("capacity", "grace", "drain"),
+    [("standard", 30, 27), ("standard-spot", 105, 102), ("autopilot", 30, 27), ("autopilot-spot", 15, 12)],
+)
+def test_each_capacity_drains_before_its_grace_period_ends(capacity, grace, drain):
+    stack = CAPACITIES[capacity]
+    assert preemption.worker_grace_seconds(stack) == grace
+    assert preemption.drain_timeout_seconds(stack) == drain
+    # Ray Train sees the drain well inside the window, with time left to save.
+    assert preemption.PREEMPTION_POLL_SECONDS < drain < grace
+
+
+def test_spot_grace_is_the_nodes_share_for_ordinary_pods():
+    """The kubelet grants a pod at most its group's share of the node's shutdown grace period."""
+    standard, autopilot = CAPACITIES["standard-spot"], CAPACITIES["autopilot-spot"]
+    assert preemption.spot_shutdown_seconds(standard) == 120  # the largest value GKE's API takes
+    assert preemption.spot_shutdown_seconds(autopilot) == 30  # Compute Engine's notice, GKE's default
+    for stack in (standard, autopilot):
+        assert (
+            preemption.worker_grace_seconds(stack)
+            == preemption.spot_shutdown_seconds(stack) - preemption.CRITICAL_PODS_SHUTDOWN_SECONDS
+        )
+
+
+def test_spot_on_standard_needs_the_version_that_takes_the_grace_period():
+    assert gke.SPOT_SHUTDOWN_GRACE_MINIMUM_VERSION == "1.35.0-gke.1171000"
+    assert gke.supports_dranet(gke.SPOT_SHUTDOWN_GRACE_MINIMUM_VERSION, "standard")
+    assert settings(spot="true", gkeVersion="1.35.0-gke.1171000").spot
+    # On-demand keeps Standard's DRANET minimum.
+    assert settings(gkeVersion="1.34.1-gke.1829001").gke_version == "1.34.1-gke.1829001"
+    with pytest.raises(SettingsError) as caught:
+        settings(spot="true", gkeVersion="1.35.0-gke.1170999")
+    [problem] = caught.value.problems
+    assert problem.startswith("gkeVersion = '1.35.0-gke.1170999' with spot = true")
+    # Below Standard's DRANET minimum too: one message, naming the version that satisfies both.
+    with pytest.raises(SettingsError) as caught:
+        settings(spot="true", gkeVersion="1.33.5-gke.1000")
+    assert caught.value.problems == [
+        "gkeVersion = '1.33.5-gke.1000' with spot = true: the Spot TPU node pools extend the kubelet's "
+        "shutdown grace period so the Ray workers can checkpoint before the node goes (docs/spot.md), which "
+        "GKE takes from 1.35.0-gke.1171000; use 1.35.0-gke.1171000 or later, or set spot to false"
+    ]
+
+
+# ---------------------------------------------------------------- the installed Ray (2.60)
+
+
+def test_ray_train_reads_the_poll_interval_the_pods_set():
+    from ray.train.v2._internal import constants
+    from ray.train.v2._internal.callbacks.preemption_callback import PreemptionCallback
+
+    assert constants.PREEMPTION_POLL_INTERVAL_S_ENV_VAR == preemption.POLL_INTERVAL_ENV
+    assert constants.DEFAULT_PREEMPTION_POLL_INTERVAL_S == 5.0
+    # Propagated from the driver to the controller and the workers when set in its environment.
+    assert preemption.POLL_INTERVAL_ENV in constants.ENV_VARS_TO_PROPAGATE
+    # Read by the controller's callback, which passes it to the watcher actor it starts.
+    source = inspect.getsource(PreemptionCallback)
+    assert "PREEMPTION_POLL_INTERVAL_S_ENV_VAR" in inspect.getsource(PreemptionCallback.__init__)
+    assert "poll_interval_s=self._poll_interval_s" in source
+
+
+def test_ray_start_drains_its_node_as_preempted_on_sigterm():
+    from ray._private.node import Node
+
+    handler = inspect.getsource(Node._register_shutdown_hooks)
+    assert "set_sigterm_handler" in handler and "_drain_node_before_shutdown" in handler
+    drain = inspect.getsource(Node._drain_node_before_shutdown)
+    assert "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S" in drain
+    assert "DRAIN_NODE_REASON_PREEMPTION" in drain
+
+
+def test_ray_reads_the_drain_timeout_the_workers_set():
+    """Read from the environment when Ray's constants are imported, as in a worker pod."""
+    code = "from ray._private import ray_constants as c; print(c.RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S)"
+    env = {**os.environ, preemption.DRAIN_TIMEOUT_ENV: "12"}
+    shown = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert shown.stdout.split()[-1] == "12.0"
+    env.pop(preemption.DRAIN_TIMEOUT_ENV)
+    shown = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert shown.stdout.split()[-1] == "30.0"  # Ray's default: Kubernetes' default grace, to the second
