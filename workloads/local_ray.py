@@ -15,6 +15,7 @@ random token, kept in a 0600 file in a 0700 directory of its temp dir; only that
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import signal
@@ -152,8 +153,180 @@ def _alive(pid: int, started: int) -> bool:
     return stat is not None and stat.started == started and stat.state not in GONE
 
 
-class LocalRayHead:
-    """Context manager: `with LocalRayHead() as head: submit to head.address`."""
+class _RayStart:
+    """One `ray start --block` of ours, a head or a node joining one, and every process of its
+    Ray session: started as our child in a session of its own, stopped by pid (see stop())."""
+
+    def __init__(self, venv: Path, num_cpus: int | None, start_timeout: float):
+        self.venv = venv
+        self.num_cpus = num_cpus
+        self.start_timeout = start_timeout
+        self.process: subprocess.Popen | None = None
+        self.temp_dir: str | None = None
+        self.log_path: Path | None = None
+
+    def _launch(self, arguments: list[str], env: Mapping[str, str]) -> None:
+        """Starts `ray start --block` on loopback with `arguments`, every other port free."""
+        ray = self.venv / "bin" / "ray"
+        if not ray.exists():
+            raise LocalRayError(f"{ray} not found; run ./scripts/setup to create the trainer environment")
+        # A short temp dir of its own: Ray's unix sockets must fit in ~107 characters, and a
+        # dir of its own keeps this session apart from any other Ray on the machine.
+        if self.temp_dir is None:
+            self.temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+        self.log_path = Path(self.temp_dir) / "ray-start.log"
+        command = [
+            str(ray),
+            "start",
+            "--block",
+            "--node-ip-address=127.0.0.1",
+            # Its own session, logs included: nodes sharing one would each forward every log.
+            f"--temp-dir={self.temp_dir}",
+            *arguments,
+        ]
+        # Every fixed default port too, so this can run beside another Ray on the machine.
+        for option in (
+            "dashboard-agent-listen-port",
+            "dashboard-agent-grpc-port",
+            "metrics-export-port",
+            "runtime-env-agent-port",
+            "node-manager-port",
+            "object-manager-port",
+        ):
+            command.append(f"--{option}={free_port()}")
+        if self.num_cpus is not None:
+            command.append(f"--num-cpus={self.num_cpus}")
+        command.append("--disable-usage-stats")
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**env, SESSION_MARKER_ENV: self.temp_dir},
+                start_new_session=True,
+            )
+
+    def _wait_until(self, ready, what: str) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + self.start_timeout
+        while not ready():
+            if self.process.poll() is not None:
+                self.stop()  # whatever it left behind
+                raise LocalRayError(f"ray start exited with {self.process.returncode}:\n{self._log_tail()}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise LocalRayError(f"{what} did not come up within {self.start_timeout:.0f} s:\n{self._log_tail()}")
+            time.sleep(0.5)
+
+    def _log_tail(self, lines: int = 30) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def _session_processes(self) -> dict[int, int]:
+        """{pid: start time} of the live processes of this head's Ray session.
+
+        Ray does not keep its session in our process group: the raylet starts workers in
+        process groups of their own, and the job supervisor starts each job's entrypoint (and
+        a watcher shell) with start_new_session=True (ray/dashboard/modules/job/
+        job_supervisor.py, _exec_entrypoint), so a killpg of `ray start` misses them. What we
+        rely on, both true only of processes this head started:
+          - ancestry: they descend from our `ray start` (parent links in /proc/<pid>/stat), or
+            share its process group. Only while `ray start` is not reaped: until then its pid,
+            and so its group id, cannot belong to anyone else. stop() collects this before it
+            sends any signal, while every parent still lives;
+          - environment: they inherited SESSION_MARKER_ENV=<our temp dir> (Ray passes
+            its environment on to everything it starts, job entrypoints included). This finds
+            the ones re-parented to init after their parent died. The temp dir is unique to
+            this head, so no other Ray session, another user's or ours, carries that value.
+        A process that both left the tree and cleared its environment would escape; Ray's own
+        processes and job entrypoints do neither.
+        """
+        if self.process is None or self.temp_dir is None or not HAVE_PROC:
+            return {}
+        marker = f"{SESSION_MARKER_ENV}={self.temp_dir}".encode()
+        stats = {pid: stat for pid in _all_pids() if (stat := _stat(pid)) is not None}
+        found: set[int] = set()
+        if self.process.returncode is None:
+            root = self.process.pid
+            children: dict[int, list[int]] = {}
+            for pid, stat in stats.items():
+                children.setdefault(stat.parent, []).append(pid)
+            pending = [root]
+            while pending:
+                pid = pending.pop()
+                if pid in stats and pid not in found:
+                    found.add(pid)
+                    pending.extend(children.get(pid, []))
+            found.update(pid for pid, stat in stats.items() if stat.group == root)
+        found.update(pid for pid in stats if pid not in found and _environ_has(pid, marker))
+        found.discard(os.getpid())
+        return {pid: stats[pid].started for pid in found if stats[pid].state not in GONE}
+
+    def stop(self, graceful: bool = True) -> None:
+        """Ends this `ray start` and every process of its Ray session, a running job's
+        included, within STOP_BOUND_SECONDS: SIGTERM to `ray start`, STOP_GRACE_SECONDS for it
+        to end its subprocesses (not when `graceful` is False), then SIGKILL to its process
+        group and to each process of the session (see _session_processes). Touches no process
+        it did not start."""
+        if self.process is None:
+            return
+        deadline = time.monotonic() + STOP_BOUND_SECONDS
+        session = self._session_processes()  # first: before any parent dies
+        if graceful and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=STOP_GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
+                pass
+        # Then SIGKILL whatever is left, sweeping again for anything started in between (the
+        # job watcher's `sleep 1`, say), until none of them runs any more. Killed ones are
+        # re-parented to init, which reaps them; a zombie counts as gone.
+        while True:
+            session.update(self._session_processes())
+            self._kill(session)
+            left = sorted(pid for pid, started in session.items() if _alive(pid, started))
+            if not left and self.process.poll() is not None:
+                break
+            if time.monotonic() > deadline:
+                raise LocalRayError(
+                    f"processes {left} of the Ray head in {self.temp_dir} outlived SIGKILL; "
+                    f"stop() gave up after {STOP_BOUND_SECONDS:.0f} s"
+                )
+            time.sleep(0.1)
+
+    def _kill(self, session: dict[int, int]) -> None:
+        assert self.process is not None
+        if self.process.returncode is None:
+            # Not reaped yet, so its pid (the group's id) cannot have been reused.
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for pid, started in session.items():
+            if _alive(pid, started):  # the same process, not a later one with its pid
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self):
+        raise NotImplementedError
+
+
+class LocalRayHead(_RayStart):
+    """Context manager: `with LocalRayHead() as head: submit to head.address`.
+
+    Every Ray process of a head listens on loopback only. With `multi_node=True` other nodes may
+    join it (LocalRayNode); Ray on Linux then binds its GCS, raylets and agents to every
+    interface (it has no loopback-only cluster mode: it swaps 127.0.0.1 for the host's routable
+    address), still behind the head's token. Only the multi-node tests use it."""
 
     def __init__(
         self,
@@ -161,14 +334,12 @@ class LocalRayHead:
         dashboard_port: int | None = None,
         num_cpus: int | None = None,
         start_timeout: float = 120.0,
+        multi_node: bool = False,
     ):
-        self.venv = venv
+        super().__init__(venv, num_cpus, start_timeout)
+        self.multi_node = multi_node
         self.dashboard_port = dashboard_port or free_port()
-        self.num_cpus = num_cpus
-        self.start_timeout = start_timeout
-        self.process: subprocess.Popen | None = None
-        self.temp_dir: str | None = None
-        self.log_path: Path | None = None
+        self.gcs_port = free_port()
         self.token_path: Path | None = None
         self._token: str | None = None
 
@@ -178,6 +349,11 @@ class LocalRayHead:
     @property
     def address(self) -> str:
         return f"http://127.0.0.1:{self.dashboard_port}"
+
+    @property
+    def gcs_address(self) -> str:
+        """Where nodes join (`ray start --address`) and drivers connect (`ray.init`)."""
+        return f"127.0.0.1:{self.gcs_port}"
 
     @property
     def client_env(self) -> dict[str, str]:
@@ -227,41 +403,14 @@ class LocalRayHead:
         with os.fdopen(descriptor, "w") as token_file:
             token_file.write(self._token)
 
-    def start(self) -> LocalRayHead:
-        ray = self.venv / "bin" / "ray"
-        if not ray.exists():
-            raise LocalRayError(f"{ray} not found; run ./scripts/setup to create the trainer environment")
-        # A short temp dir of its own: Ray's unix sockets must fit in ~107 characters, and a
-        # dir of its own keeps this head apart from any other Ray session on the machine.
-        self.temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
-        self.log_path = Path(self.temp_dir) / "head.log"
-        self._write_token()
-        command = [
-            str(ray),
-            "start",
-            "--head",
-            "--block",
-            "--node-ip-address=127.0.0.1",
-            "--dashboard-host=127.0.0.1",
-            f"--dashboard-port={self.dashboard_port}",
-            # Every other fixed default port too, so this head can run beside another one.
-            f"--port={free_port()}",
-            f"--dashboard-agent-listen-port={free_port()}",
-            f"--dashboard-agent-grpc-port={free_port()}",
-            f"--metrics-export-port={free_port()}",
-            f"--runtime-env-agent-port={free_port()}",
-            f"--ray-client-server-port={free_port()}",
-            f"--node-manager-port={free_port()}",
-            f"--object-manager-port={free_port()}",
-            "--disable-usage-stats",
-            f"--temp-dir={self.temp_dir}",
-        ]
-        if self.num_cpus is not None:
-            command.append(f"--num-cpus={self.num_cpus}")
+    def environment(self) -> dict[str, str]:
+        """The environment of every `ray start` of this cluster (the head's and its nodes')."""
+        if self.temp_dir is None or self.token_path is None:
+            raise LocalRayError("the head has not been started")
         env = {
             **os.environ,
-            # Without it Ray binds the machine's routable address instead of loopback.
-            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+            # "0": Ray's single-machine mode, loopback only; "1" lets nodes join (see above).
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1" if self.multi_node else "0",
             # Job entrypoints (`python -m trainer...`) resolve to the trainer environment.
             "PATH": f"{self.venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
             "VIRTUAL_ENV": str(self.venv),
@@ -272,123 +421,80 @@ class LocalRayHead:
             # waiting for running jobs to give their leases back; a local head has nothing to
             # hand over, so it shuts down right away.
             "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
-            SESSION_MARKER_ENV: self.temp_dir,
+            # Ray forwards every file of the machine's libtpu log directory (/tmp/tpu_logs by
+            # default: every fit check's compile writes there) into each job's log; this
+            # cluster's own, empty, directory instead.
+            "TPU_LOG_DIR": str(self._tpu_log_dir()),
         }
         # RAY_AUTH_TOKEN wins over RAY_AUTH_TOKEN_PATH: one in the caller's shell must not
         # replace this head's token.
         env.pop("RAY_AUTH_TOKEN", None)
-        with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
-        deadline = time.monotonic() + self.start_timeout
-        while not dashboard_answers(self.address, headers=self.auth_headers):
-            if self.process.poll() is not None:
-                self.stop()  # whatever it left behind
-                raise LocalRayError(f"ray start exited with {self.process.returncode}:\n{self._log_tail()}")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise LocalRayError(
-                    f"the Ray head did not answer within {self.start_timeout:.0f} s:\n{self._log_tail()}"
-                )
-            time.sleep(0.5)
+        return env
+
+    def _tpu_log_dir(self) -> Path:
+        assert self.temp_dir is not None
+        directory = Path(self.temp_dir) / "tpu_logs"
+        directory.mkdir(exist_ok=True)
+        return directory
+
+    def start(self) -> LocalRayHead:
+        self.temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+        self._write_token()  # in the temp dir, before Ray makes it world-writable
+        env = self.environment()
+        self._launch(
+            [
+                "--head",
+                "--dashboard-host=127.0.0.1",
+                f"--dashboard-port={self.dashboard_port}",
+                f"--port={self.gcs_port}",
+                f"--ray-client-server-port={free_port()}",
+            ],
+            env,
+        )
+        self._wait_until(lambda: dashboard_answers(self.address, headers=self.auth_headers), "the Ray head")
         return self
 
-    def _log_tail(self, lines: int = 30) -> str:
-        if self.log_path is None or not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-    def _session_processes(self) -> dict[int, int]:
-        """{pid: start time} of the live processes of this head's Ray session.
-
-        Ray does not keep its session in our process group: the raylet starts workers in
-        process groups of their own, and the job supervisor starts each job's entrypoint (and
-        a watcher shell) with start_new_session=True (ray/dashboard/modules/job/
-        job_supervisor.py, _exec_entrypoint), so a killpg of `ray start` misses them. What we
-        rely on, both true only of processes this head started:
-          - ancestry: they descend from our `ray start` (parent links in /proc/<pid>/stat), or
-            share its process group. Only while `ray start` is not reaped: until then its pid,
-            and so its group id, cannot belong to anyone else. stop() collects this before it
-            sends any signal, while every parent still lives;
-          - environment: they inherited SESSION_MARKER_ENV=<our temp dir> (Ray passes
-            its environment on to everything it starts, job entrypoints included). This finds
-            the ones re-parented to init after their parent died. The temp dir is unique to
-            this head, so no other Ray session, another user's or ours, carries that value.
-        A process that both left the tree and cleared its environment would escape; Ray's own
-        processes and job entrypoints do neither.
-        """
-        if self.process is None or self.temp_dir is None or not HAVE_PROC:
-            return {}
-        marker = f"{SESSION_MARKER_ENV}={self.temp_dir}".encode()
-        stats = {pid: stat for pid in _all_pids() if (stat := _stat(pid)) is not None}
-        found: set[int] = set()
-        if self.process.returncode is None:
-            root = self.process.pid
-            children: dict[int, list[int]] = {}
-            for pid, stat in stats.items():
-                children.setdefault(stat.parent, []).append(pid)
-            pending = [root]
-            while pending:
-                pid = pending.pop()
-                if pid in stats and pid not in found:
-                    found.add(pid)
-                    pending.extend(children.get(pid, []))
-            found.update(pid for pid, stat in stats.items() if stat.group == root)
-        found.update(pid for pid in stats if pid not in found and _environ_has(pid, marker))
-        found.discard(os.getpid())
-        return {pid: stats[pid].started for pid in found if stats[pid].state not in GONE}
-
-    def stop(self) -> None:
-        """Ends this head and every process of its Ray session, a running job's included,
-        within STOP_BOUND_SECONDS: SIGTERM to `ray start`, STOP_GRACE_SECONDS for it to end
-        its subprocesses, then SIGKILL to its process group and to each process of the
-        session (see _session_processes). Touches no process this head did not start."""
-        if self.process is None:
-            return
-        deadline = time.monotonic() + STOP_BOUND_SECONDS
-        session = self._session_processes()  # first: before any parent dies
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=STOP_GRACE_SECONDS)
-            except subprocess.TimeoutExpired:
-                pass
-        # Then SIGKILL whatever is left, sweeping again for anything started in between (the
-        # job watcher's `sleep 1`, say), until none of them runs any more. Killed ones are
-        # re-parented to init, which reaps them; a zombie counts as gone.
-        while True:
-            session.update(self._session_processes())
-            self._kill(session)
-            left = sorted(pid for pid, started in session.items() if _alive(pid, started))
-            if not left and self.process.poll() is not None:
-                break
-            if time.monotonic() > deadline:
-                raise LocalRayError(
-                    f"processes {left} of the Ray head in {self.temp_dir} outlived SIGKILL; "
-                    f"stop() gave up after {STOP_BOUND_SECONDS:.0f} s"
-                )
-            time.sleep(0.1)
+    def stop(self, graceful: bool = True) -> None:
+        super().stop(graceful)
         if self.token_path is not None:
             self.token_path.unlink(missing_ok=True)  # the head is gone; its token is useless
 
-    def _kill(self, session: dict[int, int]) -> None:
-        assert self.process is not None
-        if self.process.returncode is None:
-            # Not reaped yet, so its pid (the group's id) cannot have been reused.
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        for pid, started in session.items():
-            if _alive(pid, started):  # the same process, not a later one with its pid
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
 
-    def __enter__(self) -> LocalRayHead:
-        return self.start()
+class LocalRayNode(_RayStart):
+    """A second machine, on this one: a node that joins a LocalRayHead(multi_node=True), with a
+    custom resource of its own (`name`) so a test can find it. `reclaim()` is the VM vanishing."""
 
-    def __exit__(self, *exc) -> None:
-        self.stop()
+    def __init__(self, head: LocalRayHead, name: str, num_cpus: int = 1, start_timeout: float = 120.0):
+        super().__init__(head.venv, num_cpus, start_timeout)
+        if not head.multi_node:
+            raise LocalRayError("start the head with LocalRayHead(multi_node=True) to add nodes to it")
+        self.head = head
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"LocalRayNode(name={self.name!r}, head={self.head.gcs_address!r})"
+
+    def node_id(self) -> str | None:
+        """This node's id while the cluster lists it alive, else None."""
+        from ray.util.state import list_nodes
+
+        for node in list_nodes(
+            address=self.head.address, filters=[("state", "=", "ALIVE")], raise_on_missing_output=False
+        ):
+            if self.name in (node.resources_total or {}):
+                return node.node_id
+        return None
+
+    def reclaim(self) -> None:
+        """Every process of this node SIGKILLed at once, as when the cloud takes the VM: Ray
+        learns of it only by the node no longer answering (a `stop()` would first tell the
+        cluster that the node is going, an expected termination)."""
+        self.stop(graceful=False)
+
+    def start(self) -> LocalRayNode:
+        self._launch(
+            [f"--address={self.head.gcs_address}", f"--resources={json.dumps({self.name: 1})}"],
+            self.head.environment(),
+        )
+        self._wait_until(lambda: self.node_id() is not None, f"node {self.name}")
+        return self
