@@ -24,6 +24,12 @@ DEFAULT_MAX_FAILURES = {"multislice": 0, "elastic": 3}
 # preemption budget. A Spot slice can be reclaimed any number of times in a long run; each
 # resumes from the latest checkpoint, and none of them uses up maxFailures.
 UNLIMITED = -1
+# Every job saves a checkpoint when it is told to stop (SIGTERM, which the trainer also sends on
+# Ray Train's preemption notice): MaxText's autocheckpoint, at a step all processes agree on.
+SAVE_ON_SIGTERM = {"enable_autocheckpoint": "true"}
+# How often an elastic job checks whether more slices have become free to grow back onto (Ray
+# Train's default). Growing restarts the worker group from the latest checkpoint.
+RESIZE_CHECK_SECONDS = 60.0
 
 _RUN_NAME = re.compile(r"^[a-z0-9]([-a-z0-9_.]{0,62}[a-z0-9])?$")
 
@@ -59,6 +65,7 @@ class JobSpec:
     min_slices: int
     max_failures: int
     max_preemptions: int = UNLIMITED
+    resize_check_seconds: float = RESIZE_CHECK_SECONDS
     maxtext_overrides: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -68,8 +75,8 @@ class JobSpec:
     @property
     def num_workers(self) -> int | tuple[int, int]:
         """One Ray Train worker per TPU VM; elastic jobs run on any whole number of slices in
-        [min_slices, slices]. A CPU job has one worker: JAX on CPU runs without
-        jax.distributed, so more workers would train the same model twice."""
+        [min_slices, slices]. A CPU job counts each slice as one worker, a JAX process of its
+        own (the trainer joins them with jax.distributed, collectives over gloo)."""
         if self.elastic:
             return (self.min_slices * self.hosts_per_slice, self.max_workers)
         return self.max_workers
@@ -138,7 +145,7 @@ def resolve_job(
         if shape is None:
             problems.append(f"topology = {topology!r} is not a topology of TPU {accelerator.name}")
     else:
-        accelerator, shape, slices = None, None, 1
+        accelerator, shape, slices = None, None, 1 if slices is None else slices
     if slices < 1:
         problems.append(f"slices = {slices} must be at least 1")
     elif not 1 <= min_slices <= slices:
@@ -158,7 +165,7 @@ def resolve_job(
             "limit (node preemptions Ray Train recovers from; they never use up maxFailures)"
         )
 
-    resolved = maxtext_overrides(chosen, max(slices, 1))
+    resolved = {**SAVE_ON_SIGTERM, **maxtext_overrides(chosen, max(slices, 1))}
     if elastic and chosen.dcn_axis:
         # The slice count changes under an elastic job: let MaxText size the DCN axis itself.
         resolved[f"dcn_{chosen.dcn_axis}_parallelism"] = "-1"

@@ -6,12 +6,14 @@ fake Jobs API on 127.0.0.1 that answers 503, 401 or a 500 with a traceback."""
 from __future__ import annotations
 
 import io
+import shlex
 import threading
 import time
 
 import pytest
 from ray.job_submission import JobStatus, JobSubmissionClient
 
+from domain.goodput import event_line
 from tests.support.fake_jobs_api import TRACEBACK_500, FakeJobsApi
 from workloads import jobs_api, ray_job
 from workloads.job_metrics import StepCollector
@@ -422,7 +424,36 @@ def test_log_reads_are_bounded_whatever_the_log_size(local_ray_head):
         assert tail.count(b"\n") <= jobs_api.LOG_TAIL_LINES and len(tail) < 200_000
         assert tail.splitlines()[-1] == b"x" * 99
         capped = api.log_tail(job_id, node, lines=20000, max_bytes=10_000)
+        whole = list(api.log_lines(job_id, node))  # streamed, for the goodput read at the end
     assert len(capped) <= 10_000 and capped.endswith(b"x" * 99)  # whole lines only
+    assert whole.count("x" * 99) == 20000 and whole[-1] == "x" * 99
+
+
+@slow
+def test_goodput_is_read_from_the_whole_log_stray_bytes_and_all(local_ray_head):
+    """Events spread over a log, a damaged line and bytes that are not UTF-8 among them."""
+    events = [
+        event_line("attempt", time=1000.0, workers=1),
+        *(event_line("step", time=1010.0 + step, step=step, seconds=0.05) for step in range(4)),
+        event_line("attempt", time=1020.0, workers=1),
+        *(event_line("step", time=1030.0 + step, step=step, seconds=0.05) for step in range(2, 6)),
+    ]
+    script = "; ".join(
+        [
+            "import sys",
+            *(f"print({line!r})" for line in events[:5]),
+            "sys.stdout.buffer.write(b'maxtext-tpu-event {\\xff\\xfe\\n')",
+            "[print('x' * 99) for _ in range(3000)]",  # far from the end: only a whole read finds them
+            *(f"print({line!r})" for line in events[5:]),
+            "[print('y' * 99) for _ in range(3000)]",
+        ]
+    )
+    outs = RayJobProvider().create(inputs(local_ray_head, entrypoint=f"python -c {shlex.quote(script)}")).outs
+    assert outs["status"] == "SUCCEEDED"
+    assert (outs["restarts"], outs["steps_recomputed"], outs["seconds_lost_to_restarts"]) == (1, 2, 1032.0 - 1013.0)
+    assert (outs["preemptions"], outs["failures"]) == (0, 0)  # no Ray Train retry in this log
+    # The step time of the six distinct steps over the job's own wall time.
+    assert outs["goodput_percent"] == pytest.approx(100 * 6 * 0.05 / outs["duration_seconds"], rel=0.1, abs=0.1)
 
 
 @slow

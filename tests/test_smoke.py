@@ -11,9 +11,10 @@ from tests.support.pulumi_harness import PROJECT_ROOT
 pytestmark = pytest.mark.slow
 
 
-def test_smoke_trains_the_tiny_preset_and_ends_with_the_result_as_json():
+@pytest.mark.parametrize("arguments", [[], ["--elastic"]], ids=["multislice", "elastic"])
+def test_smoke_trains_the_tiny_preset_and_ends_with_the_result_as_json(arguments):
     completed = subprocess.run(
-        [sys.executable, "-m", "workloads.smoke"],
+        [sys.executable, "-m", "workloads.smoke", *arguments],
         cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,
@@ -25,3 +26,8 @@ def test_smoke_trains_the_tiny_preset_and_ends_with_the_result_as_json():
     assert result["steps_completed"] == 6 and result["final_loss"] > 0
     assert result["submission_id"].startswith("pulumi-local-")
     assert f"RayJob {result['submission_id']}: SUCCEEDED" in completed.stderr
+    # The goodput outputs of an uninterrupted run.
+    assert (result["restarts"], result["preemptions"], result["failures"], result["steps_recomputed"]) == (0, 0, 0, 0)
+    assert result["seconds_lost_to_restarts"] == 0
+    assert 0 < result["seconds_to_first_step"] < result["duration_seconds"]
+    assert 0 < result["goodput_percent"] < 100

@@ -15,7 +15,10 @@ import pytest
 from ray.job_submission import JobStatus, JobSubmissionClient
 from ray.util.state import list_actors
 
+from domain.goodput import OUTPUTS as GOODPUT_OUTPUTS
 from domain.job import JobSpec, resolve_job
+from tests.support.provider_run import ProviderRun
+from workloads.ray_job import RayJobError
 
 pytestmark = pytest.mark.slow
 
@@ -82,32 +85,38 @@ def test_tiny_preset_trains_logs_finite_losses_and_checkpoints(local_ray_head, t
     assert any((Path(job.run_directory) / "checkpoints" / "4").iterdir())
 
 
+def kill_the_worker(head) -> None:
+    [worker] = list_actors(
+        address=head.address,
+        filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")],
+    )
+    os.kill(worker.pid, signal.SIGKILL)  # a process of the Ray head this session started
+
+
 def test_worker_killed_after_a_checkpoint_resumes_from_it(local_ray_head, tmp_path):
+    """No notice: the run resumes from the last periodic checkpoint, and the outputs count the
+    failure and every step run twice."""
+    overrides = {**FAULT_RUN_OVERRIDES, "checkpoint_period": 10}
     job = resolve_job(
         "tiny-cpu",
         run_name="fault-run",
         checkpoint_root=str(tmp_path),
         elastic=True,
-        overrides=FAULT_RUN_OVERRIDES,
+        overrides=overrides,
     )
-    total = FAULT_RUN_OVERRIDES["steps"]
-    client, job_id = submit(local_ray_head, job)
-
-    deadline = time.monotonic() + 300
-    while not [step for step in committed_steps(job) if step >= 10]:
-        assert time.monotonic() < deadline, client.get_job_logs(job_id)[-3000:]
-        assert not client.get_job_status(job_id).is_terminal(), client.get_job_logs(job_id)[-3000:]
-        time.sleep(0.2)
+    total = overrides["steps"]
+    run = ProviderRun(local_ray_head, job).start()
+    run.wait_for(lambda: 10 in committed_steps(job), "the checkpoint at step 10", 300)
+    # A few steps past it, so the restart has steps to recompute.
+    run.wait_for(lambda: max(run.record().steps) >= 13, "step 13", 60)
     committed_before_kill = max(committed_steps(job))
-    [worker] = list_actors(
-        address=local_ray_head.address,
-        filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")],
-    )
-    os.kill(worker.pid, signal.SIGKILL)  # a process of the Ray head this session started
+    kill_the_worker(local_ray_head)
+    run.join(timeout=420)
 
-    status = wait(client, job_id)
-    logs = client.get_job_logs(job_id)
-    assert status == JobStatus.SUCCEEDED, logs[-3000:]
+    logs = run.log()
+    assert run.error is None, run.error
+    assert run.outs is not None and run.outs["status"] == "SUCCEEDED"
+    print("outputs:", {key: run.outs[key] for key in (*GOODPUT_OUTPUTS, "duration_seconds")})  # shown with -s
     restored = [int(step) for step in RESTORE_LINE.findall(logs)]
     assert restored and restored[-1] >= committed_before_kill, logs[-3000:]
     counts = Counter(step for step, _ in steps_and_losses(logs))
@@ -115,3 +124,29 @@ def test_worker_killed_after_a_checkpoint_resumes_from_it(local_ray_head, tmp_pa
     assert all(counts[step] == 1 for step in range(restored[-1])), counts
     assert all(counts[step] <= 2 for step in range(restored[-1], total)), counts
     assert set(counts) == set(range(total))
+    # The goodput outputs, against MaxText's own step lines.
+    assert (run.outs["restarts"], run.outs["failures"], run.outs["preemptions"]) == (1, 1, 0)
+    assert run.outs["steps_recomputed"] == sum(count - 1 for count in counts.values()) >= 3
+    assert run.outs["seconds_lost_to_restarts"] > 0
+    assert 0 < run.outs["goodput_percent"] < 100
+
+
+def test_more_worker_errors_than_max_failures_fail_the_job_naming_the_budget(local_ray_head, tmp_path):
+    job = resolve_job(
+        "tiny-cpu",
+        run_name="no-retries",
+        checkpoint_root=str(tmp_path),
+        elastic=True,
+        max_failures=0,
+        overrides=FAULT_RUN_OVERRIDES,
+    )
+    run = ProviderRun(local_ray_head, job).start()
+    run.wait_for(lambda: max(run.record().steps, default=-1) >= 2, "step 2", 300)
+    kill_the_worker(local_ray_head)
+    run.join(timeout=300)
+    assert isinstance(run.error, RayJobError), run.outs
+    headline = str(run.error).splitlines()[0]
+    assert headline.startswith(
+        f"RayJob {run.job_id} ended FAILED: training failed: worker errors used up maxFailures = 0"
+    )
+    assert "rank 0:" in headline

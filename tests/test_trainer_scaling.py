@@ -58,6 +58,48 @@ def test_cpu_mode_runs_one_cpu_worker_with_jax_on_cpu():
     assert maxtext_trainer.run_config(tiny).worker_runtime_env["env_vars"]["JAX_PLATFORMS"] == "cpu"
 
 
+def test_cpu_slices_are_workers_one_per_node():
+    """A CPU slice is one worker, a JAX process of its own: what the local multi-node test runs."""
+    config = maxtext_trainer.scaling_config(job("tiny-cpu", slices=2, elastic=True, min_slices=1))
+    assert (config.num_workers, config.placement_strategy) == ((1, 2), "SPREAD")
+
+
+def test_how_often_an_elastic_job_looks_for_slices_to_grow_onto():
+    assert maxtext_trainer.scaling_config(job(elastic=True)).elastic_resize_monitor_interval_s == 60.0
+
+
+def test_every_job_saves_when_told_to_stop():
+    """MaxText's save on SIGTERM (what the preemption notice turns into) is on unless overridden."""
+    assert job().maxtext_overrides["enable_autocheckpoint"] == "true"
+    assert job(overrides={"enable_autocheckpoint": "false"}).maxtext_overrides["enable_autocheckpoint"] == "false"
+
+
+@pytest.mark.parametrize(
+    "error, says",
+    [
+        ("PreemptionError", "training failed: preemptions used up maxPreemptions = 2 (worker errors are counted apart"),
+        ("WorkerGroupError", "training failed: worker errors used up maxFailures = 1 (preemptions are counted apart"),
+        ("ControllerError", "training failed: Ray Train's controller failed: boom"),
+    ],
+)
+def test_a_failed_run_names_the_budget_that_ran_out(error, says):
+    import ray.train
+
+    failed = job(elastic=True, max_failures=1, max_preemptions=2)
+    errors = {
+        "PreemptionError": lambda: ray.train.PreemptionError(
+            preemption_info=ray.train.PreemptionInfo(deadline_ms=None, preempted_node_to_ranks={"node": [0]}),
+            drain_timed_out=True,
+        ),
+        "WorkerGroupError": lambda: ray.train.WorkerGroupError("workers failed", {1: RuntimeError("boom\ntrace")}),
+        "ControllerError": lambda: ray.train.ControllerError(RuntimeError("boom")),
+    }
+    message = maxtext_trainer.failure_message(failed, errors[error]())
+    assert message.startswith(says), message
+    if error == "WorkerGroupError":
+        assert message.endswith("last: rank 1: boom")
+
+
 def test_maxtext_argv_uses_the_installed_base_config():
     argv = maxtext_trainer.maxtext_argv(job())
     assert argv[1] == str(base_config_path()) and base_config_path().is_file()

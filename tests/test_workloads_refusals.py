@@ -574,9 +574,11 @@ DEV_JOB = {
     '"checkpoint_root": "/data", "chips_per_host": 4, "elastic": false, "hosts_per_slice": 4, '
     '"max_failures": 0, "max_preemptions": -1, "maxtext_overrides": {"dataset_type": "synthetic", '
     '"dcn_data_parallelism": "2", '
-    '"dcn_fsdp_parallelism": "1", "ici_fsdp_parallelism": "16", "ici_tensor_parallelism": "1", '
+    '"dcn_fsdp_parallelism": "1", "enable_autocheckpoint": "true", "ici_fsdp_parallelism": "16", '
+    '"ici_tensor_parallelism": "1", '
     '"max_target_length": "4096", "model_name": "llama3-8b", "per_device_batch_size": "4", '
-    '"remat_policy": "save_qkv_proj", "steps": "100"}, "min_slices": 2, "preset": "llama3-8b", "run_name": "llama3-8b-dev", '
+    '"remat_policy": "save_qkv_proj", "steps": "100"}, "min_slices": 2, "preset": "llama3-8b", '
+    '"resize_check_seconds": 60.0, "run_name": "llama3-8b-dev", '
     '"slices": 2, "topology": "4x4", "use_tpu": true}\'',
     "gke": DEV_GKE,
     "metadata": {"preset": "llama3-8b", "run_name": "llama3-8b-dev"},
@@ -594,10 +596,11 @@ LOCAL_JOB = {
     '"base_emb_dim": "64", '
     '"base_mlp_dim": "128", "base_num_decoder_layers": "2", "base_num_kv_heads": "4", '
     '"base_num_query_heads": "4", "checkpoint_period": "2", "dataset_type": "synthetic", '
-    '"enable_checkpointing": "true", "hardware": "cpu", "head_dim": "16", "max_target_length": '
+    '"enable_autocheckpoint": "true", "enable_checkpointing": "true", "hardware": "cpu", "head_dim": "16", "max_target_length": '
     '"64", "model_name": "llama3-8b", "override_model_config": "true", "per_device_batch_size": "1", '
     '"skip_jax_distributed_system": "true", "steps": "6", "vocab_size": "256"}, "min_slices": 1, '
-    '"preset": "tiny-cpu", "run_name": "tiny-cpu-local", "slices": 1, "topology": null, '
+    '"preset": "tiny-cpu", "resize_check_seconds": 60.0, "run_name": "tiny-cpu-local", "slices": 1, '
+    '"topology": null, '
     '"use_tpu": false}\'',
     "metadata": {"preset": "tiny-cpu", "run_name": "tiny-cpu-local"},
     "stack": "local",
@@ -623,7 +626,7 @@ def registered(stack: str) -> list[tuple[str, str, dict[str, Any], frozenset[str
 def test_the_dev_stack_registers_the_same_guard_and_job_as_before():
     # The job id is a digest of every job-defining input: it is the one recorded before the checks.
     assert registered("dev") == [
-        (RAY_JOB_GUARD, "training-guard", {"gke": DEV_GKE, "job_id": "pulumi-dev-2f25d929b1eed402"}, frozenset(),
+        (RAY_JOB_GUARD, "training-guard", {"gke": DEV_GKE, "job_id": "pulumi-dev-93dd80df0507937c"}, frozenset(),
          frozenset({INFRA_STACK})),
         (RAY_JOB, "training", DEV_JOB, frozenset(), frozenset({INFRA_STACK, "training-guard"})),
     ]  # fmt: skip

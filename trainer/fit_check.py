@@ -71,7 +71,15 @@ COMPILER_ERRORS = (
 # how long it runs, when it saves. Left out of the configuration a result is recorded under, so a
 # workloads job finds the fit check of its preset whatever its run name or step count.
 NOT_COMPILED = frozenset(
-    {"run_name", "base_output_directory", "steps", "checkpoint_period", "enable_checkpointing", "async_checkpointing"}
+    {
+        "run_name",
+        "base_output_directory",
+        "steps",
+        "checkpoint_period",
+        "enable_checkpointing",
+        "async_checkpointing",
+        "enable_autocheckpoint",
+    }
 )
 HLO_MODULE = "jit_train_step"
 # The dumps the fit check reads: written by the compiler once buffer assignment has succeeded

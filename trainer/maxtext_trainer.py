@@ -9,16 +9,27 @@ workers, topology and chips per worker come from the job.
 from __future__ import annotations
 
 import argparse
+import logging
+import os
+import signal
+import socket
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from domain.goodput import event_line, maxtext_step
 from domain.job import JobSpec
 from domain.maxtext_config import base_config_path
 
 # Environment for CPU workers: JAX on the CPU backend, and MaxText without Google Cloud clients
 # (faster start, nothing to authenticate on a laptop).
 CPU_WORKER_ENV = {"JAX_PLATFORMS": "cpu", "DECOUPLE_GCLOUD": "TRUE"}
+# How often each worker asks Ray Train for a preemption notice. Ray Train itself polls the
+# cluster's drains every RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S (the RayCluster sets the same 1 s,
+# domain/preemption.py; Ray's default is 5 s), so a notice reaches MaxText within two polls.
+NOTICE_POLL_SECONDS = 1.0
 
 
 def maxtext_argv(job: JobSpec, base_config: Path | None = None) -> list[str]:
@@ -30,7 +41,13 @@ def scaling_config(job: JobSpec):
     from ray.train import ScalingConfig
 
     if not job.use_tpu:
-        return ScalingConfig(num_workers=job.num_workers, use_tpu=False)
+        # One worker per node, as on TPU VMs: a node drained for preemption takes one worker.
+        return ScalingConfig(
+            num_workers=job.num_workers,
+            use_tpu=False,
+            placement_strategy="SPREAD",
+            elastic_resize_monitor_interval_s=job.resize_check_seconds,
+        )
     # One worker per TPU VM holding all its chips; SPREAD puts each on its own host, and Ray
     # reserves whole slices (a SlicePlacementGroup) so every worker of a slice starts together.
     return ScalingConfig(
@@ -40,6 +57,7 @@ def scaling_config(job: JobSpec):
         accelerator_type=job.accelerator_type,
         resources_per_worker={"TPU": job.chips_per_host},
         placement_strategy="SPREAD",
+        elastic_resize_monitor_interval_s=job.resize_check_seconds,
     )
 
 
@@ -64,10 +82,120 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     MaxText is imported here, on the worker, so the driver never takes the TPU. Re-running with
     the same run_name restores the latest checkpoint under `<root>/<run_name>/checkpoints`,
     which is how a restarted worker group resumes.
+
+    A preemption notice becomes a checkpoint at the next step (see PreemptionNotice); after that
+    save this worker waits to be torn down instead of returning, because a worker group that
+    returns has finished the run as far as Ray Train is concerned.
     """
+    import ray.train
+
+    context = ray.train.get_context()
+    rank0 = context.get_world_rank() == 0
+    if not config["use_tpu"]:
+        _join_cpu_workers(context.get_world_rank(), context.get_world_size())
+    if rank0:
+        _emit("attempt", workers=context.get_world_size())
+        _log_steps()
+    notice = PreemptionNotice(poll_seconds=config["notice_poll_seconds"], report=rank0)
     from maxtext.trainers.pre_train.train import main as maxtext_main
 
-    maxtext_main(config["argv"])
+    notice.start()
+    try:
+        maxtext_main(config["argv"])
+    finally:
+        notice.stop()
+    if notice.received:
+        print(
+            "the checkpoint at the preemption notice is written; waiting for Ray Train to restart the worker "
+            "group on the slices that remain",
+            flush=True,
+        )
+        threading.Event().wait()
+
+
+def _emit(event: str, **fields: Any) -> None:
+    print(event_line(event, time=round(time.time(), 3), **fields), flush=True)
+
+
+class _StepEvents(logging.Handler):
+    """A `step` event for each step MaxText logs, at the time it logged it."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        step = maxtext_step(record.getMessage())
+        if step is not None:
+            print(event_line("step", time=round(record.created, 3), step=step[0], seconds=step[1]), flush=True)
+
+
+def _log_steps() -> None:
+    # MaxText logs through absl, whose records go to the standard `absl` logger.
+    absl = logging.getLogger("absl")
+    if not any(isinstance(handler, _StepEvents) for handler in absl.handlers):
+        absl.addHandler(_StepEvents(level=logging.INFO))
+
+
+def _join_cpu_workers(rank: int, world_size: int) -> None:
+    """Joins this CPU worker to the group's JAX processes (Ray Train does it only for TPU and
+    GPU workers): rank 0 starts JAX's coordinator on its node's Ray address, every rank learns
+    where. Besides letting several CPU workers train one model (collectives over gloo), it
+    installs JAX's preemption sync, which MaxText's save on SIGTERM needs even on one worker."""
+    import jax
+    import ray
+    from ray.train.collective import broadcast_from_rank_zero
+
+    address = None
+    if rank == 0:
+        # The address the node joined Ray with (loopback for a local cluster), not the host's
+        # routable one that ray.util.get_node_ip_address() may give.
+        node_id = ray.get_runtime_context().get_node_id()
+        host = next(node["NodeManagerAddress"] for node in ray.nodes() if node["NodeID"] == node_id)
+        with socket.socket() as probe:
+            probe.bind((host, 0))
+            address = f"{host}:{probe.getsockname()[1]}"
+    address = broadcast_from_rank_zero(address)
+    # Bound to that address only: JAX's coordinator listens on every interface by default.
+    jax.distributed.initialize(
+        address, num_processes=world_size, process_id=rank, coordinator_bind_address=address if rank == 0 else None
+    )
+
+
+class PreemptionNotice:
+    """Turns Ray Train's preemption notice into MaxText's own save on preemption.
+
+    Ray Train watches the cluster for nodes being drained for preemption (a Spot slice about to
+    be reclaimed; on GKE, `ray start` drains its node when the pod gets SIGTERM) and tells the
+    workers through `ray.train.get_preemption_info()`. MaxText never asks, but it does handle
+    SIGTERM: with JAX's preemption sync installed (jax.distributed) and `enable_autocheckpoint`,
+    every process agrees on the next step, saves a checkpoint there, and stops. So a thread asks
+    Ray Train on a fixed cadence and, on the notice, sends SIGTERM to its own process. The call
+    is a barrier across the workers (each asks the same number of times; all get rank 0's
+    answer), so every worker of the group learns of the notice at the same call.
+    """
+
+    def __init__(self, poll_seconds: float, report: bool):
+        self.poll_seconds = poll_seconds
+        self.report = report
+        self.received = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="preemption-notice", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _watch(self) -> None:
+        import ray.train
+
+        while not self._stop.wait(self.poll_seconds):
+            info = ray.train.get_preemption_info()
+            if info is None or self._stop.is_set():
+                continue
+            self.received = True
+            if self.report:
+                _emit("notice", deadline_ms=info.deadline_ms, preempted_ranks=info.preempted_ranks)
+            os.kill(os.getpid(), signal.SIGTERM)  # JAX's handler: MaxText saves at the next step
+            return
 
 
 def build_trainer(job: JobSpec):
@@ -75,7 +203,11 @@ def build_trainer(job: JobSpec):
 
     return JaxTrainer(
         train_loop_per_worker=train_loop_per_worker,
-        train_loop_config={"argv": maxtext_argv(job)},
+        train_loop_config={
+            "argv": maxtext_argv(job),
+            "use_tpu": job.use_tpu,
+            "notice_poll_seconds": NOTICE_POLL_SECONDS,
+        },
         scaling_config=scaling_config(job),
         run_config=run_config(job),
     )
@@ -103,6 +235,38 @@ def main(argv: Sequence[str], *, elastic: bool) -> int:
         f"output={job.run_directory}",
         flush=True,
     )
-    result = build_trainer(job).fit()
+    try:
+        result = build_trainer(job).fit()
+    except Exception as error:  # Ray Train raises what ended the run, with its budget spent
+        message = failure_message(job, error)
+        print(message, flush=True)
+        _emit("failed", message=message)
+        return 1
     print(f"run {job.run_name!r} finished; Ray Train state in {result.path}", flush=True)
-    return 0 if result.error is None else 1
+    return 0
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
+
+
+def failure_message(job: JobSpec, error: BaseException) -> str:
+    """Which budget ran out, in the settings' own names, and Ray Train's reason."""
+    from ray.train import ControllerError, PreemptionError, WorkerGroupError
+
+    reason = _first_line(error)
+    if isinstance(error, PreemptionError):
+        return (
+            f"training failed: preemptions used up maxPreemptions = {job.max_preemptions} "
+            f"(worker errors are counted apart, against maxFailures = {job.max_failures}); last: {reason}"
+        )
+    if isinstance(error, WorkerGroupError):
+        reason = "; ".join(f"rank {rank}: {_first_line(failure)}" for rank, failure in error.worker_failures.items())
+        return (
+            f"training failed: worker errors used up maxFailures = {job.max_failures} (preemptions are "
+            f"counted apart, against maxPreemptions); last: {reason}"
+        )
+    if isinstance(error, ControllerError):
+        return f"training failed: Ray Train's controller failed: {_first_line(error.controller_failure)}"
+    return f"training failed: {type(error).__name__}: {reason}"

@@ -28,7 +28,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -409,6 +409,28 @@ class JobsApi:
         the file: a read costs the same for a 1 kB and a 1 GB log. It needs the node the job's
         driver runs on (`JobDetails.driver_node_id`).
         """
+        chunks, size = [], 0
+        for chunk in self._log_chunks(job_id, node_id, lines):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size >= max_bytes:
+                break
+        data = b"".join(chunks)
+        # When the cap cut a read short, keep whole lines only.
+        return data[:max_bytes].rsplit(b"\n", 1)[0] if size >= max_bytes else data
+
+    def log_lines(self, job_id: str, node_id: str) -> Iterator[str]:
+        """Every line of a job's log, from the start, streamed (never held whole), decoded
+        with stray bytes replaced."""
+        pending = b""
+        for chunk in self._log_chunks(job_id, node_id, lines=-1):  # -1: the whole file
+            *complete, pending = (pending + chunk).split(b"\n")
+            for line in complete:
+                yield line.decode("utf-8", errors="replace")
+        if pending:
+            yield pending.decode("utf-8", errors="replace")
+
+    def _log_chunks(self, job_id: str, node_id: str, lines: int) -> Iterator[bytes]:
         self.client()  # fresh headers when due
         url = f"{self.address}/api/v0/logs/file"
         params = {"submission_id": job_id, "node_id": node_id, "lines": str(lines)}
@@ -425,19 +447,11 @@ class JobsApi:
                 if response.status_code != 200:
                     kind = kind_of_status(response.status_code, response.text[:1000])
                     raise JobsApiError(kind, f"{what}: HTTP {response.status_code}", response.status_code)
-                chunks, size = [], 0
-                for chunk in response.iter_content(chunk_size=64 * 1024):
-                    chunks.append(chunk)
-                    size += len(chunk)
-                    if size >= max_bytes:
-                        break
+                yield from response.iter_content(chunk_size=64 * 1024)
         except JobsApiError:
             raise
         except OSError as error:
             raise JobsApiError(ErrorKind.UNREACHABLE, f"{what}: {_first_line(error)}") from None
-        data = b"".join(chunks)
-        # When the cap cut a read short, keep whole lines only.
-        return data[:max_bytes].rsplit(b"\n", 1)[0] if size >= max_bytes else data
 
     def cluster_check(self) -> ClusterCheck:
         """Whether the cluster is known to be gone, for a Jobs API that does not answer.

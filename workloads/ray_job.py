@@ -37,6 +37,8 @@ from pulumi.dynamic import (
 )
 from pulumi.runtime import rpc
 
+from domain.goodput import OUTPUTS as GOODPUT_OUTPUTS
+from domain.goodput import RunRecord
 from workloads.job_metrics import ENTRYPOINT_ECHO, StepCollector
 from workloads.jobs_api import LOST_CONTACT_KINDS, ErrorKind, JobsApi, JobsApiError
 
@@ -67,6 +69,7 @@ OUTPUTS = (
     "final_loss",
     "tokens_per_second_per_device",
     "tflops_per_device",
+    *GOODPUT_OUTPUTS,
     "checkpoint_dir",
     "dashboard_url",
     "input_digests",
@@ -359,20 +362,43 @@ class RayJobProvider(ResourceProvider):
         status = str(info.status)
         log, log_problem = self._read_log(api, info, steps)
         if status != "SUCCEEDED":
-            # Ray's message repeats the log; its first line is the reason.
+            # Ray's message repeats the log; its first line is the reason. The trainer says which
+            # retry budget ran out, when one did.
             reason = (info.message or "no message").splitlines()[0]
             shown = f"--- last {LOG_TAIL_LINES} log lines ---\n{_tail(log)}" if log_problem is None else log_problem
-            raise RayJobError(f"RayJob {job_id} ended {status}.\n{shown}\nstatus: {status}; message: {reason}")
+            record = RunRecord()
+            record.add_text(log)
+            headline = f"RayJob {job_id} ended {status}" + (f": {record.failure}" if record.failure else "")
+            raise RayJobError(f"{headline}.\n{shown}\nstatus: {status}; message: {reason}")
         if log_problem is not None:
             progress.status(log_problem)
+        goodput, goodput_problem = self._read_goodput(api, info)
+        if goodput_problem is not None:
+            progress.status(goodput_problem)
         progress.status("SUCCEEDED")
         return {
             **{key: props.get(key) for key in KEPT_INPUTS},
             "input_digests": input_digests(props),
             **self._info_outputs(info),
             **steps.summary(),
+            **goodput,
             "dashboard_url": None if props.get("gke") else api.address,
         }
+
+    @staticmethod
+    def _read_goodput(api: JobsApi, info) -> tuple[dict[str, Any], str | None]:
+        """The goodput outputs, from one streamed read of the whole log (the events are spread
+        over all of it); on failure, None for each and a line saying why. Like the metrics, they
+        can never change what the job's status says."""
+        record = RunRecord()
+        try:
+            for line in api.log_lines(info.submission_id, info.driver_node_id):
+                record.add_line(line)
+        except JobsApiError as error:
+            return dict.fromkeys(GOODPUT_OUTPUTS), f"the job's log could not be read whole ({error}); no goodput"
+        start = info.start_time / 1000 if info.start_time else None
+        end = info.end_time / 1000 if info.end_time else None
+        return record.summary(start, end), None
 
     @staticmethod
     def _read_log(api: JobsApi, info, steps: StepCollector) -> tuple[str, str | None]:

@@ -1,0 +1,147 @@
+"""The goodput record: events and Ray Train's decisions read back from a job's log, exactly."""
+
+from __future__ import annotations
+
+from domain.goodput import OUTPUTS, RunRecord, event_line, maxtext_step, parse_event
+
+WORKER = "\x1b[36m(RayTrainWorker pid=101)\x1b[0m "
+CONTROLLER = "\x1b[36m(TrainController pid=77)\x1b[0m "
+
+
+def steps(first: int, last: int, start: float, every: float = 2.0, seconds: float = 1.5) -> list[str]:
+    return [
+        WORKER + event_line("step", time=start + i * every, step=step, seconds=seconds)
+        for i, step in enumerate(range(first, last + 1))
+    ]
+
+
+def retry(source: str, count: int, allowed: str = "inf") -> list[str]:
+    return [
+        CONTROLLER + "[FailurePolicy] RETRY",
+        CONTROLLER + f"  Source: {source}",
+        CONTROLLER + f"  Error count: {count} (max allowed: {allowed})",
+        CONTROLLER + "Error: Training was interrupted by node preemption (preempted_ranks=[0], drain_timed_out=True).",
+    ]
+
+
+def read(lines: list[str]) -> RunRecord:
+    record = RunRecord()
+    for line in lines:
+        record.add_line(line)
+    return record
+
+
+def test_an_event_line_reads_back_wherever_ray_puts_it():
+    line = WORKER + event_line("step", time=12.5, step=3, seconds=0.25)
+    assert parse_event(line) == {"event": "step", "time": 12.5, "step": 3, "seconds": 0.25}
+    assert parse_event("completed step: 3, seconds: 0.250") is None
+    # A cut line, or one with stray bytes where the JSON is, is not an event.
+    assert parse_event(line[:-3]) is None
+    assert parse_event(WORKER + "maxtext-tpu-event {\ufffd}") is None
+    assert parse_event(WORKER + 'maxtext-tpu-event ["step"]') is None
+
+
+def test_maxtext_step_message():
+    message = "completed step: 27, seconds: 2.481, TFLOP/s/device: 0.012, Tokens/s/device: 412.743, loss: 6.289"
+    assert maxtext_step(message) == (27, 2.481)
+    assert maxtext_step("Training stopped: Job received termination signal (SIGTERM).") is None
+
+
+def test_an_uninterrupted_run():
+    record = read([WORKER + event_line("attempt", time=100.0, workers=2), *steps(0, 9, start=130.0)])
+    assert record.summary(start=90.0, end=160.0) == {
+        "restarts": 0,
+        "preemptions": 0,
+        "failures": 0,
+        "steps_recomputed": 0,
+        "seconds_lost_to_restarts": 0,
+        "seconds_to_first_step": 40.0,
+        "goodput_percent": round(100 * 10 * 1.5 / 70, 1),
+    }
+
+
+def test_a_preemption_saved_at_the_notice_then_a_failure_resumed_from_a_periodic_checkpoint():
+    lines = [
+        WORKER + event_line("attempt", time=100.0, workers=2),
+        *steps(0, 12, start=110.0),  # steps 0..12 at 110..134
+        WORKER + event_line("notice", time=135.0, deadline_ms=150_000, preempted_ranks=[0]),
+        *steps(13, 13, start=136.0),  # the sync point: saved at 13
+        *retry("preemption", 1),
+        WORKER + event_line("attempt", time=160.0, workers=1),
+        *steps(13, 20, start=170.0),  # step 13 again (restored at 13: the step after runs again)
+        *retry("worker group", 1, allowed="3"),
+        WORKER + event_line("attempt", time=200.0, workers=1),
+        *steps(16, 30, start=210.0),  # restored from the periodic checkpoint at 15
+    ]
+    summary = read(lines).summary(start=95.0, end=240.0)
+    assert summary["restarts"] == 2
+    assert summary["preemptions"] == 1
+    assert summary["failures"] == 1
+    # 13 ran twice; 16..20 ran twice.
+    assert summary["steps_recomputed"] == 1 + 5
+    # (170 - 136) + (210 - (170 + 7 * 2))
+    assert summary["seconds_lost_to_restarts"] == 34.0 + 26.0
+    assert summary["seconds_to_first_step"] == 15.0
+    assert summary["goodput_percent"] == round(100 * 31 * 1.5 / 145, 1)
+
+
+def test_lines_read_twice_count_once():
+    """A local cluster's log monitors may forward one process's line more than once."""
+    once = [
+        WORKER + event_line("attempt", time=100.0, workers=2),
+        *steps(0, 5, start=110.0),
+        *retry("preemption", 1),
+        WORKER + event_line("attempt", time=150.0, workers=2),
+        *steps(5, 8, start=160.0),
+    ]
+    twice = [line for line in once for _ in range(2)]
+    # Interleaved copies of a whole decision, as two forwarders may deliver them.
+    assert read(twice).summary(90.0, 200.0) == read(once).summary(90.0, 200.0)
+    assert read(once + retry("preemption", 1)).summary(90.0, 200.0)["preemptions"] == 1
+    assert read(once + retry("preemption", 2)).summary(90.0, 200.0)["preemptions"] == 2
+
+
+def test_a_resize_is_a_restart_charged_to_no_budget():
+    lines = [
+        WORKER + event_line("attempt", time=100.0, workers=1),
+        *steps(0, 5, start=110.0),
+        CONTROLLER
+        + "Detected changes in the cluster resources. Deciding to resize the worker group from 1 -> 2 workers.",
+        WORKER + event_line("attempt", time=130.0, workers=2),
+        *steps(4, 9, start=140.0),
+    ]
+    summary = read(lines).summary(90.0, 160.0)
+    assert (summary["restarts"], summary["preemptions"], summary["failures"]) == (1, 0, 0)
+    assert summary["steps_recomputed"] == 2
+
+
+def test_the_failed_event_names_the_budget():
+    record = read([WORKER + event_line("failed", message="training failed: worker errors used up maxFailures = 0")])
+    assert record.failure == "training failed: worker errors used up maxFailures = 0"
+
+
+def test_what_the_log_cannot_say_is_none():
+    assert read(["no events here"]).summary(0.0, 10.0) == dict.fromkeys(OUTPUTS)
+    record = read([WORKER + event_line("attempt", time=100.0, workers=1)])
+    summary = record.summary(None, None)
+    assert summary["restarts"] == 0
+    assert summary["goodput_percent"] is None and summary["seconds_to_first_step"] is None
+    # No step at all: nothing to measure the time lost from.
+    assert (
+        read([WORKER + event_line("attempt", time=100.0, workers=1)]).summary(90.0, 140.0)["seconds_lost_to_restarts"]
+        is None
+    )
+
+
+def test_a_group_stopped_before_its_first_step_is_inside_the_gap():
+    gap = read(
+        [
+            WORKER + event_line("attempt", time=100.0, workers=2),
+            *steps(0, 3, start=110.0),  # last at 116
+            WORKER + event_line("attempt", time=120.0, workers=1),  # resized before a step
+            WORKER + event_line("attempt", time=140.0, workers=2),
+            *steps(2, 5, start=150.0),
+        ]
+    ).summary(90.0, 160.0)
+    assert gap["restarts"] == 2 and gap["seconds_lost_to_restarts"] == 150.0 - 116.0
+    assert gap["steps_recomputed"] == 2
