@@ -42,6 +42,13 @@ RAY_TEARDOWN_SECONDS = 3
 # call a second from one actor, so a 12 s drain window loses at most 1 s to polling, not 5.
 PREEMPTION_POLL_SECONDS = 1
 
+# How long Ray Train waits past a drain's deadline before it restarts the run
+# (FailureConfig.preemption_grace_s). At the deadline the preempted node is still listed: `ray
+# start` ends it then, within RAY_TEARDOWN_SECONDS. Restarting at once, Ray Train asks for the old
+# number of workers, and waits 60 s for one that cannot start (measured on a local two-node
+# cluster: tests/test_elastic_local.py) before it settles for the slices that remain.
+RESTART_GRACE_SECONDS = 10
+
 DRAIN_TIMEOUT_ENV = "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"
 POLL_INTERVAL_ENV = "RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S"
 

@@ -3,6 +3,7 @@
 import pytest
 from ray.util.tpu import get_tpu_worker_resources
 
+from domain import preemption
 from domain.job import JobSpec, resolve_job
 from domain.maxtext_config import base_config_path
 from trainer import maxtext_trainer
@@ -44,6 +45,12 @@ def test_preemptions_use_up_a_budget_of_their_own():
     assert (default.max_failures, default.max_preemption_failures) == (3, -1)  # -1: Ray's "no limit"
     capped = maxtext_trainer.run_config(job(elastic=True, max_failures=1, max_preemptions=5)).failure_config
     assert (capped.max_failures, capped.max_preemption_failures) == (1, 5)
+
+
+def test_a_restart_after_a_preemption_waits_for_the_node_to_go():
+    """Past the drain's deadline by more than `ray start` takes to end the node."""
+    config = maxtext_trainer.run_config(job(elastic=True)).failure_config
+    assert config.preemption_grace_s == preemption.RESTART_GRACE_SECONDS > preemption.RAY_TEARDOWN_SECONDS
 
 
 def test_run_state_lives_beside_the_checkpoints():

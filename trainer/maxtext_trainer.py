@@ -22,6 +22,7 @@ from typing import Any
 from domain.goodput import event_line, maxtext_step
 from domain.job import JobSpec
 from domain.maxtext_config import base_config_path
+from domain.preemption import RESTART_GRACE_SECONDS
 
 # Environment for CPU workers: JAX on the CPU backend, and MaxText without Google Cloud clients
 # (faster start, nothing to authenticate on a laptop).
@@ -71,7 +72,13 @@ def run_config(job: JobSpec):
         # Two budgets: worker errors use up max_failures; a node drained for preemption (a Spot
         # slice reclaimed) uses up max_preemption_failures instead, so preemptions cannot exhaust
         # the retries meant for real errors.
-        failure_config=FailureConfig(max_failures=job.max_failures, max_preemption_failures=job.max_preemptions),
+        # After a preemption, the restart waits until the preempted node is gone (see
+        # domain/preemption.py) and so starts on the slices that remain.
+        failure_config=FailureConfig(
+            max_failures=job.max_failures,
+            max_preemption_failures=job.max_preemptions,
+            preemption_grace_s=RESTART_GRACE_SECONDS,
+        ),
         worker_runtime_env={} if job.use_tpu else {"env_vars": dict(CPU_WORKER_ENV)},
     )
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from domain.paths import PROJECT_ROOT
+from domain.preemption import DRAIN_TIMEOUT_ENV, POLL_INTERVAL_ENV, PREEMPTION_POLL_SECONDS
 
 TRAINER_VENV = PROJECT_ROOT / ".venv-trainer"
 
@@ -263,17 +264,16 @@ class _RayStart:
         found.discard(os.getpid())
         return {pid: stats[pid].started for pid in found if stats[pid].state not in GONE}
 
-    def stop(self, graceful: bool = True) -> None:
+    def stop(self) -> None:
         """Ends this `ray start` and every process of its Ray session, a running job's
         included, within STOP_BOUND_SECONDS: SIGTERM to `ray start`, STOP_GRACE_SECONDS for it
-        to end its subprocesses (not when `graceful` is False), then SIGKILL to its process
-        group and to each process of the session (see _session_processes). Touches no process
-        it did not start."""
+        to end its subprocesses, then SIGKILL to its process group and to each process of the
+        session (see _session_processes). Touches no process it did not start."""
         if self.process is None:
             return
         deadline = time.monotonic() + STOP_BOUND_SECONDS
         session = self._session_processes()  # first: before any parent dies
-        if graceful and self.process.poll() is None:
+        if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(timeout=STOP_GRACE_SECONDS)
@@ -420,7 +420,9 @@ class LocalRayHead(_RayStart):
             # On SIGTERM Ray first drains the node for up to 30 s (for Serve on Kubernetes),
             # waiting for running jobs to give their leases back; a local head has nothing to
             # hand over, so it shuts down right away.
-            "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
+            DRAIN_TIMEOUT_ENV: "0",
+            # Ray Train looks for drained nodes as often as on the RayCluster.
+            POLL_INTERVAL_ENV: str(PREEMPTION_POLL_SECONDS),
             # Ray forwards every file of the machine's libtpu log directory (/tmp/tpu_logs by
             # default: every fit check's compile writes there) into each job's log; this
             # cluster's own, empty, directory instead.
@@ -454,18 +456,32 @@ class LocalRayHead(_RayStart):
         self._wait_until(lambda: dashboard_answers(self.address, headers=self.auth_headers), "the Ray head")
         return self
 
-    def stop(self, graceful: bool = True) -> None:
-        super().stop(graceful)
+    def stop(self) -> None:
+        super().stop()
         if self.token_path is not None:
             self.token_path.unlink(missing_ok=True)  # the head is gone; its token is useless
 
 
 class LocalRayNode(_RayStart):
     """A second machine, on this one: a node that joins a LocalRayHead(multi_node=True), with a
-    custom resource of its own (`name`) so a test can find it. `reclaim()` is the VM vanishing."""
+    custom resource of its own (`name`) so a test can find it.
 
-    def __init__(self, head: LocalRayHead, name: str, num_cpus: int = 1, start_timeout: float = 120.0):
+    `preempt()` is what GKE does to a Ray worker pod when its Spot VM is reclaimed: SIGTERM to
+    `ray start`, which drains its own node with the preemption reason for `drain_seconds`
+    (RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S, as the RayCluster sets it: docs/spot.md), then
+    stops its processes; Ray records the node's end as a preemption, since it comes after the
+    drain's deadline."""
+
+    def __init__(
+        self,
+        head: LocalRayHead,
+        name: str,
+        num_cpus: int = 1,
+        drain_seconds: float = 0.0,
+        start_timeout: float = 120.0,
+    ):
         super().__init__(head.venv, num_cpus, start_timeout)
+        self.drain_seconds = drain_seconds
         if not head.multi_node:
             raise LocalRayError("start the head with LocalRayHead(multi_node=True) to add nodes to it")
         self.head = head
@@ -485,16 +501,16 @@ class LocalRayNode(_RayStart):
                 return node.node_id
         return None
 
-    def reclaim(self) -> None:
-        """Every process of this node SIGKILLed at once, as when the cloud takes the VM: Ray
-        learns of it only by the node no longer answering (a `stop()` would first tell the
-        cluster that the node is going, an expected termination)."""
-        self.stop(graceful=False)
+    def preempt(self) -> None:
+        """SIGTERM to this node's `ray start`, without waiting: it drains the node for
+        `drain_seconds`, then ends its processes (stop() cleans up whatever is left)."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
 
     def start(self) -> LocalRayNode:
         self._launch(
             [f"--address={self.head.gcs_address}", f"--resources={json.dumps({self.name: 1})}"],
-            self.head.environment(),
+            {**self.head.environment(), DRAIN_TIMEOUT_ENV: str(self.drain_seconds)},
         )
         self._wait_until(lambda: self.node_id() is not None, f"node {self.name}")
         return self
