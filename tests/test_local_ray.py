@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 from ray.job_submission import JobStatus, JobSubmissionClient
 
-from workloads.local_ray import STOP_BOUND_SECONDS, LocalRayHead, dashboard_answers
+from tests.support.port_holder import PortHolder
+from workloads import local_ray
+from workloads.local_ray import STOP_BOUND_SECONDS, LocalRayError, LocalRayHead, dashboard_answers
 
 pytestmark = pytest.mark.slow
 
@@ -202,3 +204,51 @@ def test_stop_is_bounded_even_when_ray_start_ignores_sigterm(head, tmp_path):
     assert process_start(job_pid) != job_started, f"the job's process {job_pid} outlived stop()"
     assert group_members(group) == []
     assert [pid for pid, start in session.items() if process_start(pid) == start] == []
+
+
+# ------------------------------------------------------------------ a port that is taken
+# Each holder is a process of its own on a real port of 127.0.0.1; the head must fail within
+# seconds (not wait start_timeout for a dashboard that cannot come up), naming the port and the
+# holder's pid.
+FAIL_FAST_SECONDS = 10
+
+
+@pytest.mark.parametrize("mode", ["silent", "404"])
+@pytest.mark.parametrize("which", ["dashboard", "GCS"])
+def test_a_taken_port_fails_at_once_naming_the_port_and_its_holder(which, mode):
+    with PortHolder(mode) as holder:
+        head = LocalRayHead(dashboard_port=holder.port if which == "dashboard" else None)
+        if which == "GCS":
+            head.gcs_port = holder.port
+        started = time.monotonic()
+        with pytest.raises(LocalRayError) as error:
+            head.start()
+        assert time.monotonic() - started < FAIL_FAST_SECONDS
+    message = str(error.value)
+    assert f"{which} port 127.0.0.1:{holder.port}" in message
+    assert f"pid {holder.pid} (" in message and "port_holder" not in message
+    assert head.process is None, "ray start was launched on a taken port"
+
+
+def test_a_dashboard_port_taken_after_the_check_fails_fast_from_rays_own_log(monkeypatch):
+    """The port is taken between the check and `ray start` (or the check cannot see it): Ray
+    says so in its log and goes on without a dashboard; start() must not wait start_timeout."""
+    monkeypatch.setattr(local_ray, "port_in_use", lambda port, host="127.0.0.1": False)
+    with PortHolder("silent") as holder:
+        head = LocalRayHead(dashboard_port=holder.port, start_timeout=120)
+        started = time.monotonic()
+        with pytest.raises(LocalRayError) as error:
+            head.start()
+        elapsed = time.monotonic() - started
+    message = str(error.value)
+    assert elapsed < 30, f"took {elapsed:.0f} s"
+    assert f"127.0.0.1:{holder.port} is taken by pid {holder.pid} (" in message
+    assert not local_ray._group_alive(head.process.pid), "the failed head was left running"
+
+
+def test_the_holder_of_a_port_is_named_with_its_command_line():
+    with PortHolder("html") as holder:
+        assert local_ray.port_in_use(holder.port)
+        described = local_ray.port_holder(holder.port)
+    assert described.startswith(f"pid {holder.pid} (") and sys.executable in described
+    assert not local_ray.port_in_use(holder.port)

@@ -15,8 +15,11 @@ random token, kept in a 0600 file in a 0700 directory of its temp dir; only that
 from __future__ import annotations
 
 import contextlib
+import errno
+import ipaddress
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -49,6 +52,15 @@ STOP_GRACE_SECONDS = 5.0
 # waiting for the job to give its lease back), and every test session or smoke run that ended
 # with a job alive waited that long; a hung `ray start` would have made it 30 s more.
 STOP_BOUND_SECONDS = 12.0
+# A head whose `ray start` says "Ray runtime started." has registered its dashboard already (Ray
+# waits for that); one that still does not answer this long after is not going to.
+DASHBOARD_AFTER_START_SECONDS = 30.0
+# What `ray start` prints (ray/_private/services.py, scripts.py) when the head cannot work: the
+# dashboard's port is taken (Ray then goes on without a dashboard, and start() would otherwise
+# wait its whole start_timeout for it), the dashboard died, and the runtime is up.
+_DASHBOARD_PORT_TAKEN = re.compile(r"Failed to bind to (?P<host>[^\s:]+):(?P<port>\d+) because it's already occupied")
+_DASHBOARD_FAILED = "Failed to start the dashboard"
+_RUNTIME_STARTED = "Ray runtime started."
 
 
 class LocalRayError(RuntimeError):
@@ -59,6 +71,66 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a listener holds `host:port`, tested the way Ray tests its dashboard port
+    (SO_REUSEADDR, so connections of an earlier process in TIME_WAIT do not count)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                return True
+            raise
+    return False
+
+
+def _listening_inodes(port: int) -> set[str]:
+    """Socket inodes of TCP listeners on `port` that a loopback client reaches (bound to a
+    loopback address or to every address), from /proc/net/tcp{,6}."""
+    inodes = set()
+    for table, width in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 16)):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            address, _, hex_port = fields[1].partition(":")
+            if fields[3] != "0A" or int(hex_port, 16) != port:  # 0A: LISTEN
+                continue
+            # The kernel prints each 32-bit word of the address in host (little-endian) order.
+            raw = b"".join(bytes.fromhex(address[i : i + 8])[::-1] for i in range(0, len(address), 8))
+            ip = ipaddress.ip_address(raw[:width])
+            if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+                ip = ip.ipv4_mapped
+            if ip.is_loopback or ip.is_unspecified:
+                inodes.add(fields[9])
+    return inodes
+
+
+def port_holder(port: int) -> str:
+    """Who holds TCP `port` on loopback, as `pid N (command line)`, found through /proc: the
+    process whose open file is the listening socket. Another user's processes cannot be read,
+    so then it says how to find it."""
+    inodes = {f"socket:[{inode}]" for inode in _listening_inodes(port)}
+    holders = []
+    for pid in _all_pids() if inodes else []:
+        try:
+            links = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+        except OSError:  # gone, or another user's
+            continue
+        if links & inodes:
+            try:
+                command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                command = "?"
+            holders.append(f"pid {pid} ({command.strip()[:200]})")
+    if holders:
+        return ", ".join(holders)
+    return f"a process this user cannot see (`sudo ss -ltnp 'sport = :{port}'` names it)"
 
 
 def dashboard_answers(address: str, timeout: float = 2.0, headers: Mapping[str, str] | None = None) -> bool:
@@ -207,22 +279,31 @@ class _RayStart:
                 start_new_session=True,
             )
 
-    def _wait_until(self, ready, what: str) -> None:
+    def _wait_until(self, ready, what: str, failed=lambda: None) -> None:
+        """Waits for `ready()`; fails as soon as `ray start` exits or `failed()` names a reason
+        it will never be ready, else after start_timeout."""
         assert self.process is not None
         deadline = time.monotonic() + self.start_timeout
         while not ready():
             if self.process.poll() is not None:
                 self.stop()  # whatever it left behind
                 raise LocalRayError(f"ray start exited with {self.process.returncode}:\n{self._log_tail()}")
+            reason = failed()
+            if reason is not None:
+                self.stop()
+                raise LocalRayError(f"{reason}\n--- ray start's log ---\n{self._log_tail()}")
             if time.monotonic() > deadline:
                 self.stop()
                 raise LocalRayError(f"{what} did not come up within {self.start_timeout:.0f} s:\n{self._log_tail()}")
             time.sleep(0.5)
 
-    def _log_tail(self, lines: int = 30) -> str:
+    def _log(self) -> str:
         if self.log_path is None or not self.log_path.exists():
             return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return self.log_path.read_text(errors="replace")
+
+    def _log_tail(self, lines: int = 30) -> str:
+        return "\n".join(self._log().splitlines()[-lines:])
 
     def _session_processes(self) -> dict[int, int]:
         """{pid: start time} of the live processes of this head's Ray session.
@@ -342,6 +423,7 @@ class LocalRayHead(_RayStart):
         self.gcs_port = free_port()
         self.token_path: Path | None = None
         self._token: str | None = None
+        self._runtime_started_at: float | None = None  # when `ray start` said the runtime is up
 
     def __repr__(self) -> str:  # never the token
         return f"LocalRayHead(address={self.address!r}, temp_dir={self.temp_dir!r})"
@@ -439,7 +521,43 @@ class LocalRayHead(_RayStart):
         directory.mkdir(exist_ok=True)
         return directory
 
+    def _refuse_taken_ports(self, ports: Mapping[str, int]) -> None:
+        """Fails before `ray start` when a port the head must listen on is taken: Ray would go
+        on without its dashboard (and start() wait start_timeout for it), or wait for a GCS that
+        cannot bind."""
+        for what, port in ports.items():
+            if port_in_use(port):
+                raise LocalRayError(
+                    f"cannot start a Ray head: its {what} port 127.0.0.1:{port} is taken by "
+                    f"{port_holder(port)}; stop that process or use another port"
+                )
+
+    def _start_failure(self, started_at: float) -> str | None:
+        """Why this head's dashboard will never answer, from what `ray start` printed so far."""
+        log = self._log()
+        taken = _DASHBOARD_PORT_TAKEN.search(log)
+        if taken:
+            port = int(taken["port"])
+            return (
+                f"the Ray head started without its dashboard: port {taken['host']}:{port} is taken by "
+                f"{port_holder(port)}; stop that process or use another port"
+            )
+        if _DASHBOARD_FAILED in log:
+            return "the Ray head's dashboard failed to start (see dashboard.log in the session's logs dir)"
+        if _RUNTIME_STARTED in log:
+            self._runtime_started_at = self._runtime_started_at or time.monotonic()
+            if time.monotonic() - self._runtime_started_at > DASHBOARD_AFTER_START_SECONDS:
+                return (
+                    f"the Ray head started, but its dashboard at {self.address} did not answer within "
+                    f"{DASHBOARD_AFTER_START_SECONDS:.0f} s (after {time.monotonic() - started_at:.0f} s in all)"
+                )
+        return None
+
     def start(self) -> LocalRayHead:
+        client_server_port = free_port()
+        self._refuse_taken_ports(
+            {"dashboard": self.dashboard_port, "GCS": self.gcs_port, "Ray client server": client_server_port}
+        )
         self.temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
         self._write_token()  # in the temp dir, before Ray makes it world-writable
         env = self.environment()
@@ -449,11 +567,17 @@ class LocalRayHead(_RayStart):
                 "--dashboard-host=127.0.0.1",
                 f"--dashboard-port={self.dashboard_port}",
                 f"--port={self.gcs_port}",
-                f"--ray-client-server-port={free_port()}",
+                f"--ray-client-server-port={client_server_port}",
             ],
             env,
         )
-        self._wait_until(lambda: dashboard_answers(self.address, headers=self.auth_headers), "the Ray head")
+        started_at = time.monotonic()
+        self._runtime_started_at = None
+        self._wait_until(
+            lambda: dashboard_answers(self.address, headers=self.auth_headers),
+            "the Ray head",
+            failed=lambda: self._start_failure(started_at),
+        )
         return self
 
     def stop(self) -> None:
