@@ -339,9 +339,10 @@ class JobsApi:
 
     # ------------------------------------------------------------------ operations
 
-    def check_reachable(self) -> None:
+    def check_reachable(self) -> str | None:
         """Fails within REACH_TIMEOUT_SECONDS, naming the address, instead of hanging (the SDK's
-        own version check has no timeout)."""
+        own version check has no timeout). Returns the answer's HTTP Date header: the cluster's
+        clock (RayJobProvider measures a job's run time on it)."""
         what = "cannot reach the Ray Jobs API"
         try:
             headers = self.headers()
@@ -364,6 +365,7 @@ class JobsApi:
                 f"{what} at {self.describe()} (HTTP {response.status_code}); {self.fix_for(kind)}",
                 response.status_code,
             )
+        return response.headers.get("Date")
 
     def call(self, what: str, operation: Callable[[Any], T]) -> T:
         """Runs `operation(client)`; any failure becomes a JobsApiError naming what was tried,
