@@ -113,6 +113,17 @@ class JobSpec:
         return cls(**data)
 
 
+def preset_maxtext_overrides(preset_name: str, *, slices: int, elastic: bool) -> dict[str, str]:
+    """The MaxText settings a job of `preset_name` has before the user's maxtextOverrides: the
+    preset's, its DCN axis for `slices`, and the save on SIGTERM."""
+    chosen = PRESETS[preset_name]
+    resolved = {**SAVE_ON_SIGTERM, **maxtext_overrides(chosen, slices)}
+    if elastic and chosen.dcn_axis:
+        # The slice count changes under an elastic job: let MaxText size the DCN axis itself.
+        resolved[f"dcn_{chosen.dcn_axis}_parallelism"] = "-1"
+    return resolved
+
+
 def resolve_job(
     preset_name: str,
     *,
@@ -165,10 +176,7 @@ def resolve_job(
             "limit (node preemptions Ray Train recovers from; they never use up maxFailures)"
         )
 
-    resolved = {**SAVE_ON_SIGTERM, **maxtext_overrides(chosen, max(slices, 1))}
-    if elastic and chosen.dcn_axis:
-        # The slice count changes under an elastic job: let MaxText size the DCN axis itself.
-        resolved[f"dcn_{chosen.dcn_axis}_parallelism"] = "-1"
+    resolved = preset_maxtext_overrides(chosen.name, slices=max(slices, 1), elastic=elastic)
     user = {str(key): str(value) for key, value in (overrides or {}).items()}
     resolved.update(user)
     problems += maxtext_config.override_problems(user, chips_per_slice=None, slices=max(slices, 1))

@@ -15,6 +15,7 @@ from domain.presets import PRESETS
 from domain.tpu_catalog import accelerator_by_ray_type
 from domain.workload_settings import WorkloadSettings
 from trainer.fit_check import FitResult, configuration, libtpu_flags, recorded_result
+from trainer.validate_config import maxtext_problems
 
 # Infra stack outputs the job needs; the optional ones are missing from stacks deployed before
 # they existed (such a stack's cluster has no Ray token, and destroy cannot ask GKE about it).
@@ -107,7 +108,7 @@ def resolve_for_cluster(settings: WorkloadSettings, cluster: Mapping[str, Any]) 
                 f"{accelerator}; {_presets_for(accelerator)}"
             ]
         )
-    return resolve_job(
+    job = resolve_job(
         preset,
         run_name=settings.run_name_for(preset),
         checkpoint_root=cluster["checkpointRoot"],
@@ -119,11 +120,12 @@ def resolve_for_cluster(settings: WorkloadSettings, cluster: Mapping[str, Any]) 
         max_preemptions=settings.max_preemptions,
         overrides=settings.maxtext_overrides,
     )
+    return checked_by_maxtext(job, settings)
 
 
 def resolve_local(settings: WorkloadSettings) -> JobSpec:
     assert settings.preset is not None
-    return resolve_job(
+    job = resolve_job(
         settings.preset,
         run_name=settings.run_name_for(settings.preset),
         checkpoint_root=local_checkpoint_root(settings),
@@ -133,6 +135,17 @@ def resolve_local(settings: WorkloadSettings) -> JobSpec:
         max_preemptions=settings.max_preemptions,
         overrides=settings.maxtext_overrides,
     )
+    return checked_by_maxtext(job, settings)
+
+
+def checked_by_maxtext(job: JobSpec, settings: WorkloadSettings) -> JobSpec:
+    """`job`, once MaxText's own config layer has accepted it on the job's device target (see
+    trainer/validate_config.py: cached, so only a new configuration waits for MaxText). Raises
+    JobError with MaxText's reasons otherwise, or when MaxText could not be asked."""
+    problems = maxtext_problems(job, settings.maxtext_overrides, secret="maxtextOverrides" in settings.secrets)
+    if problems:
+        raise JobError(problems)
+    return job
 
 
 def gke_target(cluster: Mapping[str, Any]) -> dict[str, Any]:

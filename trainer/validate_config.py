@@ -1,0 +1,203 @@
+"""Does MaxText accept this job's configuration? Asks MaxText's own config layer, offline, in
+seconds, before anything is registered or submitted.
+
+    python -m trainer.validate_config REQUESTS.json RESULTS.json   (in the trainer environment)
+
+Each request is one configuration as the job's workers would start it (domain/maxtext_validation.py
+builds them): MaxText's `pyconfig.initialize` loads base.yml and the model's config, merges the
+overrides and builds its pydantic config model, whose field types and validators are the checks
+MaxText runs at job start. The target's device count comes from MaxText's own knobs for
+compiling without the devices: `compile_topology` (its TPU table) for a TPU job, and
+`internal_compile_num_devices` for CPU workers. Importing MaxText takes most of the time, so one
+process validates a whole batch; answers are cached by the requests and the trainer lock.
+
+The other half, `maxtext_problems`, runs in the project's environment: it builds the requests
+for a job, answers from the cache or runs this module in the trainer environment, and returns
+the problems in the product's words.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from domain import maxtext_validation
+from domain.job import JobError, JobSpec
+from domain.maxtext_config import base_config_path
+from domain.paths import PROJECT_ROOT
+from trainer.fit_check import TRAINER_LOCK, TRAINER_PYTHON
+from trainer.maxtext_trainer import CPU_WORKER_ENV
+
+CACHE_DIR = PROJECT_ROOT / ".cache" / "maxtext-config"
+# Importing MaxText takes ~3-20 s depending on the machine; the validations themselves well
+# under a second each.
+TIMEOUT_SECONDS = 300
+# Kubernetes' termination-message path: MaxText writes its config error there even outside a pod.
+TERMINATION_LOG = Path("/dev/termination-log")
+# Environment variables of the caller's shell that MaxText would read but the job's workers do
+# not have: its own M_<KEY> overrides, and XLA_FLAGS (which MaxText refuses next to
+# dump_hlo_xla_flags).
+_NOT_PASSED = ("XLA_FLAGS",)
+_MAXTEXT_ENV_PREFIX = "M_"
+
+
+# --- in the project's environment -------------------------------------------------------------
+
+
+def _lock_digest() -> str:
+    lock = TRAINER_LOCK.read_text() if TRAINER_LOCK.exists() else ""
+    return hashlib.sha256(lock.encode()).hexdigest()
+
+
+def _environment() -> dict[str, str]:
+    kept = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in _NOT_PASSED and not key.startswith(_MAXTEXT_ENV_PREFIX)
+    }
+    # JAX on the CPU backend (no TPU is needed to count a target's devices) and MaxText without
+    # Google Cloud clients, as for CPU workers.
+    return {**kept, **CPU_WORKER_ENV}
+
+
+def run_requests(requests: Sequence[Mapping[str, Any]], *, python: Path | None = None) -> list[dict[str, Any]]:
+    """MaxText's answer to each request, from the cache when these requests have been asked
+    under this trainer lock. Raises RuntimeError when MaxText could not be asked."""
+    key = maxtext_validation.cache_key(requests, _lock_digest())
+    cached = CACHE_DIR / f"{key}.json"
+    if cached.exists():
+        return list(json.loads(cached.read_text()))
+    python = python or (TRAINER_PYTHON if TRAINER_PYTHON.exists() else Path(sys.executable))
+    with tempfile.TemporaryDirectory(prefix="maxtext-config-") as work:
+        asked, answered = Path(work) / "requests.json", Path(work) / "results.json"
+        asked.write_text(json.dumps(list(requests)))
+        try:
+            completed = subprocess.run(
+                [str(python), "-m", "trainer.validate_config", str(asked), str(answered)],
+                cwd=work,
+                env={**_environment(), "PYTHONPATH": str(PROJECT_ROOT)},
+                capture_output=True,
+                text=True,
+                timeout=TIMEOUT_SECONDS,
+            )
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"MaxText's config check did not finish within {TIMEOUT_SECONDS} s") from None
+        if completed.returncode != 0 or not answered.exists():
+            tail = "\n".join((completed.stderr or completed.stdout).strip().splitlines()[-5:])
+            raise RuntimeError(f"MaxText's config check failed to run (exit status {completed.returncode}): {tail}")
+        results = json.loads(answered.read_text())
+    if len(results) != len(requests):
+        raise RuntimeError(f"MaxText's config check answered {len(results)} of {len(requests)} configurations")
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    cached.write_text(json.dumps(results, sort_keys=True, indent=1) + "\n")
+    return results
+
+
+def maxtext_problems(
+    job: JobSpec, user_overrides: Mapping[str, Any], *, secret: bool = False, python: Path | None = None
+) -> list[str]:
+    """Every reason MaxText's own config layer gives for refusing `job` on its target, in the
+    product's words (`user_overrides` are the maxtextOverrides setting: the keys to name).
+    Raises JobError when MaxText could not be asked: the job is then not known to be valid."""
+    requests = maxtext_validation.requests(job, user_overrides)
+    try:
+        results = run_requests(requests, python=python)
+    except (RuntimeError, OSError, ValueError) as error:
+        raise JobError(
+            [
+                f"maxtextOverrides could not be checked against MaxText's own config rules ({error}); "
+                "run ./scripts/setup to install the trainer environment, then retry"
+            ]
+        ) from None
+    return maxtext_validation.problems(requests, results, user_overrides, secret=secret)
+
+
+# --- in the trainer environment ---------------------------------------------------------------
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): _jsonable(item) for key, item in value.items()}
+    return str(value)
+
+
+def _errors(error: BaseException) -> list[dict[str, Any]]:
+    """MaxText's refusal as data: pydantic's errors (field location, type, input, context such
+    as the allowed values or the bound), or the text of any other exception."""
+    from pydantic import ValidationError
+
+    if isinstance(error, ValidationError):
+        return [
+            {
+                "loc": [str(part) for part in item.get("loc", ())],
+                "type": item.get("type", ""),
+                "msg": item.get("msg", ""),
+                "input": _jsonable(item.get("input")) if item.get("loc") else None,
+                "ctx": _jsonable({k: v for k, v in (item.get("ctx") or {}).items() if k != "error"}),
+            }
+            for item in error.errors(include_url=False)
+        ]
+    return [{"loc": [], "type": type(error).__name__, "msg": str(error), "input": None, "ctx": {}}]
+
+
+def _validate(pyconfig: Any, base: str, args: Sequence[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """MaxText's errors for one configuration (empty when it accepts it) and, when it accepts
+    it, the batch it derives for the target: sequences per training step and devices."""
+    existed = TERMINATION_LOG.exists()
+    try:
+        config = pyconfig.initialize(["maxtext", base, *args])
+        derived = {name: getattr(config, name) for name in maxtext_validation.DERIVED}
+        return [], derived
+    except SystemExit as stop:
+        # Outside a test runner MaxText reports a config error by exiting with status 2; the
+        # error it reports is the exception the exit was raised from.
+        cause = stop.__context__
+        return (_errors(cause) if cause is not None else _errors(stop)), {}
+    except Exception as error:  # any refusal of MaxText's is an answer
+        return _errors(error), {}
+    finally:
+        if not existed:  # MaxText's copy of the message for a pod's status: not ours to leave
+            with contextlib.suppress(OSError):
+                TERMINATION_LOG.unlink()
+
+
+def validate(requests: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each request's errors, what MaxText derives from an accepted one, and, for an error of the configuration as a whole (no field named),
+    which of the request's alternatives (the configuration without one user override) MaxText
+    accepts or refuses for another reason: that override is the one it refuses."""
+    from maxtext.configs import pyconfig
+
+    base = str(base_config_path())
+    results = []
+    for request in requests:
+        errors, derived = _validate(pyconfig, base, request["args"])
+        whole = [error for error in errors if not error["loc"]]
+        blamed = []
+        if whole:
+            for key, args in request.get("without", {}).items():
+                if whole[0] not in _validate(pyconfig, base, args)[0]:
+                    blamed.append(key)
+        results.append({"errors": errors, "blamed": blamed, "derived": _jsonable(derived)})
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    asked, answered = (Path(arg) for arg in (argv if argv is not None else sys.argv[1:]))
+    answered.write_text(json.dumps(validate(json.loads(asked.read_text()))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
