@@ -541,8 +541,8 @@ def test_a_secret_override_value_stays_out_of_the_message():
         {"runtimeEnv": {"env_vars": {"XLA_FLAGS": "--xla_dump_to=/tmp"}}},
         {"runtimeEnv": {"working_dir": "."}},
         {"maxtextOverrides": {"enable_checkpointing": "False", "steps": "10_000", "learning_rate": "1e-4"}},
-        {"maxtextOverrides": {"ici_fsdp_parallelism": -1, "per_device_batch_size": 0.5, "mlp_activations": ["silu"]}},
-        {"maxtextOverrides": {"weight_sparsity_n": "anything"}},  # null in base.yml: MaxText checks it
+        {"maxtextOverrides": {"ici_fsdp_parallelism": -1, "per_device_batch_size": 0.5, "mlp_activations": ["silu", "linear"]}},
+        {"maxtextOverrides": {"weight_sparsity_n": "2"}},  # null in base.yml: MaxText checks it
         {"elastic": True, "minSlices": 2, "maxFailures": 0, "timeoutSeconds": 1},
     ],
     ids=["pip-opted-in", "env-vars", "local-working-dir", "typed-text", "typed-values", "null-default", "ranges-edges"],
