@@ -94,9 +94,9 @@ def requests(job: JobSpec, user_overrides: Mapping[str, Any]) -> list[dict[str, 
     return asked
 
 
-def cache_key(asked: Sequence[Mapping[str, Any]], lock_digest: str) -> str:
-    """The answer's key: everything MaxText is asked, and the trainer lock (MaxText's version)."""
-    payload = {"format": FORMAT, "requests": list(asked), "trainer_lock_sha256": lock_digest}
+def cache_key(request: Mapping[str, Any], lock_digest: str) -> str:
+    """An answer's key: everything MaxText is asked, and the trainer lock (MaxText's version)."""
+    payload = {"format": FORMAT, "request": dict(request), "trainer_lock_sha256": lock_digest}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
 

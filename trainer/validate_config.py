@@ -9,7 +9,7 @@ overrides and builds its pydantic config model, whose field types and validators
 MaxText runs at job start. The target's device count comes from MaxText's own knobs for
 compiling without the devices: `compile_topology` (its TPU table) for a TPU job, and
 `internal_compile_num_devices` for CPU workers. Importing MaxText takes most of the time, so one
-process validates a whole batch; answers are cached by the requests and the trainer lock.
+process validates a whole batch; each answer is cached by its request and the trainer lock.
 
 The other half, `maxtext_problems`, runs in the project's environment: it builds the requests
 for a job, answers from the cache or runs this module in the trainer environment, and returns
@@ -68,14 +68,8 @@ def _environment() -> dict[str, str]:
     return {**kept, **CPU_WORKER_ENV}
 
 
-def run_requests(requests: Sequence[Mapping[str, Any]], *, python: Path | None = None) -> list[dict[str, Any]]:
-    """MaxText's answer to each request, from the cache when these requests have been asked
-    under this trainer lock. Raises RuntimeError when MaxText could not be asked."""
-    key = maxtext_validation.cache_key(requests, _lock_digest())
-    cached = CACHE_DIR / f"{key}.json"
-    if cached.exists():
-        return list(json.loads(cached.read_text()))
-    python = python or (TRAINER_PYTHON if TRAINER_PYTHON.exists() else Path(sys.executable))
+def _ask(requests: Sequence[Mapping[str, Any]], python: Path) -> list[dict[str, Any]]:
+    """MaxText's answers to `requests`, from one process in the trainer environment."""
     with tempfile.TemporaryDirectory(prefix="maxtext-config-") as work:
         asked, answered = Path(work) / "requests.json", Path(work) / "results.json"
         asked.write_text(json.dumps(list(requests)))
@@ -96,9 +90,25 @@ def run_requests(requests: Sequence[Mapping[str, Any]], *, python: Path | None =
         results = json.loads(answered.read_text())
     if len(results) != len(requests):
         raise RuntimeError(f"MaxText's config check answered {len(results)} of {len(requests)} configurations")
-    CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    cached.write_text(json.dumps(results, sort_keys=True, indent=1) + "\n")
-    return results
+    return list(results)
+
+
+def run_requests(requests: Sequence[Mapping[str, Any]], *, python: Path | None = None) -> list[dict[str, Any]]:
+    """MaxText's answer to each request: from the cache for a request already asked under this
+    trainer lock, the others from one process in the trainer environment. Raises RuntimeError
+    (or OSError) when MaxText could not be asked."""
+    lock = _lock_digest()
+    paths = [CACHE_DIR / f"{maxtext_validation.cache_key(request, lock)}.json" for request in requests]
+    answers: list[dict[str, Any] | None] = [json.loads(path.read_text()) if path.exists() else None for path in paths]
+    missing = [index for index, answer in enumerate(answers) if answer is None]
+    if missing:
+        python = python or (TRAINER_PYTHON if TRAINER_PYTHON.exists() else Path(sys.executable))
+        fresh = _ask([requests[index] for index in missing], python)
+        CACHE_DIR.mkdir(parents=True, exist_ok=True)
+        for index, answer in zip(missing, fresh, strict=True):
+            paths[index].write_text(json.dumps(answer, sort_keys=True, indent=1) + "\n")
+            answers[index] = answer
+    return [answer for answer in answers if answer is not None]
 
 
 def maxtext_problems(
