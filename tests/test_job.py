@@ -2,7 +2,7 @@
 
 import pytest
 
-from domain.job import UNLIMITED, JobError, JobSpec, resolve_job
+from domain.job import UNLIMITED, JobError, JobSpec, preset_maxtext_overrides, resolve_job
 from domain.presets import PRESETS, maxtext_overrides
 
 
@@ -121,3 +121,13 @@ def test_every_preset_passes_the_typed_checks_it_imposes_on_users(name):
 
     overrides = maxtext_overrides(PRESETS[name], PRESETS[name].slices)
     assert key_problems(overrides) == [] and value_problems(overrides) == []
+
+
+def test_a_job_is_its_presets_settings_plus_the_users():
+    # What MaxText's config check compares an override against (domain/maxtext_validation.py).
+    for elastic in (False, True):
+        job = resolve_job("llama3-8b", run_name="r", checkpoint_root="/c", elastic=elastic, overrides={"steps": 5})
+        baseline = preset_maxtext_overrides("llama3-8b", slices=2, elastic=elastic)
+        assert dict(job.maxtext_overrides) == {**baseline, "steps": "5"}
+    assert preset_maxtext_overrides("llama3-8b", slices=2, elastic=True)["dcn_data_parallelism"] == "-1"
+    assert preset_maxtext_overrides("llama3-8b", slices=2, elastic=False)["dcn_data_parallelism"] == "2"

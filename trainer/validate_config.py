@@ -106,7 +106,11 @@ def run_requests(requests: Sequence[Mapping[str, Any]], *, python: Path | None =
         fresh = _ask([requests[index] for index in missing], python)
         CACHE_DIR.mkdir(parents=True, exist_ok=True)
         for index, answer in zip(missing, fresh, strict=True):
-            paths[index].write_text(json.dumps(answer, sort_keys=True, indent=1) + "\n")
+            # Written whole, then renamed: another check reading the cache meanwhile sees the
+            # answer or none, never part of one.
+            partial = paths[index].with_suffix(f".{os.getpid()}.tmp")
+            partial.write_text(json.dumps(answer, sort_keys=True, indent=1) + "\n")
+            partial.replace(paths[index])
             answers[index] = answer
     return [answer for answer in answers if answer is not None]
 
