@@ -5,7 +5,9 @@ fake Jobs API on 127.0.0.1 that answers 503, 401 or a 500 with a traceback."""
 
 from __future__ import annotations
 
+import email.utils
 import io
+import json
 import shlex
 import threading
 import time
@@ -14,8 +16,8 @@ import pytest
 from ray.job_submission import JobStatus, JobSubmissionClient
 
 from domain.goodput import event_line
-from tests.support.fake_jobs_api import TRACEBACK_500, FakeJobsApi
-from workloads import jobs_api, ray_job
+from tests.support.fake_jobs_api import TRACEBACK_500, FakeHttpServer, FakeJobsApi
+from workloads import jobs_api, ray_job, smoke
 from workloads.job_metrics import StepCollector
 from workloads.jobs_api import ErrorKind, JobsApi, JobsApiError, classify
 from workloads.local_ray import LocalRayHead, free_port
@@ -352,7 +354,12 @@ def test_the_wait_applies_the_lost_contact_rule_to_a_503():
         started = time.monotonic()
         with pytest.raises(RayJobError, match="lost contact with the Ray Jobs API"):
             RayJobProvider()._wait(
-                api, "pulumi-test-1", 600, ProgressReporter("j", None, io.StringIO()), StepCollector()
+                api,
+                "pulumi-test-1",
+                600,
+                ProgressReporter("j", None, io.StringIO()),
+                StepCollector(),
+                ray_job.RunClock(None),
             )
         assert time.monotonic() - started >= ray_job.LOST_CONTACT_SECONDS
         assert len(fake.requests) > 3  # it kept asking
@@ -495,3 +502,308 @@ def test_the_guard_stops_every_running_attempt_of_its_job(local_ray_head):
     assert ray.get_job_status(base_id) == JobStatus.FAILED
     assert ray.get_job_status(f"{base_id}0") in (JobStatus.PENDING, JobStatus.RUNNING)
     ray.stop_job(f"{base_id}0")
+
+
+# ------------------------------------------------------------------ one job per stack (issue 19)
+# What the first releases wrote: `inputs` -> the id and the digests they computed (commit
+# 29d9881's submission_id and input_digests, run on these inputs).
+FIRST_RELEASE_INPUTS = {
+    "stack": "dev",
+    "entrypoint": "python -m trainer.x --job {}",
+    "runtime_env": None,
+    "metadata": {"preset": "tiny-cpu", "run_name": "tiny-cpu-dev"},
+    "address": "http://127.0.0.1:8265",
+    "gke": None,
+    "timeout_seconds": 60,
+    "total_steps": 6,
+    "checkpoint_dir": "/tmp/c",
+}
+FIRST_RELEASE_ID = "pulumi-dev-43dc199e4507fe01"
+FIRST_RELEASE_DIGESTS = {
+    "stack": "8a17302d4ffff29e",
+    "entrypoint": "19b9b7e080e492d6",
+    "runtime_env": "74234e98afe7498f",
+    "metadata": "72b3d3bee35fd159",
+    "address": "39308f73cd7cc34e",
+    "gke": "74234e98afe7498f",
+}
+# The same stack now: the program adds the organization and project.
+NOW = {**FIRST_RELEASE_INPUTS, "organization": "acme", "project": "maxtext-tpu-workloads"}
+
+
+def first_release_state(**changes) -> dict:
+    """A RayJob's state (its outputs) as the first releases wrote it, for a finished job."""
+    return {
+        **{key: FIRST_RELEASE_INPUTS[key] for key in ("stack", "address", "gke", *ray_job.UPDATABLE)},
+        "input_digests": FIRST_RELEASE_DIGESTS,
+        "submission_id": FIRST_RELEASE_ID,
+        "status": "SUCCEEDED",
+        **changes,
+    }
+
+
+def test_two_projects_or_organizations_dev_stacks_get_two_jobs():
+    ids = {
+        submission_id(NOW),
+        submission_id({**NOW, "project": "other-workloads"}),
+        submission_id({**NOW, "organization": "other-org"}),
+    }
+    assert len(ids) == 3
+    assert submission_id(NOW).startswith("pulumi-acme-maxtext-tpu-workloads-dev-")
+
+
+def test_the_id_stays_readable_and_short_whatever_the_names():
+    long = {**NOW, "organization": "o" * 40, "project": "p" * 100, "stack": "s" * 100}
+    job_id = submission_id(long)
+    assert len(job_id) <= len("pulumi-") + ray_job.ID_NAME_MAX + 1 + 16
+    assert job_id != submission_id({**long, "stack": "s" * 99 + "t"})  # the digest has the full names
+    odd = submission_id({**NOW, "stack": "a/b c"})
+    assert odd.startswith("pulumi-acme-maxtext-tpu-workloads-a-b-c-")
+
+
+def test_the_earlier_id_form_is_the_one_the_first_releases_computed():
+    assert ray_job.legacy_submission_id(NOW) == FIRST_RELEASE_ID
+    assert submission_id(NOW) != FIRST_RELEASE_ID
+
+
+def test_a_finished_job_in_first_release_state_is_not_run_again():
+    """The first `pulumi up` after the upgrade: no organization or project in the state, and the
+    id in its earlier form. The job is the same, so nothing happens (no re-training)."""
+    provider = RayJobProvider()
+    same = provider.diff(FIRST_RELEASE_ID, first_release_state(), NOW)
+    assert same.changes is False and same.replaces == []
+    # State written before digests were kept: the same.
+    raw = {**FIRST_RELEASE_INPUTS, "submission_id": FIRST_RELEASE_ID}
+    assert provider.diff(FIRST_RELEASE_ID, raw, NOW).replaces == []
+    # A real change of the job is still a new run (and then the id takes the new form).
+    changed = provider.diff(FIRST_RELEASE_ID, first_release_state(), {**NOW, "entrypoint": "python -m other"})
+    assert changed.replaces == ["entrypoint"]
+    # State written by this code records the organization and project: moving the stack's job
+    # to another project is another job.
+    current = {**NOW, "input_digests": ray_job.input_digests(NOW)}
+    assert provider.diff("id", current, {**NOW, "project": "other"}).replaces == ["project"]
+
+
+def test_a_first_release_guard_is_updated_not_replaced_and_keeps_the_earlier_id():
+    """A replaced guard's delete would stop the run it guards (still running under the earlier
+    id after an interrupted `pulumi up`); an update keeps it guarded."""
+    guard = RayJobGuardProvider()
+    olds = {"job_id": FIRST_RELEASE_ID, "address": NOW["address"], "gke": None}
+    news = {
+        "job_id": submission_id(NOW),
+        "previous_job_id": ray_job.legacy_submission_id(NOW),
+        "address": NOW["address"],
+        "gke": None,
+    }
+    diff = guard.diff(f"{FIRST_RELEASE_ID}-guard", olds, news)
+    assert diff.changes is True and diff.replaces == []
+    outs = guard.update(f"{FIRST_RELEASE_ID}-guard", olds, news).outs
+    assert outs["job_id"] == submission_id(NOW) and outs["legacy_job_id"] == FIRST_RELEASE_ID
+    # The next `pulumi up`: nothing to do, the earlier id kept.
+    again = guard.diff(f"{FIRST_RELEASE_ID}-guard", outs, news)
+    assert again.changes is False
+    assert guard.update("x", outs, {**news, "address": "http://127.0.0.1:1"}).outs["legacy_job_id"] == FIRST_RELEASE_ID
+    # Another job (a changed input) is a replacement, as before.
+    other = {**news, "job_id": "pulumi-acme-p-dev-0000", "previous_job_id": "pulumi-dev-0000"}
+    assert guard.diff("x", outs, other).replaces == ["job_id"]
+    # A guard this code creates never holds an earlier id (another project's `dev` may run under it).
+    assert guard.create(news).outs["legacy_job_id"] is None
+
+
+def legacy_run(head, entrypoint: str) -> tuple[dict, str, JobSubmissionClient]:
+    """A job the first releases submitted (its id in the earlier form) and the inputs this code
+    gives the same job's create, the guard's recorded earlier id included."""
+    props = {
+        **inputs(head, entrypoint=entrypoint),
+        "organization": "acme",
+        "project": "maxtext-tpu-workloads",
+    }
+    legacy_id = ray_job.legacy_submission_id(props)
+    ray = client(head)
+    ray.submit_job(entrypoint=entrypoint, submission_id=legacy_id)
+    return {**props, "legacy_job_id": legacy_id}, legacy_id, ray
+
+
+def attempts_of(ray: JobSubmissionClient, *base_ids: str) -> list[str]:
+    return sorted(
+        job.submission_id
+        for job in ray.list_jobs()
+        if job.submission_id and any(ray_job._attempt_number(base, job.submission_id) for base in base_ids)
+    )
+
+
+@slow
+def test_create_adopts_a_finished_first_release_run_instead_of_training_again(local_ray_head):
+    props, legacy_id, ray = legacy_run(local_ray_head, FAKE_TRAINER)
+    wait_for(ray, legacy_id, {JobStatus.SUCCEEDED})
+    result = RayJobProvider().create(props)
+    assert result.id == legacy_id and result.outs["status"] == "SUCCEEDED" and result.outs["steps_completed"] == 3
+    assert attempts_of(ray, legacy_id, submission_id(props)) == [legacy_id], "the job was submitted again"
+
+
+@slow
+def test_create_waits_for_a_first_release_run_still_going_instead_of_starting_a_second(local_ray_head):
+    props, legacy_id, ray = legacy_run(local_ray_head, f"sleep 3 && {FAKE_TRAINER}")
+    wait_for(ray, legacy_id, {JobStatus.RUNNING})
+    result = RayJobProvider().create(props)
+    assert result.id == legacy_id and result.outs["status"] == "SUCCEEDED"
+    assert attempts_of(ray, legacy_id, submission_id(props)) == [legacy_id], "two runs at once"
+
+
+@slow
+def test_a_failed_first_release_run_is_retried_under_the_new_id_and_the_guard_covers_both(local_ray_head, tmp_path):
+    marker = tmp_path / "failed-once"
+    props, legacy_id, ray = legacy_run(
+        local_ray_head, f"test -f {marker} && exec sleep 300 || (touch {marker}; exit 3)"
+    )
+    wait_for(ray, legacy_id, {JobStatus.FAILED})
+    new_id = submission_id(props)
+    errors: list[BaseException] = []
+
+    def create() -> None:
+        try:
+            RayJobProvider().create(props)
+        except RayJobError as error:  # stopped by the guard below
+            errors.append(error)
+
+    creating = threading.Thread(target=create)
+    creating.start()
+    wait_for(ray, new_id, {JobStatus.RUNNING})
+    assert attempts_of(ray, legacy_id, new_id) == sorted([legacy_id, new_id])
+    guard = {"job_id": new_id, "legacy_job_id": legacy_id, "address": local_ray_head.address}
+    RayJobGuardProvider().delete(f"{new_id}-guard", guard)
+    assert ray.get_job_status(new_id) == JobStatus.STOPPED
+    creating.join(30)
+    assert not creating.is_alive() and errors and "STOPPED" in str(errors[0])
+
+
+@slow
+def test_a_new_stack_never_adopts_another_projects_run_of_the_same_stack_name(local_ray_head):
+    """The bug itself: project A's `dev` ran this job under the earlier id; project B's `dev`
+    (a new stack, so its guard recorded no earlier id) must run its own."""
+    props, legacy_id, ray = legacy_run(local_ray_head, FAKE_TRAINER)
+    wait_for(ray, legacy_id, {JobStatus.SUCCEEDED})
+    result = RayJobProvider().create({**props, "legacy_job_id": None, "project": "project-b"})
+    assert result.id == submission_id({**props, "project": "project-b"}) != legacy_id
+
+
+# ------------------------------------------------------------------ one clock (issue 19)
+class ClockedJobsApi(FakeHttpServer):
+    """A Ray Jobs API on 127.0.0.1 whose clock is `offset` seconds off this machine's: its Date
+    headers and its jobs' start and end times read that clock. A job runs until it is stopped."""
+
+    def __init__(self, offset: float):
+        self.offset = offset
+        self.jobs: dict[str, dict] = {}
+        super().__init__(self._answer, content_type="application/json")
+        server_clock = self.cluster_time
+        self.server.RequestHandlerClass.date_time_string = lambda _handler, timestamp=None: email.utils.formatdate(
+            server_clock(), usegmt=True
+        )
+
+    def cluster_time(self) -> float:
+        return time.time() + self.offset
+
+    def add_job(self, job_id: str, started_seconds_ago: float = 0.0) -> None:
+        self.jobs[job_id] = {
+            "type": "SUBMISSION",
+            "submission_id": job_id,
+            "status": "RUNNING",
+            "entrypoint": "train",
+            "start_time": int((self.cluster_time() - started_seconds_ago) * 1000),
+        }
+
+    def _answer(self, method: str, path: str) -> tuple[int, bytes]:
+        parts = path.split("?")[0].strip("/").split("/")  # api, jobs, <id>, stop
+        if parts == ["api", "version"]:
+            return 200, json.dumps({"ray_version": "2.60.0", "version": "4", "ray_commit": "x"}).encode()
+        if parts == ["api", "jobs"]:
+            assert method == "GET", "jobs are added with add_job"
+            return 200, json.dumps(list(self.jobs.values())).encode()
+        job = self.jobs.get(parts[2]) if len(parts) >= 3 else None
+        if job is None:
+            return 404, b"no such job"
+        if parts[3:] == ["stop"]:
+            job.update(status="STOPPED", end_time=int(self.cluster_time() * 1000))
+            return 200, json.dumps({"stopped": True}).encode()
+        return 200, json.dumps(job).encode()
+
+
+def timed_create(props: dict, within: float) -> tuple[BaseException | None, float]:
+    """Runs create in a thread; (its error, seconds it took). Fails the test if it takes longer
+    than `within` (a job that never times out)."""
+    outcome: dict = {}
+
+    def run() -> None:
+        started = time.monotonic()
+        try:
+            RayJobProvider().create(props)
+        except BaseException as error:  # the test asserts on it
+            outcome["error"] = error
+        outcome["seconds"] = time.monotonic() - started
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(within)
+    assert not thread.is_alive(), f"create did not time the job out within {within} s"
+    return outcome.get("error"), outcome["seconds"]
+
+
+@pytest.mark.parametrize("offset", [600, -600], ids=["cluster-10-min-ahead", "cluster-10-min-behind"])
+@pytest.mark.parametrize("already_run", [0, 100], ids=["fresh", "adopted"])
+def test_the_timeout_does_not_depend_on_the_skew_between_the_two_clocks(offset, already_run):
+    timeout = 3
+    with ClockedJobsApi(offset) as api:
+        props = {**inputs(api), "timeout_seconds": already_run + timeout}
+        # A job already running under this id (as `pulumi up` submits it, or an interrupted
+        # one left it `already_run` seconds ago on the cluster's clock): create adopts it.
+        api.add_job(submission_id(props), started_seconds_ago=already_run)
+        error, seconds = timed_create(props, within=timeout + 15)
+        assert isinstance(error, RayJobError) and "did not finish within timeout_seconds" in str(error)
+        # The Date header has whole seconds: the job is stopped up to a second (and a poll) late.
+        assert timeout - 0.5 <= seconds <= timeout + 4, f"stopped after {seconds:.1f} s"
+        assert api.jobs[submission_id(props)]["status"] == "STOPPED"
+
+
+def test_without_a_date_header_a_job_counts_from_when_it_was_first_seen():
+    clock = ray_job.RunClock(None)
+    far_past = int((time.time() - 10_000) * 1000)
+    assert clock.elapsed(far_past) < 1
+    time.sleep(0.3)
+    assert 0.3 <= clock.elapsed(far_past) < 1.3
+
+
+# ------------------------------------------------------------------ strict JSON (issue 19)
+def reject_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+@slow
+def test_a_diverged_run_gives_a_strict_json_line_that_says_so(local_ray_head, capsys):
+    diverging = (
+        'python -c "'
+        + "; ".join(
+            f"print('{STEP.format(step=step, tokens=100.0, loss=loss)}')" for step, loss in enumerate(["2.0", "nan"])
+        )
+        + '"'
+    )
+    outs = RayJobProvider().create(inputs(local_ray_head, entrypoint=diverging)).outs
+    assert outs["status"] == "SUCCEEDED"
+    line = smoke.result_line(outs)
+    parsed = json.loads(line, parse_constant=reject_constant)  # what JSON.parse accepts
+    assert parsed["final_loss"] is None and parsed["diverged"] is True
+    assert "DIVERGED" in capsys.readouterr().err
+
+
+def test_a_value_json_cannot_hold_fails_loudly_rather_than_printing_nan():
+    with pytest.raises(ValueError):
+        smoke.result_line({"final_loss": float("nan")})
+    assert json.loads(smoke.result_line({"final_loss": None}), parse_constant=reject_constant)["final_loss"] is None
+
+
+def test_progress_says_the_run_diverged():
+    steps = StepCollector()
+    steps.add(STEP.format(step=0, tokens=1.0, loss="nan"))
+    stream = io.StringIO()
+    ProgressReporter("job", 10, stream=stream, every_seconds=0).update(steps)
+    assert "DIVERGED" in stream.getvalue()

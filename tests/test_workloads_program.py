@@ -214,7 +214,8 @@ def test_a_secret_runtime_env_stays_secret_on_the_job(stack):
     # Only what holds the secret (the SDK itself keeps the pickled provider secret).
     assert job.secret_inputs - {"__provider"} == {"runtime_env"}
     guard = run.one("pulumi-python:dynamic/ray:RayJobGuard")
-    assert guard.secret_inputs - {"__provider"} == set() and guard.inputs["job_id"].startswith(f"pulumi-{stack}-")
+    assert guard.secret_inputs - {"__provider"} == set()
+    assert guard.inputs["job_id"].startswith(f"pulumi-{PROJECT}-{stack}-")
     assert "k-123" not in json.dumps(run.outputs, default=str)
 
 
@@ -231,8 +232,30 @@ def test_the_guard_is_registered_before_the_job_and_names_its_submission_id():
     assert guard.urn in job.dependencies
     from workloads.ray_job import submission_id
 
-    assert guard.inputs["job_id"] == submission_id({**inputs, "stack": "dev"})
+    assert inputs["project"] == PROJECT and inputs["stack"] == "dev"
+    assert guard.inputs["job_id"] == submission_id(inputs)
     assert guard.inputs["gke"] == inputs["gke"]
+
+
+@pytest.mark.parametrize("organization", ["acme", None])
+def test_the_job_id_names_the_organization_project_and_stack(monkeypatch, organization):
+    """Two projects' (or organizations') `dev` stacks with the same job get two jobs, not one.
+    Under mocks the SDK's organization is None unless given; a real engine always gives one."""
+    import pulumi
+
+    from workloads.ray_job import legacy_submission_id, submission_id
+
+    monkeypatch.setattr(pulumi, "get_organization", lambda: organization)
+    run, inputs = run_workloads("dev")
+    assert (inputs.get("organization"), inputs["project"], inputs["stack"]) == (organization, PROJECT, "dev")
+    guard = run.one("pulumi-python:dynamic/ray:RayJobGuard")
+    named = f"{organization}-{PROJECT}-dev" if organization else f"{PROJECT}-dev"
+    assert guard.inputs["job_id"].startswith(f"pulumi-{named}-")
+    assert guard.inputs["job_id"] != submission_id({**inputs, "project": "another-project"})
+    assert guard.inputs["job_id"] != submission_id({**inputs, "organization": "another-org"})
+    # The earlier form, for a guard written by the first releases (see test_ray_job.py).
+    assert guard.inputs["previous_job_id"] == legacy_submission_id(inputs)
+    assert guard.inputs["previous_job_id"].startswith("pulumi-dev-")
 
 
 def test_every_exported_job_output_is_a_stack_output():

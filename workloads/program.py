@@ -17,7 +17,15 @@ import pulumi
 from domain.workload_settings import WorkloadSettings
 from workloads import job_inputs
 from workloads.job_inputs import COST_OUTPUTS, INFRA_OUTPUTS, OPTIONAL_INFRA_OUTPUTS
-from workloads.ray_job import JOB_INPUTS, RayJob, RayJobGuard, submission_id
+from workloads.ray_job import (
+    JOB_INPUTS,
+    LEGACY_JOB_ID,
+    RayJob,
+    RayJobGuard,
+    legacy_submission_id,
+    stack_identity,
+    submission_id,
+)
 
 __all__ = ["COST_OUTPUTS", "INFRA_OUTPUTS", "OPTIONAL_INFRA_OUTPUTS", "build"]
 
@@ -63,11 +71,19 @@ async def build(settings: WorkloadSettings) -> dict[str, Any]:
         props["runtime_env"] = pulumi.Output.secret(props["runtime_env"])
     props.update(target)
     # The submission id is a digest of the inputs: it names the job, it does not reveal it.
-    job_id = pulumi.Output.unsecret(
-        pulumi.Output.all(**props).apply(lambda values: submission_id({**values, "stack": pulumi.get_stack()}))
+    identified = pulumi.Output.all(**props).apply(lambda values: {**values, **stack_identity()})
+    guard = RayJobGuard(
+        "training-guard",
+        job_id=pulumi.Output.unsecret(identified.apply(submission_id)),
+        # The same job's id in the first releases' form: a guard they wrote keeps guarding it.
+        previous_job_id=pulumi.Output.unsecret(identified.apply(legacy_submission_id)),
+        **target,
     )
-    guard = RayJobGuard("training-guard", job_id=job_id, **target)
-    ray_job = RayJob("training", props, opts=pulumi.ResourceOptions(depends_on=[guard]))
+    ray_job = RayJob(
+        "training",
+        {**props, LEGACY_JOB_ID: guard.legacy_job_id},
+        opts=pulumi.ResourceOptions(depends_on=[guard]),
+    )
     return {
         "preset": job.apply(lambda resolved: resolved.preset),
         "runName": job.apply(lambda resolved: resolved.run_name),

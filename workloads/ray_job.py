@@ -1,8 +1,10 @@
 """A Ray job as a Pulumi resource: `pulumi up` submits it and finishes when the job has finished.
 
 A *completed* job is the resource: its outputs are the job's result (status, timings, steps,
-loss, throughput). The submission id is derived from the stack and the job-defining inputs, so
-an interrupted `pulumi up` resumes the same run instead of starting a second one. A small
+loss, throughput). The submission id is derived from the stack's organization, project and name
+and the job-defining inputs, so an interrupted `pulumi up` resumes the same run instead of
+starting a second one, and two stacks of the same name in other projects or organizations never
+share one. A small
 `RayJobGuard`, registered before the job, is in the state from the moment of submission, so
 `pulumi destroy` stops a job whose `pulumi up` was interrupted (the job resource itself enters
 the state only when the job has finished).
@@ -16,8 +18,11 @@ is where progress goes (see ProgressReporter).
 
 from __future__ import annotations
 
+import email.utils
 import hashlib
 import json
+import math
+import re
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -44,19 +49,27 @@ from workloads.jobs_api import LOST_CONTACT_KINDS, ErrorKind, JobsApi, JobsApiEr
 
 # ---------------------------------------------------------------------- the resource's record
 # Written once: the program, the smoke run and the provider all derive from these names.
+# Whose job it is: the stack, named in full (RayJob adds these from the running program).
+IDENTITY = ("organization", "project", "stack")
+# Identity inputs that submission ids of this code's first releases did not include (they were
+# `pulumi-<stack>-<digest>`): state written then has no record of them, see RayJobProvider.diff.
+ADDED_TO_IDENTITY = ("organization", "project")
 # Inputs that define the job: changing one means another run (a new submission id). A failed
 # run's retry is a new attempt of the same job: `<id>-2`, `<id>-3`, ...
-JOB_DEFINING = ("stack", "entrypoint", "runtime_env", "metadata", "address", "gke")
+JOB_DEFINING = (*IDENTITY, "entrypoint", "runtime_env", "metadata", "address", "gke")
 # Inputs that change without a new run.
 UPDATABLE = ("timeout_seconds", "total_steps", "checkpoint_dir")
-INPUTS = JOB_DEFINING + UPDATABLE
+# The job's submission id under the earlier scheme, when the stack's guard recorded one (see
+# RayJobGuardProvider): create adopts a run still going (or finished) under that id.
+LEGACY_JOB_ID = "legacy_job_id"
+INPUTS = JOB_DEFINING + UPDATABLE + (LEGACY_JOB_ID,)
 # Where the job runs (one of the two), and what the program derives from the job description.
 TARGET_INPUTS = ("address", "gke")
-JOB_INPUTS = tuple(name for name in INPUTS if name not in (*TARGET_INPUTS, "stack"))
-# Inputs copied into the outputs: where the job runs (refresh and destroy need it) and the
-# updatable settings. The command, runtime env and metadata may carry secrets (`pulumi config
-# set --secret`); state keeps only a digest of each, which is all `diff` needs.
-KEPT_INPUTS = ("stack", *TARGET_INPUTS, *UPDATABLE)
+JOB_INPUTS = tuple(name for name in JOB_DEFINING + UPDATABLE if name not in (*TARGET_INPUTS, *IDENTITY))
+# Inputs copied into the outputs: whose job it is, where it runs (refresh and destroy need it)
+# and the updatable settings. The command, runtime env and metadata may carry secrets (`pulumi
+# config set --secret`); state keeps only a digest of each, which is all `diff` needs.
+KEPT_INPUTS = (*IDENTITY, *TARGET_INPUTS, *UPDATABLE)
 # Outputs, and whether the workloads stack exports them (under their camelCase name).
 OUTPUTS = (
     "submission_id",
@@ -67,6 +80,7 @@ OUTPUTS = (
     "duration_seconds",
     "steps_completed",
     "final_loss",
+    "diverged",
     "tokens_per_second_per_device",
     "tflops_per_device",
     *GOODPUT_OUTPUTS,
@@ -126,11 +140,36 @@ def _defining(inputs: Mapping[str, Any], key: str) -> Any:
     return value
 
 
+# The readable part of a submission id is cut to this many characters (the digest covers the full
+# names). Ray sets no limit of its own, but names the job's log file `job-driver-<id>.log`, which
+# must fit the 255 bytes of a file name: ids stay far below that, attempt suffixes included.
+ID_NAME_MAX = 100
+_NOT_IN_ID = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def _digest(defining: Mapping[str, Any]) -> str:
+    return hashlib.sha256(_canonical(defining).encode()).hexdigest()[:16]
+
+
 def submission_id(inputs: Mapping[str, Any]) -> str:
-    """Deterministic: the same stack and job-defining inputs always name the same job."""
-    defining = {key: _defining(inputs, key) for key in JOB_DEFINING}
-    digest = hashlib.sha256(_canonical(defining).encode()).hexdigest()
-    return f"pulumi-{inputs.get('stack', 'stack')}-{digest[:16]}"
+    """Deterministic: the same stack (organization, project and name) and job-defining inputs
+    always name the same job, `pulumi-<organization>-<project>-<stack>-<digest>`; a name the
+    program cannot know (the organization under mocks) is left out of the readable part."""
+    name = "-".join(str(inputs[key]) for key in IDENTITY if inputs.get(key))
+    name = _NOT_IN_ID.sub("-", name)[:ID_NAME_MAX].strip("-.") or "stack"
+    return f"pulumi-{name}-{_digest({key: _defining(inputs, key) for key in JOB_DEFINING})}"
+
+
+def legacy_submission_id(inputs: Mapping[str, Any]) -> str:
+    """The same job's id as the first releases named it, `pulumi-<stack>-<digest>`, from the
+    stack's name alone: kept only to find runs those releases started (see RayJobGuardProvider)."""
+    digest = _digest({key: _defining(inputs, key) for key in JOB_DEFINING if key not in ADDED_TO_IDENTITY})
+    return f"pulumi-{inputs.get('stack', 'stack')}-{digest}"
+
+
+def stack_identity() -> dict[str, str | None]:
+    """The running program's organization, project and stack: what makes a job this stack's."""
+    return {"organization": pulumi.get_organization(), "project": pulumi.get_project(), "stack": pulumi.get_stack()}
 
 
 def input_digests(inputs: Mapping[str, Any]) -> dict[str, str]:
@@ -197,7 +236,7 @@ class ProgressReporter:
         parts = [f"RayJob {self.job_id}: step {done}"]
         if self.total_steps:
             parts[0] += f"/{self.total_steps} ({100 * done // self.total_steps}%)"
-        parts.append(f"loss {latest.loss:.3f}")
+        parts.append(f"loss {latest.loss:.3f}" if math.isfinite(latest.loss) else f"loss {latest.loss}: DIVERGED")
         started, first_done = self._first_seen
         if self.total_steps and done > first_done:
             seconds_per_step = (now - started) / (done - first_done)
@@ -266,6 +305,33 @@ def _teardown(api: JobsApi, job_ids: str, action: Callable[[], None]) -> None:
     )
 
 
+class RunClock:
+    """How long a job has run, from its start_time (the cluster's clock), without ever comparing
+    the cluster's clock with this machine's: the cluster's time at one answer (its HTTP Date
+    header, whole seconds) plus this process's monotonic time since that answer. An offset
+    between the two clocks cancels out, so a cluster minutes ahead or behind times a job out as
+    late as one in step. Without a Date header, the job counts as started when this process
+    first saw it running (an adopted job then gets its whole timeout again, never less)."""
+
+    def __init__(self, date_header: str | None):
+        self.anchored_at = time.monotonic()
+        self.cluster_time: float | None = None
+        if date_header:
+            try:
+                self.cluster_time = email.utils.parsedate_to_datetime(date_header).timestamp()
+            except (TypeError, ValueError):
+                pass
+        self._first_seen: float | None = None
+
+    def elapsed(self, start_time_ms: int) -> float:
+        now = time.monotonic()
+        if self._first_seen is None:
+            self._first_seen = now
+        if self.cluster_time is None:
+            return now - self._first_seen
+        return self.cluster_time + (now - self.anchored_at) - start_time_ms / 1000
+
+
 class RayJobProvider(ResourceProvider):
     """Create submits and waits; read reports; delete stops and removes. Stateless."""
 
@@ -294,6 +360,11 @@ class RayJobProvider(ResourceProvider):
         def changed(key: str) -> bool:
             if news.get(key) == rpc.UNKNOWN:
                 return True  # preview cannot tell yet: show the replacement it may be
+            recorded = key in olds if digests is None else key in digests
+            if key in ADDED_TO_IDENTITY and not recorded:
+                # State written before the id named the organization and project: the job it
+                # records is this one (its id stays the earlier form until the job changes).
+                return False
             if digests is None:  # state written before digests were kept
                 return _defining(olds, key) != _defining(news, key)
             return digests.get(key) != new_digests[key]
@@ -337,14 +408,22 @@ class RayJobProvider(ResourceProvider):
     # ------------------------------------------------------------------ helpers
 
     def _run(self, api: JobsApi, job_id: str, props: dict[str, Any]) -> dict[str, Any]:
-        api.check_reachable()
-        latest_id, existing = self._latest_attempt(api, job_id)
+        clock = RunClock(api.check_reachable())
+        jobs = api.call("listing jobs", lambda client: client.list_jobs())
+        latest_id, existing = self._latest_attempt(jobs, job_id)
+        legacy_id = props.get(LEGACY_JOB_ID)
+        if existing is None and legacy_id:
+            # A run the earlier id scheme started for this stack (its guard recorded the id):
+            # one still going or finished is this job's, so it is adopted, never run twice.
+            legacy_latest, legacy_status = self._latest_attempt(jobs, legacy_id)
+            if legacy_status is not None:
+                latest_id, existing = legacy_latest, legacy_status
         total_steps = _integral(props.get("total_steps"))
         if existing in ("FAILED", "STOPPED"):
             # A new attempt under a new id: Ray may still be finalizing the old one, and reusing
             # its id races with that (its supervisor actor has the same name). The failed
             # record stays as history.
-            job_id = _next_attempt(job_id, latest_id)
+            job_id = _next_attempt(job_id, latest_id) if _attempt_number(job_id, latest_id) else job_id
             progress = ProgressReporter(job_id, total_steps)
             progress.status(f"the previous attempt {latest_id} ended {existing}; submitting {job_id}")
             existing = None
@@ -358,7 +437,7 @@ class RayJobProvider(ResourceProvider):
             progress.status(f"adopting the existing {existing} job with this id")
         steps = StepCollector()
         timeout = float(props.get("timeout_seconds") or DEFAULT_TIMEOUT_SECONDS)
-        info = self._wait(api, job_id, timeout, progress, steps)
+        info = self._wait(api, job_id, timeout, progress, steps, clock)
         status = str(info.status)
         log, log_problem = self._read_log(api, info, steps)
         if status != "SUCCEEDED":
@@ -375,12 +454,16 @@ class RayJobProvider(ResourceProvider):
         goodput, goodput_problem = self._read_goodput(api, info)
         if goodput_problem is not None:
             progress.status(goodput_problem)
-        progress.status("SUCCEEDED")
+        summary = steps.summary()
+        if summary.get("diverged"):
+            progress.status("SUCCEEDED, but the run DIVERGED: its last loss is not a finite number")
+        else:
+            progress.status("SUCCEEDED")
         return {
             **{key: props.get(key) for key in KEPT_INPUTS},
             "input_digests": input_digests(props),
             **self._info_outputs(info),
-            **steps.summary(),
+            **summary,
             **goodput,
             "dashboard_url": None if props.get("gke") else api.address,
         }
@@ -437,11 +520,11 @@ class RayJobProvider(ResourceProvider):
                 time.sleep(1)
 
     @staticmethod
-    def _latest_attempt(api: JobsApi, base_id: str) -> tuple[str, str | None]:
-        """The newest attempt of this job (`<id>`, `<id>-2`, ...) and its status, if any."""
+    def _latest_attempt(jobs, base_id: str) -> tuple[str, str | None]:
+        """The newest attempt of this job (`<id>`, `<id>-2`, ...) among `jobs` and its status, if any."""
         attempts = {
             job.submission_id: str(job.status)
-            for job in api.call("listing jobs", lambda client: client.list_jobs())
+            for job in jobs
             if job.submission_id and _attempt_number(base_id, job.submission_id)
         }
         if not attempts:
@@ -449,10 +532,19 @@ class RayJobProvider(ResourceProvider):
         latest = max(attempts, key=lambda job_id: _attempt_number(base_id, job_id))
         return latest, attempts[latest]
 
-    def _wait(self, api: JobsApi, job_id: str, timeout: float, progress: ProgressReporter, steps: StepCollector):
+    def _wait(
+        self,
+        api: JobsApi,
+        job_id: str,
+        timeout: float,
+        progress: ProgressReporter,
+        steps: StepCollector,
+        clock: RunClock,
+    ):
         """Polls until the job ends. The deadline counts from the job's start on the cluster, so
-        an adopted job gets only the time it has left. Any answer that says nothing about the
-        job (unreachable, unauthorized, 5xx, no credentials) starts the lost-contact clock."""
+        an adopted job gets only the time it has left, measured by `clock` (never by comparing
+        the cluster's clock with this machine's). Any answer that says nothing about the job
+        (unreachable, unauthorized, 5xx, no credentials) starts the lost-contact clock."""
         unreachable_since: float | None = None
         last_logs_at = 0.0
         log_problem_shown = False
@@ -483,8 +575,7 @@ class RayJobProvider(ResourceProvider):
                     log_problem_shown = True
                 progress.update(steps)
                 last_logs_at = time.monotonic()
-            started = (info.start_time or 0) / 1000
-            if started and time.time() > started + timeout:
+            if info.start_time and clock.elapsed(info.start_time) > timeout:
                 final = stop_and_confirm(api, job_id)
                 info = api.call(f"asking for {job_id}", lambda client: client.get_job_info(job_id))
                 log, problem = self._read_log(api, info, steps)
@@ -514,15 +605,16 @@ class RayJobProvider(ResourceProvider):
 class RayJob(Resource, module="ray", name="RayJob"):
     """`pulumi-python:dynamic/ray:RayJob`: a Ray job that exists once it has completed.
 
-    `inputs` takes the names in INPUTS (except `stack`, which is this stack's); the outputs are
+    `inputs` takes the names in INPUTS (except IDENTITY, which is this stack's); the outputs are
     attributes named as in OUTPUTS, and `stack_outputs()` gives the exported ones."""
 
     def __init__(self, name: str, inputs: Mapping[str, pulumi.Input[Any]], opts: pulumi.ResourceOptions | None = None):
-        unknown = sorted(set(inputs) - set(INPUTS) - {"stack"})
+        allowed = [key for key in INPUTS if key not in IDENTITY]
+        unknown = sorted(set(inputs) - set(allowed))
         if unknown:
-            raise ValueError(f"RayJob {name}: unknown inputs {unknown}; the inputs are {list(INPUTS)}")
+            raise ValueError(f"RayJob {name}: unknown inputs {unknown}; the inputs are {allowed}")
         placeholders = dict.fromkeys(output for output in OUTPUTS if output not in INPUTS)
-        super().__init__(RayJobProvider(), name, {**placeholders, **inputs, "stack": pulumi.get_stack()}, opts)
+        super().__init__(RayJobProvider(), name, {**placeholders, **inputs, **stack_identity()}, opts)
 
     def stack_outputs(self) -> dict[str, pulumi.Output[Any]]:
         return {export_name(output): getattr(self, output) for output in EXPORTED}
@@ -533,48 +625,81 @@ class RayJob(Resource, module="ray", name="RayJob"):
 
 class RayJobGuardProvider(ResourceProvider):
     """Holds a job's base submission id from before the submission; its delete stops every
-    attempt of that job (`<id>`, `<id>-2`, ...) that is still running."""
+    attempt of that job (`<id>`, `<id>-2`, ...) that is still running.
 
-    KEYS = ("job_id", *TARGET_INPUTS)
+    A guard written by the first releases holds the job's id in the earlier form (`pulumi-<stack>-
+    <digest>`, which the program passes again as `previous_job_id`). For the same job the guard
+    is updated, not replaced (a replaced guard's delete would stop the run it guards): it takes
+    the new id and keeps the earlier one as `legacy_job_id`, which the RayJob's create uses to
+    adopt the run, and its delete stops the attempts of both. A guard created by this code never
+    records an earlier id: another project's stack of the same name may run under it."""
+
+    KEYS = ("job_id", LEGACY_JOB_ID, *TARGET_INPUTS)
 
     def create(self, props: dict[str, Any]) -> CreateResult:
-        return CreateResult(id_=f"{props['job_id']}-guard", outs={key: props.get(key) for key in self.KEYS})
+        outs = {**{key: props.get(key) for key in self.KEYS}, LEGACY_JOB_ID: None}
+        return CreateResult(id_=f"{props['job_id']}-guard", outs=outs)
+
+    @staticmethod
+    def _adopts_earlier_id(olds: Mapping[str, Any], news: Mapping[str, Any]) -> bool:
+        return olds.get("job_id") != news.get("job_id") and olds.get("job_id") == news.get("previous_job_id")
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
-        replaces = [key for key in self.KEYS if _defining(olds, key) != _defining(news, key)]
-        changes = bool(replaces) or any(_integral(olds.get(key)) != _integral(news.get(key)) for key in self.KEYS)
+        migrating = self._adopts_earlier_id(olds, news)
+        replaces = [
+            key
+            for key in ("job_id", *TARGET_INPUTS)
+            if _defining(olds, key) != _defining(news, key) and not (key == "job_id" and migrating)
+        ]
+        changes = (
+            bool(replaces)
+            or migrating
+            or any(_integral(olds.get(key)) != _integral(news.get(key)) for key in ("job_id", *TARGET_INPUTS))
+        )
         return DiffResult(changes=changes, replaces=replaces)
 
-    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
-        # Only how to reach the cluster changed (e.g. the infra stack now exports its id).
-        return UpdateResult(outs={key: news.get(key) for key in self.KEYS})
+    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+        # Only how to reach the cluster changed (e.g. the infra stack now exports its id), or the
+        # job's id changed form (see the class).
+        legacy = olds.get("job_id") if self._adopts_earlier_id(olds, news) else olds.get(LEGACY_JOB_ID)
+        return UpdateResult(outs={**{key: news.get(key) for key in self.KEYS}, LEGACY_JOB_ID: legacy})
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
-        base_id = props["job_id"]
+        base_ids = [base for base in (props["job_id"], props.get(LEGACY_JOB_ID)) if base]
         with _api(props) as api:
 
             def stop_every_attempt() -> None:
                 jobs = api.call("listing jobs", lambda client: client.list_jobs())
                 for job in jobs:
-                    if job.submission_id and _attempt_number(base_id, job.submission_id):
+                    if job.submission_id and any(_attempt_number(base, job.submission_id) for base in base_ids):
                         if str(job.status) not in TERMINAL:
                             stop_and_confirm(api, job.submission_id)
                             print(f"RayJob {job.submission_id}: stopped", file=sys.stderr, flush=True)
 
-            _teardown(api, f"{base_id} (every attempt)", stop_every_attempt)
+            _teardown(api, f"{' and '.join(base_ids)} (every attempt)", stop_every_attempt)
 
 
 class RayJobGuard(Resource, module="ray", name="RayJobGuard"):
     """`pulumi-python:dynamic/ray:RayJobGuard`: registered before the RayJob (which depends on
     it), so it is in the state before the job is submitted and leaves it after the job."""
 
+    legacy_job_id: pulumi.Output[str | None]
+
     def __init__(
         self,
         name: str,
         *,
         job_id: pulumi.Input[str],
+        previous_job_id: pulumi.Input[str] | None = None,
         address: pulumi.Input[str] | None = None,
         gke: pulumi.Input[Mapping[str, Any]] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ):
-        super().__init__(RayJobGuardProvider(), name, {"job_id": job_id, "address": address, "gke": gke}, opts)
+        props = {
+            "job_id": job_id,
+            "previous_job_id": previous_job_id,
+            LEGACY_JOB_ID: None,  # an output: set only by the update of a guard the first releases wrote
+            "address": address,
+            "gke": gke,
+        }
+        super().__init__(RayJobGuardProvider(), name, props, opts)
