@@ -1,16 +1,23 @@
-"""The README's first command, as a newcomer runs it: the main job on its embedded default."""
+"""The README's first command, as a newcomer runs it: the main job on its embedded default; and
+what it says, within seconds, when something else holds the dashboard's port."""
 
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
+from tests.support.port_holder import PortHolder
 from tests.support.pulumi_harness import PROJECT_ROOT
+from workloads import smoke
 
-pytestmark = pytest.mark.slow
+
+def reject_constant(name: str):
+    raise ValueError(f"{name} is not JSON")  # what JSON.parse refuses: NaN, Infinity
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arguments", [[], ["--elastic"]], ids=["multislice", "elastic"])
 def test_smoke_trains_the_tiny_preset_and_ends_with_the_result_as_json(arguments):
     completed = subprocess.run(
@@ -21,13 +28,46 @@ def test_smoke_trains_the_tiny_preset_and_ends_with_the_result_as_json(arguments
         timeout=600,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
-    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    result = json.loads(completed.stdout.strip().splitlines()[-1], parse_constant=reject_constant)
     assert result["status"] == "SUCCEEDED"
-    assert result["steps_completed"] == 6 and result["final_loss"] > 0
-    assert result["submission_id"].startswith("pulumi-local-")
+    assert result["steps_completed"] == 6 and result["final_loss"] > 0 and result["diverged"] is False
+    assert result["submission_id"].startswith("pulumi-maxtext-tpu-workloads-local-")
     assert f"RayJob {result['submission_id']}: SUCCEEDED" in completed.stderr
     # The goodput outputs of an uninterrupted run.
     assert (result["restarts"], result["preemptions"], result["failures"], result["steps_recomputed"]) == (0, 0, 0, 0)
     assert result["seconds_lost_to_restarts"] == 0
     assert 0 < result["seconds_to_first_step"] < result["duration_seconds"]
     assert 0 < result["goodput_percent"] < 100
+
+
+# A process of its own holds the port on 127.0.0.1 (tests/support/port_holder.py).
+FAIL_FAST_SECONDS = smoke.PROBE_SECONDS + 5
+
+
+@pytest.mark.parametrize(
+    "mode, says",
+    [
+        ("silent", "accepts connections but did not answer HTTP"),
+        ("404", "answers HTTP but is not a Ray dashboard (/api/version gave HTTP 404, text/plain)"),
+        ("html", "answers HTTP but is not a Ray dashboard (/api/version gave HTTP 200, text/html)"),
+    ],
+)
+def test_a_port_held_by_something_else_fails_within_seconds_naming_it(mode, says, capsys):
+    with PortHolder(mode) as holder:
+        started = time.monotonic()
+        code = smoke.main(["--address", f"http://127.0.0.1:{holder.port}"])
+        elapsed = time.monotonic() - started
+    err = capsys.readouterr().err
+    assert code == 2 and elapsed < FAIL_FAST_SECONDS, f"{code} after {elapsed:.0f} s: {err}"
+    assert f"port {holder.port} on 127.0.0.1 is held by pid {holder.pid} ({sys.executable}" in err
+    assert says in err
+    # What to do instead: not "run the smoke" (what the user just did).
+    assert "starts one for you" not in err and f"--address http://127.0.0.1:{holder.port + 1}" in err
+    assert "starting a loopback-only Ray head" not in err
+
+
+@pytest.mark.parametrize("address", ["http://10.0.0.1:8265", "https://127.0.0.1:8265", "http://127.0.0.1"])
+def test_the_address_must_be_a_loopback_dashboard_url(address, capsys):
+    with pytest.raises(SystemExit):
+        smoke.parse_args(["--address", address])
+    assert f"--address {address!r}: give a loopback dashboard URL" in capsys.readouterr().err

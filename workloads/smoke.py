@@ -1,12 +1,14 @@
 """The main job on its embedded default: the workloads `local` stack's training job (the tiny CPU
 preset) on a loopback-only local Ray cluster, through the same RayJob provider `pulumi up` uses.
 
-    python -m workloads.smoke [--elastic] [--set KEY=VALUE ...]
+    python -m workloads.smoke [--elastic] [--address URL] [--set KEY=VALUE ...]
 
-Uses the Ray head at the local stack's address if one answers there; otherwise starts one (from
-the trainer environment) and stops it, by its pid, at the end. Each run gets a new run name, so
-it trains from scratch (checkpoints under .runs/). Progress goes to stderr; the last
-line on stdout is one JSON object with the job's outputs.
+Uses the Ray head at the local stack's address (or --address) if one answers there; if nothing
+listens there, starts one (from the trainer environment) and stops it, by its pid, at the end;
+anything else holding that port is named (pid and command) and the run stops at once. Each run
+gets a new run name, so it trains from scratch (checkpoints under .runs/). Progress goes to
+stderr; the last line on stdout is one strict JSON object with the job's outputs (a diverged
+run's final_loss is null and diverged true, and the run exits 1).
 """
 
 from __future__ import annotations
@@ -15,22 +17,34 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import socket
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
+import requests
 import yaml
 
 from domain.job import JobError
 from domain.workload_settings import WorkloadSettingsError, parse_workload_settings
 from workloads import job_inputs
-from workloads.jobs_api import ErrorKind, JobsApi, JobsApiError
-from workloads.local_ray import LocalRayError, LocalRayHead
+from workloads.jobs_api import ErrorKind, JobsApi, JobsApiError, local_ray_token
+from workloads.local_ray import LocalRayError, LocalRayHead, port_holder
 from workloads.ray_job import EXPORTED, RayJobError, RayJobProvider
 
 PROJECT = "maxtext-tpu-workloads"
 LOCAL_STACK_FILE = Path(__file__).with_name("Pulumi.local.yaml")
+# A Ray dashboard answers /api/version in milliseconds; a port holder that has not answered in
+# this long is not one.
+PROBE_SECONDS = 3.0
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
+
+
+class SmokeError(RuntimeError):
+    pass
 
 
 def local_stack_config() -> dict:
@@ -41,6 +55,11 @@ def local_stack_config() -> dict:
 def parse_args(argv: list[str] | None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--elastic", action="store_true", help="run the elastic trainer")
+    parser.add_argument(
+        "--address",
+        help="the loopback Ray dashboard URL to use, or to start a head on if nothing listens there "
+        "(default: the local stack's address)",
+    )
     parser.add_argument(
         "--set",
         dest="overrides",
@@ -53,38 +72,107 @@ def parse_args(argv: list[str] | None):
     for pair in args.overrides:
         if "=" not in pair or pair.startswith("="):
             parser.error(f"--set {pair!r}: use KEY=VALUE, for example --set steps=20")
+    if args.address is not None:
+        url = urlparse(args.address)
+        try:
+            port = url.port
+        except ValueError:
+            port = None
+        if url.scheme != "http" or url.hostname not in LOOPBACK_HOSTS or port is None or url.path not in ("", "/"):
+            parser.error(f"--address {args.address!r}: give a loopback dashboard URL, e.g. http://127.0.0.1:8266")
     return args
+
+
+def _elsewhere(port: int) -> str:
+    return f"stop it, or run the smoke on a free port: python -m workloads.smoke --address http://127.0.0.1:{port + 1}"
+
+
+def existing_head(address: str) -> bool:
+    """True when a Ray dashboard answers at `address` (a loopback URL), False when nothing
+    listens there (so a head can be started on its port); raises SmokeError, within
+    PROBE_SECONDS, naming the port and the process that holds it, for anything else."""
+    url = urlparse(address)
+    host, port = url.hostname or "127.0.0.1", url.port or 8265
+    try:
+        socket.create_connection((host, port), timeout=PROBE_SECONDS).close()
+    except ConnectionRefusedError:
+        return False
+    except OSError as error:
+        raise SmokeError(f"could not connect to {host}:{port} ({error}); {_elsewhere(port)}") from None
+    token = local_ray_token()
+    try:
+        response = requests.get(
+            f"{address.rstrip('/')}/api/version",
+            headers={"Authorization": f"Bearer {token}"} if token else {},
+            timeout=PROBE_SECONDS,
+        )
+    except requests.RequestException as error:
+        raise SmokeError(
+            f"port {port} on {host} is held by {port_holder(port)}, which accepts connections but did not "
+            f"answer HTTP within {PROBE_SECONDS:.0f} s ({type(error).__name__}): it is not a Ray dashboard, "
+            f"and no Ray head can start there; {_elsewhere(port)}"
+        ) from None
+    if response.status_code in (401, 403):
+        # A Ray head that wants a token: say how to give it (the Jobs API's own advice).
+        raise SmokeError(
+            f"the Ray head at {address} refused this client (HTTP {response.status_code}); "
+            f"{JobsApi(address).fix_for(ErrorKind.UNAUTHORIZED)}"
+        )
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    is_ray = response.status_code == 200 and isinstance(body, dict) and "ray_version" in body
+    if not is_ray:
+        kind = response.headers.get("Content-Type", "no content type").split(";")[0]
+        raise SmokeError(
+            f"port {port} on {host} is held by {port_holder(port)}, which answers HTTP but is not a Ray "
+            f"dashboard (/api/version gave HTTP {response.status_code}, {kind}); {_elsewhere(port)}"
+        )
+    return True
+
+
+def result_line(outs: Mapping[str, Any]) -> str:
+    """The exported outputs as one line of strict JSON: a value JSON cannot hold (NaN, infinity)
+    raises ValueError here rather than printing a line that JSON.parse refuses."""
+    return json.dumps({key: outs.get(key) for key in EXPORTED}, allow_nan=False)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     config = local_stack_config()
+    if args.address is not None:
+        config["address"] = args.address
     config["elastic"] = args.elastic
     config["maxtextOverrides"] = dict(pair.split("=", 1) for pair in args.overrides)
     try:
         settings = parse_workload_settings(config, stack="local", project_name=PROJECT)
         # A fresh run each time: a fixed name would restore the previous run's final checkpoint.
         settings = dataclasses.replace(settings, run_name=f"{settings.preset}-{time.strftime('%Y%m%d-%H%M%S')}")
-        job = job_inputs.resolve_local(settings)
-    except (WorkloadSettingsError, JobError) as error:
+    except WorkloadSettingsError as error:
         print(error, file=sys.stderr)
         return 2
     assert settings.address is not None
     head: contextlib.AbstractContextManager = contextlib.nullcontext()
     try:
-        with JobsApi(settings.address) as api:
-            api.check_reachable()  # with the token Ray's own lookup finds, if any
+        # First: it takes seconds, and a port held by something else needs no job resolved.
+        reuse = existing_head(settings.address)
+        job = job_inputs.resolve_local(settings)
+    except (SmokeError, JobError) as error:
+        print(error, file=sys.stderr)
+        return 2
+    if reuse:
         print(f"using the Ray head already running at {settings.address}", file=sys.stderr)
-    except JobsApiError as error:
-        if error.kind is not ErrorKind.UNREACHABLE:
-            print(error, file=sys.stderr)  # a head answers there, but not to us: say how to fix it
-            return 2
+    else:
         port = urlparse(settings.address).port or 8265
         print(f"starting a loopback-only Ray head on port {port}", file=sys.stderr, flush=True)
         head = LocalRayHead(dashboard_port=port)
 
     provider = RayJobProvider()
     props = {
+        # Not a Pulumi run, so no organization: the local stack's project and stack name.
+        "organization": None,
+        "project": PROJECT,
         "stack": settings.stack,
         "address": settings.address,
         "gke": None,
@@ -104,8 +192,17 @@ def main(argv: list[str] | None = None) -> int:
     except (RayJobError, JobsApiError, LocalRayError) as error:
         print(error, file=sys.stderr)
         return 1
+    line = result_line(result.outs)
+    if result.outs.get("diverged"):
+        print(
+            f"finished in {time.monotonic() - started:.0f} s, but the run DIVERGED: its last loss is not a "
+            f"finite number (final_loss is null)",
+            file=sys.stderr,
+        )
+        print(line)
+        return 1
     print(f"finished in {time.monotonic() - started:.0f} s", file=sys.stderr)
-    print(json.dumps({key: result.outs.get(key) for key in EXPORTED}))
+    print(line)
     return 0
 
 
