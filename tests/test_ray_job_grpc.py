@@ -29,6 +29,8 @@ from pulumi.runtime import rpc
 from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
 
 from domain.paths import PROJECT_ROOT
+from tests.test_ray_job import FIRST_RELEASE_ID, NOW, first_release_state
+from workloads import ray_job
 from workloads.ray_job import RayJobGuardProvider, RayJobProvider, submission_id
 
 pytestmark = pytest.mark.slow
@@ -344,3 +346,55 @@ def test_a_secret_env_var_stays_out_of_outputs_and_log_lines(plugin, local_ray_h
     assert outputs["status"] == "SUCCEEDED"
     assert secret not in created.properties.SerializeToString().decode("utf-8", "replace")
     assert secret not in stderr_path.read_text()
+
+
+def test_state_of_the_first_releases_keeps_its_job_through_the_plugin(plugin):
+    """The first `pulumi up` after the submission id gained the organization and project, as the
+    engine sends it: a finished job's state (no organization or project recorded, the id in its
+    earlier form) is the same job, and its guard is updated in place, keeping the earlier id."""
+    stub, _ = plugin
+    now = {**NOW, "address": "http://127.0.0.1:8265"}
+    same = stub.Diff(
+        provider_pb2.DiffRequest(
+            id=FIRST_RELEASE_ID,
+            urn=URN,
+            name="grpc-job",
+            type=TYPE,
+            olds=to_struct(with_provider(first_release_state())),
+            news=to_struct(with_provider(now)),
+        )
+    )
+    assert same.changes == provider_pb2.DiffResponse.DIFF_NONE and list(same.replaces) == []
+
+    old_guard = with_provider({"job_id": FIRST_RELEASE_ID, "address": now["address"]}, GUARD_PROVIDER)
+    new_guard = with_provider(
+        {
+            "job_id": submission_id(now),
+            "previous_job_id": ray_job.legacy_submission_id(now),
+            "address": now["address"],
+        },
+        GUARD_PROVIDER,
+    )
+    guard_diff = stub.Diff(
+        provider_pb2.DiffRequest(
+            id=f"{FIRST_RELEASE_ID}-guard",
+            urn=GUARD_URN,
+            name="grpc-job-guard",
+            type=GUARD_TYPE,
+            olds=to_struct(old_guard),
+            news=to_struct(new_guard),
+        )
+    )
+    assert guard_diff.changes == provider_pb2.DiffResponse.DIFF_SOME and list(guard_diff.replaces) == []
+    updated = stub.Update(
+        provider_pb2.UpdateRequest(
+            id=f"{FIRST_RELEASE_ID}-guard",
+            urn=GUARD_URN,
+            name="grpc-job-guard",
+            type=GUARD_TYPE,
+            olds=to_struct(old_guard),
+            news=to_struct(new_guard),
+        )
+    )
+    outputs = from_struct(updated.properties)
+    assert outputs["job_id"] == submission_id(now) and outputs["legacy_job_id"] == FIRST_RELEASE_ID

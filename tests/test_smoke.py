@@ -71,3 +71,15 @@ def test_the_address_must_be_a_loopback_dashboard_url(address, capsys):
     with pytest.raises(SystemExit):
         smoke.parse_args(["--address", address])
     assert f"--address {address!r}: give a loopback dashboard URL" in capsys.readouterr().err
+
+
+def test_two_smoke_runs_started_in_the_same_second_get_two_runs(monkeypatch):
+    """Two smoke runs (two users, or two test sessions sharing the head) in the same second."""
+    from domain.job import run_name_is_valid
+
+    monkeypatch.setattr(smoke.time, "strftime", lambda _format: "20261204-120000")
+    names = []
+    for pid in (4242, 4243):
+        monkeypatch.setattr(smoke.os, "getpid", lambda pid=pid: pid)
+        names.append(smoke.fresh_run_name("tiny-cpu"))
+    assert names[0] != names[1] and all(run_name_is_valid(name) for name in names)

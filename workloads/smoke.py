@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import os
 import socket
 import sys
 import time
@@ -132,6 +133,13 @@ def existing_head(address: str) -> bool:
     return True
 
 
+def fresh_run_name(preset: str) -> str:
+    """A new run each time: a fixed name would restore the previous run's final checkpoint, and
+    two smoke runs started in the same second (by two users, or two test sessions) would share
+    one job and one checkpoint directory without the process id."""
+    return f"{preset}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+
+
 def result_line(outs: Mapping[str, Any]) -> str:
     """The exported outputs as one line of strict JSON: a value JSON cannot hold (NaN, infinity)
     raises ValueError here rather than printing a line that JSON.parse refuses."""
@@ -147,8 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     config["maxtextOverrides"] = dict(pair.split("=", 1) for pair in args.overrides)
     try:
         settings = parse_workload_settings(config, stack="local", project_name=PROJECT)
-        # A fresh run each time: a fixed name would restore the previous run's final checkpoint.
-        settings = dataclasses.replace(settings, run_name=f"{settings.preset}-{time.strftime('%Y%m%d-%H%M%S')}")
+        settings = dataclasses.replace(settings, run_name=fresh_run_name(settings.preset or "run"))
     except WorkloadSettingsError as error:
         print(error, file=sys.stderr)
         return 2
