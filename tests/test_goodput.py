@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from domain.goodput import OUTPUTS, RunRecord, event_line, maxtext_step, parse_event
 
 WORKER = "\x1b[36m(RayTrainWorker pid=101)\x1b[0m "
@@ -15,7 +19,7 @@ def steps(first: int, last: int, start: float, every: float = 2.0, seconds: floa
     ]
 
 
-def retry(source: str, count: int, allowed: str = "inf") -> list[str]:
+def retry(source: str, count: int | str, allowed: str = "inf") -> list[str]:
     return [
         CONTROLLER + "[FailurePolicy] RETRY",
         CONTROLLER + f"  Source: {source}",
@@ -57,6 +61,7 @@ def test_an_uninterrupted_run():
         "seconds_lost_to_restarts": 0,
         "seconds_to_first_step": 40.0,
         "goodput_percent": round(100 * 10 * 1.5 / 70, 1),
+        "event_lines_skipped": 0,
     }
 
 
@@ -121,7 +126,7 @@ def test_the_failed_event_names_the_budget():
 
 
 def test_what_the_log_cannot_say_is_none():
-    assert read(["no events here"]).summary(0.0, 10.0) == dict.fromkeys(OUTPUTS)
+    assert read(["no events here"]).summary(0.0, 10.0) == {**dict.fromkeys(OUTPUTS), "event_lines_skipped": 0}
     record = read([WORKER + event_line("attempt", time=100.0, workers=1)])
     summary = record.summary(None, None)
     assert summary["restarts"] == 0
@@ -145,3 +150,122 @@ def test_a_group_stopped_before_its_first_step_is_inside_the_gap():
     ).summary(90.0, 160.0)
     assert gap["restarts"] == 2 and gap["seconds_lost_to_restarts"] == 150.0 - 116.0
     assert gap["steps_recomputed"] == 2
+
+
+# ------------------------------------------------------------------ no line can break a result (issue 19)
+GOOD_RUN = [WORKER + event_line("attempt", time=100.0, workers=2), *steps(0, 9, start=130.0)]
+PREFIX = WORKER + "maxtext-tpu-event "
+
+# Event lines a log may hold that give no usable event: a field of the wrong type or out of
+# range, a number JSON allows but a duration cannot be, JSON that is cut, damaged or not an
+# object, an object with no kind.
+BAD_EVENT_LINES = {
+    "seconds is text": PREFIX + '{"event":"step","time":150.0,"step":3,"seconds":"n/a"}',
+    "step is null": PREFIX + '{"event":"step","time":150.0,"step":null,"seconds":1.0}',
+    "step is a float": PREFIX + '{"event":"step","time":150.0,"step":3.5,"seconds":1.0}',
+    "step is a boolean": PREFIX + '{"event":"step","time":150.0,"step":true,"seconds":1.0}',
+    "step is negative": PREFIX + '{"event":"step","time":150.0,"step":-1,"seconds":1.0}',
+    "step is too large": PREFIX + '{"event":"step","time":150.0,"step":1' + "0" * 20 + ',"seconds":1.0}',
+    "step has no time": PREFIX + '{"event":"step","step":3,"seconds":1.0}',
+    "time is text": PREFIX + '{"event":"step","time":"noon","step":3,"seconds":1.0}',
+    "time is NaN": PREFIX + '{"event":"step","time":NaN,"step":3,"seconds":1.0}',
+    "seconds overflow to infinity": PREFIX + '{"event":"step","time":150.0,"step":3,"seconds":1e999}',
+    "seconds are negative": PREFIX + '{"event":"step","time":150.0,"step":3,"seconds":-2.0}',
+    "an integer of 5000 digits": PREFIX + '{"event":"step","time":150.0,"step":' + "9" * 5000 + "}",
+    "workers is text": PREFIX + '{"event":"attempt","time":300.0,"workers":"two"}',
+    "attempt has no time": PREFIX + '{"event":"attempt","workers":2}',
+    "message is a number": PREFIX + '{"event":"failed","message":123}',
+    "ranks are text": PREFIX + '{"event":"notice","time":135.0,"preempted_ranks":"0"}',
+    "a JSON array": PREFIX + '["step", 3]',
+    "a JSON string": PREFIX + '"step"',
+    "a JSON null": PREFIX + "null",
+    "no event field": PREFIX + '{"time":150.0,"step":3,"seconds":1.0}',
+    "event is a number": PREFIX + '{"event":7}',
+    "cut JSON": PREFIX + '{"event":"step","time":150.0,"st',
+    "stray bytes, replaced": PREFIX + '{"event":"step","time":15\ufffd\ufffd,"step":3,"seconds":1.0}',
+    "nested too deep": PREFIX + "[" * 100_000,
+    "nothing after the prefix": PREFIX,
+}
+
+
+@pytest.mark.parametrize("bad", BAD_EVENT_LINES.values(), ids=BAD_EVENT_LINES.keys())
+def test_a_bad_event_line_is_skipped_and_counted_never_raised(bad):
+    good = read(GOOD_RUN).summary(90.0, 160.0)
+    record = read([*GOOD_RUN[:4], bad, *GOOD_RUN[4:]])
+    assert record.skipped == 1 and record.first_skip
+    assert record.summary(90.0, 160.0) == {**good, "event_lines_skipped": 1}
+    assert record.failure is None  # a `failed` event with a message of the wrong type says nothing
+    # The same line read as a job's whole log: only the count.
+    assert read([bad]).summary(90.0, 160.0) == {**dict.fromkeys(OUTPUTS), "event_lines_skipped": 1}
+
+
+def test_why_a_line_was_skipped_names_the_field():
+    record = read([BAD_EVENT_LINES["seconds is text"], BAD_EVENT_LINES["a JSON array"]])
+    assert record.skipped == 2
+    assert record.first_skip is not None and "step event: seconds" in record.first_skip
+
+
+def test_an_event_kind_this_reader_does_not_know_is_passed_over_not_counted():
+    """Forward compatible: the trainer may write kinds (and fields) that this reader predates."""
+    lines = [
+        *GOOD_RUN[:4],
+        WORKER + event_line("notice_saved", time=136.0, step=3, seconds_to_deadline=12.5),
+        WORKER + event_line("a_kind_from_the_future", time=137.0, payload={"anything": [1, "two"]}),
+        WORKER + event_line("step", time=400.0, step=10, seconds=1.5, memory_gib=21.3),  # a new field
+        *GOOD_RUN[4:],
+    ]
+    record = read(lines)
+    assert record.skipped == 0
+    assert record.steps[10] == (1, 1.5, 400.0)
+    # parse_event still gives any kind's object to the readers of other kinds.
+    assert parse_event(lines[4]) == {"event": "notice_saved", "time": 136.0, "step": 3, "seconds_to_deadline": 12.5}
+
+
+def test_ray_echo_of_the_command_is_not_an_event_line():
+    """The echo holds the command, which may print events: it is neither read nor counted."""
+    echo = 'Running entrypoint for job raysubmit_1: python -c "print(\'maxtext-tpu-event {\\"event\\":\\"step\\"\')"'
+    record = read([echo, *GOOD_RUN])
+    assert record.skipped == 0 and record.summary(90.0, 160.0) == read(GOOD_RUN).summary(90.0, 160.0)
+
+
+def test_a_damaged_controller_count_is_passed_over():
+    lines = [*GOOD_RUN, *retry("preemption", 1), *retry("preemption", "9" * 5000)]
+    assert read(lines).summary(90.0, 160.0)["preemptions"] == 1
+
+
+def test_a_maxtext_step_message_whose_numbers_do_not_read_is_no_step():
+    """The trainer parses these in a logging handler, where an exception would reach MaxText."""
+    assert maxtext_step("completed step: 3, seconds: 1.2.3, TFLOP/s/device: 1.0") is None
+    assert maxtext_step("completed step: 3, seconds: ., TFLOP/s/device: 1.0") is None
+    assert maxtext_step("completed step: 3, seconds: " + "9" * 400 + ", TFLOP/s/device: 1.0") is None  # inf
+    assert maxtext_step("completed step: 1" + "0" * 20 + ", seconds: 1.0") is None
+
+
+def strict_json(summary: dict) -> dict:
+    return json.loads(json.dumps(summary, allow_nan=False))
+
+
+def test_every_summary_number_is_finite_or_none():
+    huge = 1.7e308  # finite, but sums and differences of two overflow
+    record = read(
+        [
+            WORKER + event_line("attempt", time=-huge, workers=1),
+            WORKER + event_line("step", time=-huge, step=0, seconds=huge),
+            WORKER + event_line("attempt", time=huge, workers=1),
+            WORKER + event_line("step", time=huge, step=1, seconds=huge),
+        ]
+    )
+    summary = strict_json(record.summary(0.0, 100.0))
+    assert summary["seconds_lost_to_restarts"] is None  # huge - (-huge)
+    assert summary["goodput_percent"] is None  # huge + huge seconds of steps
+    assert summary["restarts"] == 1
+    assert strict_json(record.summary(-huge, huge))["seconds_to_first_step"] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("start", "end"),
+    [(100.0, 100.0), (160.0, 90.0), (90.0, None), (None, 160.0)],
+    ids=["no-time", "end-first", "no-end", "no-start"],
+)
+def test_a_job_without_wall_time_has_no_goodput(start, end):
+    assert read(GOOD_RUN).summary(start, end)["goodput_percent"] is None
