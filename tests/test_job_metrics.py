@@ -1,0 +1,128 @@
+"""Step metrics from MaxText's step lines: no line can make the parsing raise, step 0 (it
+includes compilation) gives no throughput, and every number in the summary is finite or None."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from workloads.job_metrics import StepCollector, parse_steps
+
+STEP = (
+    "completed step: {step}, seconds: {seconds}, TFLOP/s/device: {tflops}, Tokens/s/device: {tokens}, "
+    "total_weights: 64, loss: {loss}"
+)
+
+
+def line(step: int, loss: object = 2.5, tokens: object = 100.0, tflops: object = 2.0, seconds: object = 0.5) -> str:
+    return STEP.format(step=step, seconds=seconds, tflops=tflops, tokens=tokens, loss=loss)
+
+
+def strict_json(summary: dict) -> dict:
+    return json.loads(json.dumps(summary, allow_nan=False))
+
+
+# Step lines whose numbers do not read: the regular expression matches them, float() or int()
+# would not.
+UNREADABLE = {
+    "loss is a dash": line(5, loss="-"),
+    "loss is a word": line(5, loss="abc"),
+    "loss runs into text": line(5, loss="2.5abc"),
+    "seconds with two points": line(5, seconds="1.2.3"),
+    "throughput is a point": line(5, tokens="."),
+    "tflops with two points": line(5, tflops="1..0"),
+    "step of 5000 digits": line(int("9" * 4000), loss=1.0).replace("9" * 4000, "9" * 5000),
+}
+
+
+@pytest.mark.parametrize("bad", UNREADABLE.values(), ids=UNREADABLE.keys())
+def test_a_step_line_whose_numbers_do_not_read_is_no_step(bad):
+    log = "\n".join([line(1, loss=3.0), bad, line(2, loss=2.0)])
+    assert [step.step for step in parse_steps(log)] == [1, 2]
+    collector = StepCollector()
+    collector.add(log)
+    assert collector.summary()["steps_completed"] == 3 and collector.summary()["final_loss"] == 2.0
+
+
+def test_a_bad_last_line_leaves_the_last_good_loss():
+    collector = StepCollector()
+    collector.add("\n".join([line(1, loss=3.0), line(2, loss="-")]))
+    assert collector.summary()["final_loss"] == 3.0 and collector.summary()["diverged"] is False
+
+
+def test_only_step_0_seen_gives_no_throughput_but_counts_the_step():
+    """Step 0 includes XLA compilation: its throughput is not the run's."""
+    collector = StepCollector()
+    collector.add(line(0, loss=4.0, tokens=1.0, tflops=0.01))
+    assert collector.summary() == {
+        "steps_completed": 1,
+        "final_loss": 4.0,
+        "diverged": False,
+        "tokens_per_second_per_device": None,
+        "tflops_per_device": None,
+    }
+    collector.add("\n".join([line(0, loss=4.0, tokens=1.0), line(1, loss=3.0, tokens=500.0, tflops=3.0)]))
+    summary = collector.summary()
+    assert (summary["steps_completed"], summary["tokens_per_second_per_device"], summary["tflops_per_device"]) == (
+        2,
+        500.0,
+        3.0,
+    )
+
+
+@pytest.mark.parametrize("loss", ["nan", "inf", "-inf", "NaN"])
+def test_a_last_loss_that_is_not_finite_is_a_divergence_not_a_number(loss):
+    collector = StepCollector()
+    collector.add("\n".join([line(0, loss=2.0), line(1, loss=loss)]))
+    summary = strict_json(collector.summary())
+    assert summary["final_loss"] is None and summary["diverged"] is True
+    assert summary["steps_completed"] == 2
+
+
+def test_a_run_that_recovers_is_not_diverged():
+    collector = StepCollector()
+    collector.add("\n".join([line(1, loss="nan"), line(2, loss=1.5)]))
+    assert (collector.summary()["final_loss"], collector.summary()["diverged"]) == (1.5, False)
+
+
+def test_no_step_seen_says_nothing_about_divergence():
+    collector = StepCollector()
+    collector.add("no steps here")
+    assert collector.summary() == {
+        "steps_completed": 0,
+        "final_loss": None,
+        "diverged": None,
+        "tokens_per_second_per_device": None,
+        "tflops_per_device": None,
+    }
+
+
+def test_throughput_numbers_that_overflow_are_left_out_of_the_medians():
+    collector = StepCollector()
+    collector.add(
+        "\n".join(
+            [
+                line(1, tokens="9" * 400, tflops="9" * 400),  # float() reads these as inf
+                line(2, tokens=200.0, tflops=4.0),
+                line(3, tokens=400.0, tflops=8.0),
+            ]
+        )
+    )
+    summary = strict_json(collector.summary())
+    assert (summary["tokens_per_second_per_device"], summary["tflops_per_device"]) == (300.0, 6.0)
+    assert summary["steps_completed"] == 4  # the step happened; only its throughput is unreadable
+
+
+def test_a_median_that_overflows_is_none():
+    collector = StepCollector()
+    huge = "1" + "7" * 308  # 1.7e308 read from a line: finite, but two of them average to inf
+    collector.add("\n".join([line(1, tokens=huge, tflops=huge), line(2, tokens=huge, tflops=huge)]))
+    summary = strict_json(collector.summary())
+    assert summary["tokens_per_second_per_device"] is None and summary["tflops_per_device"] is None
+
+
+def test_only_unreadable_throughput_gives_none_not_nan():
+    collector = StepCollector()
+    collector.add(line(1, tokens="9" * 400))
+    assert strict_json(collector.summary())["tokens_per_second_per_device"] is None
