@@ -668,6 +668,10 @@ def test_a_failed_first_release_run_is_retried_under_the_new_id_and_the_guard_co
 
     creating = threading.Thread(target=create)
     creating.start()
+    deadline = time.monotonic() + 60
+    while new_id not in attempts_of(ray, new_id):  # until create has submitted it
+        assert time.monotonic() < deadline, f"{new_id} was never submitted"
+        time.sleep(0.2)
     wait_for(ray, new_id, {JobStatus.RUNNING})
     assert attempts_of(ray, legacy_id, new_id) == sorted([legacy_id, new_id])
     guard = {"job_id": new_id, "legacy_job_id": legacy_id, "address": local_ray_head.address}
