@@ -42,9 +42,12 @@ from domain.kuberay import RAY_AUTH_TOKEN_KEY
 TOKEN_REFRESH_SECONDS = 30 * 60
 REQUEST_TIMEOUT_SECONDS = 60
 REACH_TIMEOUT_SECONDS = 10
-# One log read never fetches more than this, whatever the log's size (see `log_tail`).
+# A tail read asks for the log's last LOG_TAIL_LINES lines and keeps at most their newest
+# LOG_TAIL_MAX_BYTES, whatever the log's size (see `log_tail`).
 LOG_TAIL_LINES = 500
 LOG_TAIL_MAX_BYTES = 512 * 1024
+# The longest line a whole-log read keeps (the rest of a longer line is dropped).
+LOG_LINE_MAX_BYTES = 64 * 1024
 # The GKE API, as gcloud reaches it; gcloud's own override variable points both at another
 # endpoint (tests point it at a fake one on loopback).
 GKE_API_OVERRIDE_ENV = "CLOUDSDK_API_ENDPOINT_OVERRIDES_CONTAINER"
@@ -404,33 +407,46 @@ class JobsApi:
     def log_tail(
         self, job_id: str, node_id: str, lines: int = LOG_TAIL_LINES, max_bytes: int = LOG_TAIL_MAX_BYTES
     ) -> bytes:
-        """The last `lines` lines of a job's log, as bytes, at most `max_bytes` of them.
+        """The last `lines` lines of a job's log, as bytes, at most `max_bytes` of them: the
+        newest. When the lines are more than `max_bytes`, the older ones go, and so does the
+        partial line the cut leaves first (unless that line is all there is: a line longer than
+        `max_bytes` ends the log, and its newest bytes are kept).
 
         Ray's state API serves log files as bytes, so bytes that are not UTF-8 cannot break the
         read (the Jobs API's own log endpoint answers 500 for them), and it seeks from the end of
         the file: a read costs the same for a 1 kB and a 1 GB log. It needs the node the job's
-        driver runs on (`JobDetails.driver_node_id`).
+        driver runs on (`JobDetails.driver_node_id`). The answer is streamed, so this holds at
+        most `max_bytes` plus one chunk at any time, however long the lines are.
         """
-        chunks, size = [], 0
+        window = bytearray()
+        whole_first_line = True  # whether `window` starts where a line starts
         for chunk in self._log_chunks(job_id, node_id, lines):
-            chunks.append(chunk)
-            size += len(chunk)
-            if size >= max_bytes:
-                break
-        data = b"".join(chunks)
-        # When the cap cut a read short, keep whole lines only.
-        return data[:max_bytes].rsplit(b"\n", 1)[0] if size >= max_bytes else data
+            window += chunk
+            excess = len(window) - max_bytes
+            if excess > 0:
+                whole_first_line = window[excess - 1] == ord("\n")
+                del window[:excess]
+        # The newline that ends the log's last line does not count: that line is the only one.
+        if not whole_first_line and (newline := window.find(b"\n", 0, len(window) - 1)) >= 0:
+            del window[: newline + 1]
+        return bytes(window)
 
-    def log_lines(self, job_id: str, node_id: str) -> Iterator[str]:
+    def log_lines(self, job_id: str, node_id: str, max_line_bytes: int = LOG_LINE_MAX_BYTES) -> Iterator[str]:
         """Every line of a job's log, from the start, streamed (never held whole), decoded
-        with stray bytes replaced."""
-        pending = b""
+        with stray bytes replaced. A line longer than `max_line_bytes` is cut to its first
+        `max_line_bytes` (no line the trainer writes comes near), so a log with no newline in
+        gigabytes cannot exhaust memory either."""
+        line = bytearray()
         for chunk in self._log_chunks(job_id, node_id, lines=-1):  # -1: the whole file
-            *complete, pending = (pending + chunk).split(b"\n")
-            for line in complete:
+            start = 0
+            while (end := chunk.find(b"\n", start)) >= 0:
+                line += chunk[start : min(end, start + max(max_line_bytes - len(line), 0))]
                 yield line.decode("utf-8", errors="replace")
-        if pending:
-            yield pending.decode("utf-8", errors="replace")
+                line.clear()
+                start = end + 1
+            line += chunk[start : start + max(max_line_bytes - len(line), 0)]
+        if line:
+            yield line.decode("utf-8", errors="replace")
 
     def _log_chunks(self, job_id: str, node_id: str, lines: int) -> Iterator[bytes]:
         self.client()  # fresh headers when due
