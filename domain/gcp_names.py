@@ -64,11 +64,11 @@ def compute_name_problems(name: str) -> list[str]:
 # affinity accept. Sources: https://cloud.google.com/kubernetes-engine/docs/how-to/consuming-reservations,
 # ReservationAffinity.values in https://cloud.google.com/compute/docs/reference/rest/v1/instances
 RESERVATION_RULE = f"a reservation name ({COMPUTE_NAME_RULE}), or projects/PROJECT_ID/reservations/NAME for a reservation shared from another project"
-_SHARED_RESERVATION = re.compile(r"^projects/([^/]*)/reservations/([^/]*)$")
+_SHARED_RESERVATION = re.compile(r"projects/([^/]*)/reservations/([^/]*)")
 
 
 def reservation_problems(value: str) -> list[str]:
-    shared = _SHARED_RESERVATION.match(value)
+    shared = _SHARED_RESERVATION.fullmatch(value)
     if shared:
         owner, name = shared.groups()
         return [f"names project {owner!r}, which {problem}" for problem in project_id_problems(owner)] + [
@@ -206,7 +206,7 @@ BUCKET_NAME_RULE = (
     "bucketName unset for a generated name"
 )
 _BUCKET_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_.")
-_IPV4 = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
+_IPV4 = re.compile(r"\d{1,3}(\.\d{1,3}){3}")
 _GOOGLE_LIKE = re.compile(r"g[o0]{2,}g+[l1]e|g[o0]{2,}ge[l1]")
 
 
@@ -234,7 +234,7 @@ def bucket_name_problems(name: str) -> list[str]:
         problems.append(f"has characters other than lowercase letters, digits, '-', '_' and '.': {_quoted(others)}")
     if not name[0].isalnum() or not name[-1].isalnum():
         problems.append("does not start and end with a letter or digit")
-    if _IPV4.match(name):
+    if _IPV4.fullmatch(name):
         problems.append("is an IP address")
     if name.lower().startswith("goog"):
         problems.append("starts with 'goog', which Cloud Storage reserves")
@@ -259,9 +259,9 @@ MACHINE_TYPE_RULE = (
 )
 _SERIES = r"[a-z][a-z0-9]*\d[a-z]?"
 _MACHINE_TYPE = re.compile(
-    rf"^(?:{_SERIES}-(?!custom-)[a-z]+-\d+[a-z]?(?:-[a-z]+){{0,2}}"
+    rf"(?:{_SERIES}-(?!custom-)[a-z]+-\d+[a-z]?(?:-[a-z]+){{0,2}}"
     rf"|{_SERIES}-(?:micro|small|medium)"
-    rf"|(?:{_SERIES}-)?custom-(?:(?:micro|small|medium)-\d+|\d+-\d+)(?:-ext)?)$"
+    rf"|(?:{_SERIES}-)?custom-(?:(?:micro|small|medium)-\d+|\d+-\d+)(?:-ext)?)"
 )
 
 
@@ -270,6 +270,6 @@ def machine_type_problems(machine_type: str) -> list[str]:
         return ["is a path or URL; give the bare machine type name"]
     if machine_type != machine_type.lower():
         return ["has uppercase letters (machine type names are lowercase)"]
-    if not _MACHINE_TYPE.match(machine_type):
+    if not _MACHINE_TYPE.fullmatch(machine_type):
         return ["does not have the shape of a machine type (SERIES-FAMILY-VCPUS, or SERIES-custom-VCPUS-MEMORY_MB)"]
     return []

@@ -27,12 +27,12 @@ IMAGE_RULE = (
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _DOMAIN = re.compile(
-    r"^(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])(?:\.(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*"
-    r"(?::\d+)?$"
+    r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])(?:\.(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*"
+    r"(?::\d+)?"
 )
-_PATH_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
-_TAG = re.compile(r"^\w[\w.-]{0,127}$")
-_SHA256 = re.compile(r"^sha256:[0-9a-f]{64}$")
+_PATH_COMPONENT = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
+_TAG = re.compile(r"\w[\w.-]{0,127}")
+_SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def _split(image: str) -> tuple[str, str | None, str | None]:
@@ -57,18 +57,18 @@ def image_reference_problems(image: str) -> list[str]:
     components = repository.split("/")
     first = components[0]
     has_registry = len(components) > 1 and ("." in first or ":" in first or first == "localhost")
-    if has_registry and not _DOMAIN.match(first):
+    if has_registry and not _DOMAIN.fullmatch(first):
         problems.append(f"has registry {first!r}, which is not a host name (with an optional :PORT)")
     path = components[1:] if has_registry else components
     if any(component != component.lower() for component in path):
         problems.append("has uppercase letters in its repository path, which must be lowercase")
-    elif not all(_PATH_COMPONENT.match(component) for component in path):
+    elif not all(_PATH_COMPONENT.fullmatch(component) for component in path):
         problems.append(
             "has a repository path that is not lowercase letters and digits separated by '/', '.', '_' or '-'"
         )
-    if digest is not None and not _SHA256.match(digest):
+    if digest is not None and not _SHA256.fullmatch(digest):
         problems.append(f"has digest {digest!r}; a digest is sha256: followed by 64 lowercase hex digits")
-    if tag is not None and not _TAG.match(tag):
+    if tag is not None and not _TAG.fullmatch(tag):
         problems.append(f"has tag {tag!r}, which is not 1-128 letters, digits, '_', '.' or '-'")
     if tag is None and digest is None:
         problems.append("has no tag (pin a version)")
@@ -78,3 +78,25 @@ def image_reference_problems(image: str) -> list[str]:
             "pulling at different times could run different images"
         )
     return problems
+
+
+# Ray's own images (Docker Hub's rayproject/ray and rayproject/ray-ml) are tagged with the Ray
+# they hold first: 2.60.0, 2.60.0-py312-tpu, 2.60.0.5a1b2c-py312 (a commit's build). Other
+# images' tags are their owners' numbering, and a digest says nothing about the contents: their
+# Ray version cannot be known before a node runs them.
+RAY_REPOSITORIES = ("rayproject/ray", "rayproject/ray-ml")
+_DOCKER_HUB = ("docker.io/", "index.docker.io/", "registry-1.docker.io/")
+_RAY_TAG_VERSION = re.compile(r"(\d{1,4}\.\d{1,4}\.\d{1,4})(?:[-.].*)?")
+
+
+def ray_version_of(image: str) -> str | None:
+    """The Ray version a (valid) reference to one of Ray's own images names in its tag, else
+    None (another repository, a digest only, or a tag that does not start with a version)."""
+    repository, tag, _ = _split(image)
+    for prefix in _DOCKER_HUB:
+        repository = repository.removeprefix(prefix)
+    repository = repository.removeprefix("library/")
+    if repository not in RAY_REPOSITORIES or tag is None:
+        return None
+    version = _RAY_TAG_VERSION.fullmatch(tag)
+    return version.group(1) if version else None

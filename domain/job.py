@@ -41,7 +41,7 @@ RUN_NAME_RULE = (
 
 def run_name_is_valid(run_name: str) -> bool:
     """Whether `run_name` can name a run (its checkpoint directory)."""
-    return bool(_RUN_NAME.match(run_name))
+    return bool(_RUN_NAME.fullmatch(run_name))
 
 
 class JobError(ProblemsError):

@@ -112,7 +112,10 @@ def as_integer(value: Any) -> int | None:
     if isinstance(value, int):
         return value
     if isinstance(value, str) and _INTEGER.fullmatch(value.strip()):
-        return int(value)
+        try:
+            return int(value)
+        except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits)
+            return None
     return None
 
 

@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import sys
+import unicodedata
 from collections.abc import Callable, Mapping, Sequence, Set
 from typing import Any, Literal
 
@@ -159,9 +162,10 @@ def read(cls: type, raw: Mapping[str, Any], *, project_name: str, secret_keys: S
             reading.values[entry.field] = entry.default
             continue
         # A list or map arrives as JSON text: read, and show, what it says, not how it was sent.
+        problem = None
         if entry.kind in ("array", "object"):
-            value = _decoded(value, entry.kind)
-        typed, problem = _typed(entry, value)
+            value, problem = _decoded(value, entry.kind)
+        typed, problem = (None, problem) if problem else _typed(entry, value)
         if problem is None and typed is not None:
             problem = _value_problem(entry, typed)
         if problem is not None:
@@ -172,18 +176,42 @@ def read(cls: type, raw: Mapping[str, Any], *, project_name: str, secret_keys: S
     return reading
 
 
+# Python refuses to turn text of more digits than this into an int (a guard against slow
+# conversions); a setting that long is out of range, said as such rather than with Python's error.
+MAX_DIGITS = sys.get_int_max_str_digits() or 4300
+
+
+def control_characters(text: str) -> list[str]:
+    """The control characters in `text` (a line break, a tab, ...), as messages show them."""
+    return sorted({repr(character)[1:-1] for character in text if unicodedata.category(character) == "Cc"})
+
+
 def _typed(entry: Setting, value: Any) -> tuple[Any, str | None]:
     """The value as its kind, or why it is not one."""
     if entry.kind == "string":
-        return str(value), None
+        text = str(value)
+        # `printf 'name\n' | pulumi config set KEY` stores the line break: no setting (a name, a
+        # version, a path, a URL) has one, and a check written with `$` would not see it.
+        hidden = control_characters(text)
+        if hidden:
+            return None, (
+                f"has control characters ({', '.join(hidden)}), which no value of this setting has; set the "
+                f"value again without them (`pulumi config set {entry.key} VALUE`, not piped from a command that "
+                "ends it with a line break)"
+            )
+        return text, None
     if entry.kind == "boolean":
         flag = as_boolean(value)
         return (flag, None) if flag is not None else (None, "is not a boolean; use true or false")
     if entry.kind == "integer":
+        if isinstance(value, str) and sum(character.isdigit() for character in value) > MAX_DIGITS:
+            return None, f"is out of range; {entry.rule}"
         number = as_integer(value)
         return (number, None) if number is not None else (None, f"is not a whole number; {entry.rule}")
     if entry.kind == "number":
         real = as_number(value)
+        if real is None and _is_overflow(value):
+            return None, f"is out of range; {entry.rule}"
         return (real, None) if real is not None else (None, f"is not a number; {entry.rule}")
     if entry.kind == "array":
         if isinstance(value, list) and all(isinstance(item, str) for item in value):
@@ -196,15 +224,29 @@ def _typed(entry: Setting, value: Any) -> tuple[Any, str | None]:
     return None, "is not an object (a map of keys to values)"
 
 
-def _decoded(value: Any, kind: Kind) -> Any:
-    """JSON text as what it says; other text of a list as `pulumi config set` types one (a, b);
-    anything else as it is."""
-    if not isinstance(value, str):
-        return value
+def _is_overflow(value: Any) -> bool:
+    """Text of a number too large for a float (1e999, or thousands of digits)."""
     try:
-        return json.loads(value)
+        return math.isinf(float(value)) and "inf" not in str(value).lower()
+    except (TypeError, ValueError):
+        return False
+
+
+def _decoded(value: Any, kind: Kind) -> tuple[Any, str | None]:
+    """JSON text as what it says; other text of a list as `pulumi config set` types one (a, b);
+    anything else as it is. Or why it cannot be read: a number inside of more digits than
+    Python converts."""
+    if not isinstance(value, str):
+        return value, None
+    try:
+        return json.loads(value), None
     except json.JSONDecodeError:
-        return [part.strip() for part in value.split(",") if part.strip()] if kind == "array" else value
+        return ([part.strip() for part in value.split(",") if part.strip()] if kind == "array" else value), None
+    except ValueError:  # Python's limit on the digits of an integer
+        return value, (
+            f"has a number of more than {MAX_DIGITS} digits, more than any value of it can use; give numbers "
+            "of a sensible size"
+        )
 
 
 def _value_problem(entry: Setting, value: Any) -> str | None:

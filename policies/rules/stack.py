@@ -155,7 +155,7 @@ def _region(resource_type: str, props: dict[str, Any]) -> Any:
         return at(props, "region")
     if resource_type == CLUSTER:
         location = at(props, "location")
-        zone = _ZONE.match(location) if isinstance(location, str) else None
+        zone = _ZONE.fullmatch(location) if isinstance(location, str) else None
         return zone.group(1) if zone else location
     return UNKNOWN
 

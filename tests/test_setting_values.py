@@ -1,0 +1,115 @@
+"""A value is the whole value, and valid values are accepted.
+
+Every string setting of both projects (listed from the settings classes themselves) is refused,
+naming the setting, when its valid value carries a trailing line break (what
+`printf 'x\\n' | pulumi config set KEY` stores, and what a check written with `$` lets through).
+And values the authorities accept (an RFC 6598 DCN range, a dotted Kubernetes service account,
+a namespace starting with a digit, a digest-only image) are accepted.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from domain.setting import settings_of
+from domain.settings import SettingsError, StackSettings, parse_settings
+from domain.workload_settings import WorkloadSettings, WorkloadSettingsError, parse_workload_settings
+
+INFRA_BASE = {"gcp:project": "my-gcp-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b"}
+WORKLOADS_BASE = {"infraStack": "organization/maxtext-tpu-infra/dev"}
+# A valid value for each string setting whose default is not one (required or unset by default).
+SAMPLES = {
+    "gcp:project": "my-gcp-project",
+    "gcp:region": "us-east5",
+    "gcp:zone": "us-east5-b",
+    "topology": "4x4",
+    "reservation": "v6e-res",
+    "bucketName": "my-ckpt",
+    "rayImage": "rayproject/ray:2.60.0-py312-tpu",
+    "infraStack": "organization/maxtext-tpu-infra/dev",
+    "address": "http://127.0.0.1:8265",
+    "preset": "llama3-8b",
+    "runName": "run-1",
+    "fitCheckResult": "fit.json",
+}
+
+
+def _string_settings(cls: type) -> list[tuple[str, str]]:
+    """(key, a valid value) for every string setting `cls` declares."""
+    cases = []
+    for entry in settings_of(cls):
+        if entry.kind != "string":
+            continue
+        value = SAMPLES.get(entry.key, entry.default if isinstance(entry.default, str) else None)
+        assert value is not None, f"add a valid sample value for {entry.key} to SAMPLES"
+        cases.append((entry.key, value))
+    return cases
+
+
+INFRA_STRINGS = _string_settings(StackSettings)
+WORKLOADS_STRINGS = _string_settings(WorkloadSettings)
+
+
+def test_the_walk_covers_every_string_setting():
+    assert len(INFRA_STRINGS) == 16 and len(WORKLOADS_STRINGS) == 6
+
+
+@pytest.mark.parametrize("key, value", INFRA_STRINGS, ids=[key for key, _ in INFRA_STRINGS])
+def test_an_infra_value_with_a_trailing_line_break_is_refused(key, value):
+    parse_settings({**INFRA_BASE, key: value}, stack="dev", project_name="maxtext-tpu-infra")  # valid as it is
+    with pytest.raises(SettingsError) as caught:
+        parse_settings({**INFRA_BASE, key: value + "\n"}, stack="dev", project_name="maxtext-tpu-infra")
+    assert any(problem.startswith(f"{key} = {value + chr(10)!r} ") for problem in caught.value.problems), (
+        caught.value.problems
+    )
+
+
+@pytest.mark.parametrize("key, value", WORKLOADS_STRINGS, ids=[key for key, _ in WORKLOADS_STRINGS])
+def test_a_workloads_value_with_a_trailing_line_break_is_refused(key, value):
+    base = {"address": "http://127.0.0.1:8265", "preset": "tiny-cpu"} if key == "address" else WORKLOADS_BASE
+    if key == "fitCheckResult":  # only used with an infra stack
+        base = WORKLOADS_BASE
+    with pytest.raises(WorkloadSettingsError) as caught:
+        parse_workload_settings({**base, key: value + "\n"}, stack="dev", project_name="maxtext-tpu-workloads")
+    assert any(problem.startswith(f"{key} = {value + chr(10)!r} ") for problem in caught.value.problems), (
+        caught.value.problems
+    )
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"dcnSubnets": '["100.64.0.0/16", "100.65.0.0/16"]'},  # RFC 6598
+        {"dcnSubnets": '["198.18.0.0/16", "192.168.0.0/24"]'},  # RFC 2544, RFC 1918
+        {"dcnSubnets": '["10.50.0.0/28", "10.60.0.0/28"]'},  # 12 usable addresses for 8 VMs
+        {"serviceAccount": "ray.trainer.v1"},  # a DNS subdomain name
+        {"serviceAccount": "r" * 63 + "." + "s" * 63},
+        {"namespace": "2024-runs"},  # an RFC 1123 label may start with a digit
+        {"rayImage": "rayproject/ray@sha256:" + "0123456789abcdef" * 4},  # Ray version unknown: not checked
+        {"rayImage": "us-docker.pkg.dev/p/r/ray:1.0.0"},  # not Ray's own image: its tag is not Ray's version
+        {"headMachineType": "n1-standard-16"},
+        {"headMachineType": "a2-highgpu-1g"},  # vCPUs not in the name: not checked
+        {"bucketName": "ckpt.example.com"},
+        {"mode": "autopilot", "headMachineType": "n1-standard-16"},  # the default does nothing wrong
+        {"mode": "autopilot", "dcnSubnets": '["10.50.0.0/16", "10.60.0.0/16"]'},
+        {"gcp:region": "europe-west4", "gcp:zone": "europe-west4-a", "dcnSubnets": '["10.202.0.0/16", "10.60.0.0/16"]'},
+    ],
+)
+def test_valid_values_are_accepted(overrides):
+    parse_settings({**INFRA_BASE, **overrides}, stack="dev", project_name="maxtext-tpu-infra")
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"minSlices": "1"},  # the default does nothing wrong
+        {"elastic": "true", "minSlices": "2"},
+        {"checkpointRoot": ".runs"},
+        {
+            "runtimeEnv": '{"env_vars": {"LIBTPU_INIT_ARGS": "--xla_tpu_enable_async_collective_fusion_fuse_all_gather=false"}}'
+        },
+        {"runtimeEnv": '{"pip": ["x"]}', "allowRuntimeInstall": "true"},
+    ],
+)
+def test_valid_workloads_values_are_accepted(overrides):
+    parse_workload_settings({**WORKLOADS_BASE, **overrides}, stack="dev", project_name="maxtext-tpu-workloads")
