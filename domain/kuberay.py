@@ -13,6 +13,8 @@ import unicodedata
 from typing import Any
 
 from domain import preemption
+from domain.ray_head import HEAD_CPUS, HEAD_MEMORY_GIB
+from domain.ray_version import MIN_RAY_VERSION_FOR_TOKEN_AUTH as MIN_RAY_VERSION_FOR_TOKEN_AUTH  # policies read it here
 from domain.ray_version import RAY_VERSION
 from domain.settings import StackSettings
 
@@ -38,7 +40,10 @@ GCS_FUSE_ANNOTATIONS = {
 }
 
 METADATA_SERVER_SELECTOR = {"iam.gke.io/gke-metadata-server-enabled": "true"}
-HEAD_RESOURCES = {"requests": {"cpu": "8", "memory": "16Gi"}, "limits": {"memory": "16Gi"}}
+HEAD_RESOURCES = {
+    "requests": {"cpu": str(HEAD_CPUS), "memory": f"{HEAD_MEMORY_GIB}Gi"},
+    "limits": {"memory": f"{HEAD_MEMORY_GIB}Gi"},
+}
 # Per TPU host: the procedure's 8 CPUs and 200G of the VM's memory for the Ray worker.
 WORKER_CPU = "8"
 WORKER_MEMORY = "200G"
@@ -54,8 +59,7 @@ AUTH_OPTIONS = {"mode": "token"}
 # The Secret's key holding the token (base64 of 32 random bytes).
 RAY_AUTH_TOKEN_KEY = "auth_token"
 # KubeRay refuses a RayCluster with token authentication unless spec.rayVersion says the Ray in
-# its image is at least this, the first Ray with token authentication.
-MIN_RAY_VERSION_FOR_TOKEN_AUTH = "2.52.0"
+# its image is at least MIN_RAY_VERSION_FOR_TOKEN_AUTH (domain/ray_version.py, imported above).
 # KubeRay's utils.CheckName keeps names this short (63 minus room for "-worker-" and 5
 # generated characters).
 _KUBERAY_MAX_NAME = 50

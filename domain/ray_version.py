@@ -12,3 +12,12 @@ A leaf module (no project import), so domain.settings can use it too.
 from __future__ import annotations
 
 RAY_VERSION = "2.60.0"
+
+# KubeRay refuses a RayCluster with token authentication (domain/kuberay.py) unless spec.rayVersion
+# says the Ray in its image is at least this, the first Ray with token authentication.
+MIN_RAY_VERSION_FOR_TOKEN_AUTH = "2.52.0"
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """`2.52.0` -> (2, 52, 0), comparable with `<`."""
+    return tuple(int(part) for part in version.split("."))

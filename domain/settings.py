@@ -9,31 +9,42 @@ Pulumi.yaml's `config:` block and the README's settings table are generated from
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass
 from typing import Any
 
-from domain import dcn, gcp_names, gke, resource_names
-from domain.images import IMAGE_RULE, image_reference_problems
+from domain import dcn, gcp_names, gke, k8s_names, resource_names
+from domain.images import IMAGE_RULE, image_reference_problems, ray_version_of
 from domain.job import JobError, resolve_job
+from domain.machine_types import machine_size
 from domain.presets import PRESETS, Preset
 from domain.problems import ProblemsError
-from domain.setting import read, setting
+from domain.ray_head import HEAD_CPUS, HEAD_MEMORY_GIB
+from domain.ray_version import MIN_RAY_VERSION_FOR_TOKEN_AUTH, RAY_VERSION, version_key
+from domain.setting import read, setting, settings_of
 from domain.tpu_catalog import TPU_ZONES_SOURCE, Accelerator, SliceShape
 
 MAX_SLICES = 64
 
-_DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_REGION = re.compile(r"^[a-z]+-[a-z]+\d+$")
+_DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_REGION = re.compile(r"[a-z]+-[a-z]+\d+")
 # A zone is its region plus a letter (`us-east5-b`), or an AI zone's `ai<N><letter>` (`us-south1-ai1b`).
-_ZONE_SUFFIX = re.compile(r"^(?:[a-z]|ai\d+[a-z])$")
+_ZONE_SUFFIX = re.compile(r"[a-z]|ai\d+[a-z]")
 
 # Namespaces every cluster already has: the stack creates its namespace, which would fail.
 SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
 # The label that records the stack on the cluster (domain/gcp_resources.py).
 STACK_LABEL = "maxtext-tpu-stack"
 _STATE = "stored unencrypted in the stack's state"
+
+# Settings that only a Standard cluster uses, and what an Autopilot cluster does instead: set (to
+# anything but the default) on an Autopilot stack, they would do nothing, which is a mistake.
+STANDARD_ONLY = {
+    "head_machine_type": "Autopilot chooses the Ray head's node from the head pod's own requests",
+    "dcn_subnets": "Autopilot gives the TPU pods their DCN interfaces itself (DRANET through the ComputeClass)",
+}
 
 
 class SettingsError(ProblemsError):
@@ -54,13 +65,27 @@ def _named(what: str, problems_of: Callable[[str], list[str]], rule: str) -> Cal
 
 def _dns_label(max_length: int, also: Callable[[str], str | None] | None = None) -> Callable[[str], str | None]:
     def check(value: str) -> str | None:
-        if len(value) > max_length or not _DNS_LABEL.match(value):
+        if len(value) > max_length or not _DNS_LABEL.fullmatch(value):
             reasons = gcp_names.rfc1035_problems(value, max_length=max_length)
             return (
                 f"is not valid; use lowercase letters, digits and '-', starting with a letter, at most "
                 f"{max_length} characters: it {', '.join(reasons)}"
             )
         return also(value) if also else None
+
+    return check
+
+
+def _kubernetes_name(
+    what: str, problems_of: Callable[[str], list[str]], rule: str, also: Callable[[str], str | None]
+) -> Callable[[str], str | None]:
+    """A check from domain/k8s_names.py's reasons and rule, then `also`."""
+
+    def check(value: str) -> str | None:
+        problems = problems_of(value)
+        if problems:
+            return f"is not {what}: it {', '.join(problems)}; use {rule}"
+        return also(value)
 
     return check
 
@@ -73,7 +98,7 @@ def _tpu_preset(name: str) -> str | None:
 
 
 def _region(value: str) -> str | None:
-    if _REGION.match(value):
+    if _REGION.fullmatch(value):
         return None
     return "is not a Google Cloud region (for example us-east5); run `pulumi config set gcp:region <region>`"
 
@@ -207,14 +232,21 @@ class StackSettings:
         "string",
         "Kubernetes namespace of the Ray cluster.",
         default="default",
-        check=_dns_label(63, _own_namespace),
+        check=_kubernetes_name(
+            "a Kubernetes namespace name", k8s_names.label_problems, k8s_names.NAMESPACE_RULE, _own_namespace
+        ),
         in_clear="it is exported as the namespace output and names the Kubernetes objects' namespace",
     )
     service_account: str = setting(
         "string",
         "Kubernetes service account of the Ray pods (granted the checkpoint bucket).",
         default="maxtext-ray",
-        check=_dns_label(63, _own_service_account),
+        check=_kubernetes_name(
+            "a Kubernetes service account name",
+            k8s_names.subdomain_problems,
+            k8s_names.SUBDOMAIN_RULE,
+            _own_service_account,
+        ),
         in_clear="it is exported as the serviceAccount output and is part of the bucket's IAM member",
     )
     bucket_name: str | None = setting(
@@ -300,6 +332,9 @@ class StackSettings:
         return not self.is_autopilot and self.accelerator.dcn_networks > 0
 
 
+_SETTINGS = {entry.field: entry for entry in settings_of(StackSettings)}
+
+
 def _derived_problem(key: str, value: str, derived: str, service: str, problems: list[str], fix: str) -> str:
     """A name the program builds from a setting, refused by the service that gets it."""
     return f"{key} = {value!r} makes {derived}, which {service} refuses: it {', '.join(problems)}; {fix}"
@@ -316,7 +351,7 @@ def parse_settings(
 
     region, zone = values["region"], values["zone"]
     if reading.ok("region", "zone") and region and zone:
-        if not (zone.startswith(f"{region}-") and _ZONE_SUFFIX.match(zone[len(region) + 1 :])):
+        if not (zone.startswith(f"{region}-") and _ZONE_SUFFIX.fullmatch(zone[len(region) + 1 :])):
             problems.append(
                 f"gcp:zone = {reading.shown('gcp:zone')} is not a zone of region {region!r}; use {region}-a, "
                 f"{region}-b, ... (one with capacity for the preset's TPUs)"
@@ -367,16 +402,46 @@ def parse_settings(
     except ValueError as error:
         problems.append(f"gkeVersion: {error}")
 
+    for field, instead in STANDARD_ONLY.items():
+        entry = _SETTINGS[field]
+        if mode == "autopilot" and raw.get(entry.key) is not None and values[field] not in (None, entry.default):
+            problems.append(
+                f"{entry.key} = {reading.shown(entry.key, list(values[field]) if entry.kind == 'array' else None)} does "
+                f"nothing on an Autopilot stack ({instead}); unset it (`pulumi config rm {entry.key}`), or use "
+                "mode = standard"
+            )
+            reading.refused.add(field)
+
     dcn_subnets = values["dcn_subnets"]
     needed_networks = chosen.accelerator.dcn_networks if chosen else 0
-    if dcn_subnets is not None:
-        for problem in dcn.subnet_range_problems(dcn_subnets):
-            problems.append(f"dcnSubnets: {problem}; use non-overlapping private ranges")
-        if mode == "standard" and chosen is not None and len(dcn_subnets) != needed_networks:
+    if dcn_subnets is not None and mode == "standard" and reading.ok("dcn_subnets"):
+        # Each TPU VM of every slice takes one address in each DCN subnet.
+        vms = slices * chosen.accelerator.shape(topology).vms if chosen and topology_ok and slices else None
+        for problem in dcn.subnet_range_problems(dcn_subnets, vms=vms):
+            problems.append(f"dcnSubnets: {problem}; use {dcn.VALID_RULE}")
+        if region and reading.ok("region", "network") and values["network"]:
+            for problem in dcn.primary_overlap_problems(dcn_subnets, network=values["network"], region=region):
+                problems.append(f"dcnSubnets: {problem}")
+        if chosen is not None and len(dcn_subnets) != needed_networks:
             problems.append(
                 f"dcnSubnets has {len(dcn_subnets)} ranges but TPU {chosen.accelerator.name} needs "
                 f"{needed_networks} DCN networks; give exactly {needed_networks} "
                 f"(default: {', '.join(dcn.DEFAULT_SUBNET_RANGES)})"
+            )
+
+    head_machine_type = values["head_machine_type"]
+    if mode == "standard" and head_machine_type and reading.ok("head_machine_type"):
+        problems += _head_machine_problems(head_machine_type)
+    ray_image = values["ray_image"]
+    if ray_image and reading.ok("ray_image"):
+        problems += _ray_image_version_problems(reading.shown("rayImage"), ray_version_of(ray_image))
+    price = values["price_per_chip_hour"]
+    if price is not None and chosen is not None and topology_ok and slices is not None:
+        chips = slices * chosen.accelerator.shape(topology).chips
+        if not math.isfinite(price * chips):
+            problems.append(
+                f"pricePerChipHour = {reading.shown('pricePerChipHour')} is out of range: times the stack's {chips} "
+                "chips it is more dollars per hour than a number holds; use a price in US dollars, for example 2.70"
             )
 
     reservation = values["reservation"]
@@ -437,6 +502,48 @@ def parse_settings(
     reading.raise_problems(SettingsError)
     assert chosen is not None and slices is not None
     return StackSettings(stack=stack, **{**values, "preset": chosen, "topology": topology, "slices": slices})
+
+
+def _head_machine_problems(machine_type: str) -> list[str]:
+    """The Ray head pod's requests against what GKE leaves pods on a node of `machine_type`
+    (domain/gke.py); a size the name does not say is not checked (domain/machine_types.py)."""
+    size = machine_size(machine_type)
+    short = []
+    if size.vcpus is not None and gke.allocatable_cpu(size.vcpus) < HEAD_CPUS:
+        short.append(
+            f"{gke.allocatable_cpu(size.vcpus):.2f} allocatable CPUs of its {size.vcpus:g} vCPUs for the head's "
+            f"request of {HEAD_CPUS}"
+        )
+    if size.memory_gib is not None and gke.allocatable_memory_gib(size.memory_gib) < HEAD_MEMORY_GIB:
+        short.append(
+            f"{gke.allocatable_memory_gib(size.memory_gib):.2f} GiB of allocatable memory of its "
+            f"{size.memory_gib:g} GiB for the head's request of {HEAD_MEMORY_GIB} GiB"
+        )
+    if not short:
+        return []
+    return [
+        f"headMachineType = {machine_type!r} is too small for the Ray head: a GKE node of it offers "
+        f"{' and '.join(short)} (GKE keeps the rest for the system), so the head pod would never schedule; use a "
+        f"machine type with more, for example {_SETTINGS['head_machine_type'].default} (the default)"
+    ]
+
+
+def _ray_image_version_problems(shown: str, version: str | None) -> list[str]:
+    """A pinned image of Ray's own whose tag names another Ray than the cluster's."""
+    if version is None or version == RAY_VERSION:
+        return []
+    too_old = (
+        f"; and Ray {version} predates token authentication, which the cluster turns on (Ray "
+        f"{MIN_RAY_VERSION_FOR_TOKEN_AUTH} or later)"
+        if version_key(version) < version_key(MIN_RAY_VERSION_FOR_TOKEN_AUTH)
+        else ""
+    )
+    return [
+        f"rayImage = {shown} holds Ray {version}, but the cluster runs Ray {RAY_VERSION} (the RayCluster's "
+        f"rayVersion, the job client and the trainer): Ray needs the same version on the head, every worker "
+        f"and the client{too_old}; use rayproject/ray:{RAY_VERSION}-py312-tpu, an image of Ray {RAY_VERSION}, "
+        "or unset rayImage to build the worker image"
+    ]
 
 
 def _availability_problems(accelerator: Accelerator, mode: str, region: str, zone: str) -> list[str]:

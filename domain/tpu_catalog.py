@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 
@@ -58,6 +58,9 @@ class Accelerator:
     # Only flags the pinned libtpu accepts for this generation: it refuses unknown flags, and some
     # known ones per platform (tests/test_fit_check.py compiles every shipped preset with them).
     libtpu_flags: tuple[str, ...] = ()
+    # Flags (as `--name=value`, the value lowercase) the pinned libtpu is known to refuse on this
+    # generation, and why: a job that sets one in its own LIBTPU_INIT_ARGS fails at its first step.
+    libtpu_refused_flags: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def shape(self, topology: str) -> SliceShape:
         try:
@@ -75,6 +78,17 @@ class Accelerator:
             interfaces = [f"eth{index}" for index in range(1, self.dcn_networks + 1)] + ["lo"]
             flags.append(f"--megascale_grpc_interface_prefixes={','.join(interfaces)}")
         return " ".join(flags)
+
+    def refused_libtpu_flags(self, init_args: str) -> list[tuple[str, str]]:
+        """The flags of a LIBTPU_INIT_ARGS value this generation's libtpu refuses, each with
+        why (a bare `--flag` is `--flag=true`, as libtpu reads a boolean flag)."""
+        refused = []
+        for token in init_args.split():
+            name, _, value = token.partition("=")
+            normalized = f"{name}={value.lower() if value else 'true'}"
+            if normalized in self.libtpu_refused_flags:
+                refused.append((token, self.libtpu_refused_flags[normalized]))
+        return refused
 
     def slice_type(self, topology: str) -> str:
         """The slice name MaxText and Ray use, e.g. `v6e-16` for a 4x4 v6e slice."""
@@ -100,6 +114,14 @@ def _shapes(*entries: tuple[str, str, int]) -> Mapping[str, SliceShape]:
 # v6e ("Continuation fusion for AllGather is enabled on platform ghostlite ... not
 # supported/recommended on platforms other than TPU v5e"): the job would fail at its first step.
 # Measured with the fit check's compile.
+V6E_REFUSED_FLAGS: Mapping[str, str] = MappingProxyType(
+    {
+        "--xla_tpu_enable_async_collective_fusion_fuse_all_gather=true": (
+            "libtpu 0.0.52 refuses it on v6e (continuation fusion for AllGather is supported on TPU v5e "
+            "only), so the job would fail at its first step"
+        )
+    }
+)
 V6E_COLLECTIVE_OVERLAP = (
     "--xla_tpu_use_minor_sharding_for_major_trivial_input=true",
     "--xla_tpu_relayout_group_size_threshold_for_reduce_scatter=1",
@@ -151,6 +173,7 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType(
             price_per_chip_hour_usd=2.70,
             dcn_networks=2,
             libtpu_flags=V6E_LIBTPU_FLAGS,
+            libtpu_refused_flags=V6E_REFUSED_FLAGS,
             shapes=_shapes(
                 ("1x1", "ct6e-standard-1t", 1),
                 ("2x2", "ct6e-standard-4t", 4),

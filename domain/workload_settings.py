@@ -12,6 +12,7 @@ submitted.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from domain import maxtext_config
 from domain.job import RUN_NAME_RULE, run_name_is_valid
 from domain.presets import PRESETS
 from domain.problems import ProblemsError
-from domain.setting import read, setting
+from domain.setting import read, setting, settings_of
 
 # Runtime env fields that make Ray download or install something on every worker at every job
 # start, before the first step (https://docs.ray.io/en/latest/ray-core/handling-dependencies.html).
@@ -50,6 +51,20 @@ def _url(address: str) -> str | None:
     return None if address.startswith(("http://", "https://")) else "is not a URL; use http://HOST:8265"
 
 
+# A Pulumi stack reference: ORGANIZATION/PROJECT/STACK, each part letters, digits, '-', '_' or '.'
+# (https://www.pulumi.com/docs/iac/concepts/stacks/#stackreferences).
+_STACK_REFERENCE = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
+
+
+def _stack_reference(value: str) -> str | None:
+    if _STACK_REFERENCE.fullmatch(value):
+        return None
+    return (
+        "is not a fully qualified stack name; use ORGANIZATION/PROJECT/STACK, for example "
+        "organization/maxtext-tpu-infra/dev (`pulumi stack ls --all` in the project root lists them)"
+    )
+
+
 def _run_name(run_name: str) -> str | None:
     return None if run_name_is_valid(run_name) else f"is not valid; {RUN_NAME_RULE}"
 
@@ -68,6 +83,7 @@ class WorkloadSettings:
         "string",
         "The infra stack to train on (organization/maxtext-tpu-infra/STACK); its outputs say where and on what.",
         unset="unset (set it or address)",
+        check=_stack_reference,
         in_clear="it names the StackReference resource, which the state and every preview show",
     )
     address: str | None = setting(
@@ -170,19 +186,69 @@ class WorkloadSettings:
         return self.run_name or f"{preset}-{self.stack}".lower()
 
 
+_SETTINGS = {entry.field: entry for entry in settings_of(WorkloadSettings)}
+
+# Settings that do nothing on some stacks: (field, when it does nothing, why). Set there to anything
+# but the default, they are refused: a setting that is set and does nothing is a mistake.
+IGNORED_WHEN = (
+    ("checkpoint_root", "infra", "a GKE job writes to the infra stack's checkpointRoot output (its bucket)"),
+    ("fit_check_result", "local", "a CPU job on a local Ray head has no TPU cost estimate to drive"),
+    ("assumed_mfu", "local", "a CPU job on a local Ray head has no TPU cost estimate to use it in"),
+    ("min_slices", "not elastic", "only an elastic job (elastic = true) runs on fewer slices than all"),
+)
+
+
+def _ignored_problems(reading: Any, raw: Mapping[str, Any], *, where: set[str]) -> list[str]:
+    problems = []
+    values = reading.values
+    for field, when, why in IGNORED_WHEN:
+        entry = _SETTINGS[field]
+        if when in where and raw.get(entry.key) is not None and values[field] not in (None, entry.default):
+            problems.append(
+                f"{entry.key} = {reading.shown(entry.key)} does nothing on this stack: {why}; unset it "
+                f"(`pulumi config rm {entry.key}`)"
+            )
+    return problems
+
+
+def _libtpu_problems(runtime_env: Mapping[str, Any], accelerators: list[Any], *, secret: bool) -> list[str]:
+    """Flags in the job's own LIBTPU_INIT_ARGS that every accelerator the job can run on refuses
+    (domain/tpu_catalog.py): the job would fail at its first step."""
+    env_vars = runtime_env.get("env_vars")
+    init_args = env_vars.get("LIBTPU_INIT_ARGS") if isinstance(env_vars, dict) else None
+    if not isinstance(init_args, str) or not accelerators:
+        return []
+    problems = []
+    for flag, why in accelerators[0].refused_libtpu_flags(init_args):
+        if all(flag in dict(other.refused_libtpu_flags(flag)) for other in accelerators[1:]):
+            problems.append(
+                f"runtimeEnv.env_vars.LIBTPU_INIT_ARGS has the flag {'[secret]' if secret else repr(flag)}: {why}; "
+                f"remove that flag (the workers already run with the catalog's flags for TPU {accelerators[0].name})"
+            )
+    return problems
+
+
+def _install_of(key: str, value: Any) -> str | None:
+    """What a runtime env field installs at every job start, or None."""
+    if key in RUNTIME_INSTALLS:
+        return RUNTIME_INSTALLS[key]
+    if key == "working_dir" and "://" in str(value):
+        return "downloads and unpacks a remote archive"
+    return None
+
+
+def _installs(runtime_env: Mapping[str, Any]) -> bool:
+    return any(_install_of(key, value) is not None for key, value in runtime_env.items())
+
+
 def _runtime_env_problems(runtime_env: Mapping[str, Any], *, allow_install: bool, secret: bool) -> list[str]:
     def named(key: str, value: Any) -> str:
         return f"runtimeEnv.{key} = {'[secret]' if secret else maxtext_config.shown(value)}"
 
     problems = []
     for key, value in runtime_env.items():
-        if key in RUNTIME_INSTALLS:
-            what = RUNTIME_INSTALLS[key]
-        elif key == "working_dir" and "://" in str(value):
-            what = "downloads and unpacks a remote archive"
-        else:
-            continue
-        if not allow_install:
+        what = _install_of(key, value)
+        if what is not None and not allow_install:
             problems.append(
                 f"{named(key, value)} {what} at every job start, on every worker, before the first "
                 f"step (gigabytes for MaxText's dependencies, paid in TPU time); {_OPT_IN}"
@@ -252,6 +318,21 @@ def parse_workload_settings(
         allow_install=bool(values["allow_runtime_install"]),
         secret="runtimeEnv" in reading.secrets,
     )
+    # The accelerators the job can run on: its preset's, or (the infra stack's preset being
+    # unknown here) any TPU preset's; a flag all of them refuse is refused now.
+    candidates = [chosen] if chosen is not None else [p for p in PRESETS.values() if p.runs_on_tpu]
+    accelerators = [p.accelerator for p in candidates if p.runs_on_tpu]
+    problems += _libtpu_problems(runtime_env, accelerators, secret="runtimeEnv" in reading.secrets)
+    if values["allow_runtime_install"] and not _installs(runtime_env):
+        problems.append(
+            "allowRuntimeInstall = true does nothing on this stack: runtimeEnv installs nothing (no pip, uv, conda, "
+            "py_modules, container, image_uri, java_jars or remote working_dir); unset it (`pulumi config rm "
+            "allowRuntimeInstall`)"
+        )
+    where = {"local" if local else "infra" if on_infra else "neither"}
+    if not values["elastic"]:
+        where.add("not elastic")
+    problems += _ignored_problems(reading, raw, where=where)
     reading.raise_problems(WorkloadSettingsError)
     return WorkloadSettings(
         stack=stack,

@@ -69,13 +69,16 @@ def test_engine_strings_are_parsed():
         ({"project": None}, "gcp:project is not set; run `pulumi config set gcp:project <project-id>`"),
         (
             {"dcnSubnets": '["10.50.0.0/16", "10.50.128.0/17"]'},
-            "dcnSubnets: 10.50.0.0/16 overlaps 10.50.128.0/17; use non-overlapping private ranges",
+            "dcnSubnets: 10.50.0.0/16 overlaps 10.50.128.0/17; use non-overlapping ranges of /29 or larger",
         ),
         (
             {"dcnSubnets": '["10.50.0.0/16"]'},
             "dcnSubnets has 1 ranges but TPU v6e needs 2 DCN networks; give exactly 2",
         ),
-        ({"dcnSubnets": '["8.8.0.0/16", "10.60.0.0/16"]'}, "dcnSubnets: 8.8.0.0/16 is not a private (RFC 1918) range"),
+        (
+            {"dcnSubnets": '["8.8.0.0/16", "10.60.0.0/16"]'},
+            "dcnSubnets: 8.8.0.0/16 is a public range: used privately, it would hide the internet hosts",
+        ),
         (
             {"dcnSubnets": '["10.50.0.1/16", "10.60.0.0/16"]'},
             "dcnSubnets: '10.50.0.1/16' is not an IPv4 network in CIDR form",

@@ -46,6 +46,7 @@ MACHINE_RULE = "use a Compute Engine machine type name, for example n1-standard-
 IMAGE_RULE = "use REGISTRY/REPOSITORY:VERSION (for example rayproject/ray:"
 LABEL_RULE = "use lowercase letters, digits and '-', starting with a letter"
 SECRET_FIX = "set it without --secret"
+NAMESPACE_RULE = "use at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit"
 
 ROWS = [
     # ---------------------------------------------------------------- bucketName (Cloud Storage)
@@ -162,7 +163,7 @@ ROWS = [
     ),
     row("cluster-name-long", {"clusterName": "c" * 41}, f"clusterName = '{'c' * 41}'", "at most 40 characters"),
     row("cluster-name-digit", {"clusterName": "1-cluster"}, "clusterName = '1-cluster'", LABEL_RULE),
-    row("namespace-upper", {"namespace": "Training"}, "namespace = 'Training'", LABEL_RULE),
+    row("namespace-upper", {"namespace": "Training"}, "namespace = 'Training'", NAMESPACE_RULE),
     row(
         "namespace-system",
         {"namespace": "kube-system"},
@@ -283,6 +284,109 @@ ROWS = [
         {"mode": "autopilot", "gcp:region": "europe-west1", "gcp:zone": "europe-west1-b"},
         "gcp:region = 'europe-west1' has no zone offering TPU v6e",
         "use one of: us-central1, us-east1, us-east5",
+    ),
+    # ---------------------------------------------------------------- arithmetic the program has the numbers for
+    row(
+        "head-machine-8-vcpus",
+        {"headMachineType": "n1-standard-8"},
+        "headMachineType = 'n1-standard-8' is too small for the Ray head: a GKE node of it offers 7.91 allocatable "
+        "CPUs of its 8 vCPUs for the head's request of 8",
+        "use a machine type with more, for example n1-standard-16",
+    ),
+    row(
+        "head-machine-memory",
+        {"headMachineType": "n2-highcpu-16"},
+        "offers 13.30 GiB of allocatable memory of its 16 GiB for the head's request of 16 GiB",
+        "use a machine type with more",
+    ),
+    row(
+        "head-machine-custom",
+        {"headMachineType": "n2-custom-4-65536"},
+        "headMachineType = 'n2-custom-4-65536' is too small for the Ray head",
+        "use a machine type with more",
+    ),
+    row(
+        "head-machine-shared-core",
+        {"headMachineType": "e2-medium"},
+        "headMachineType = 'e2-medium' is too small for the Ray head",
+        "use a machine type with more",
+    ),
+    row(
+        "dcn-smaller-than-29",
+        {"dcnSubnets": ["10.50.0.0/30", "10.60.0.0/16"]},
+        "dcnSubnets: 10.50.0.0/30 is smaller than /29, Google Cloud's smallest subnet",
+        "use non-overlapping ranges of /29 or larger",
+    ),
+    row(
+        "dcn-too-small-for-the-vms",
+        {"slices": 64, "dcnSubnets": ["10.50.0.0/24", "10.60.0.0/16"]},
+        "dcnSubnets: 10.50.0.0/24 has 252 usable addresses (256 less the 4 Google Cloud reserves), but the "
+        "slices' 256 TPU VMs take one each",
+        "use a /23 or larger",
+    ),
+    row(
+        "dcn-29-too-small-for-8-vms",
+        {"dcnSubnets": ["10.50.0.0/29", "10.60.0.0/16"]},
+        "dcnSubnets: 10.50.0.0/29 has 4 usable addresses",
+        "use a /28 or larger",
+    ),
+    row(
+        "dcn-overlaps-default-network-subnet",
+        {"dcnSubnets": ["10.202.0.0/16", "10.60.0.0/16"]},
+        "dcnSubnets: 10.202.0.0/16 overlaps 10.202.0.0/20, the us-east5 subnet of the auto mode network 'default'",
+        "a TPU VM cannot have interfaces in overlapping subnets",
+    ),
+    row(
+        "dcn-in-auto-block-on-another-network",
+        {"network": "research-vpc", "dcnSubnets": ["10.130.0.0/16", "10.60.0.0/16"]},
+        "dcnSubnets: 10.130.0.0/16 is in 10.128.0.0/9, the auto mode subnets' block, and the ranges of network "
+        "'research-vpc' are not known here",
+        "use a range outside it",
+    ),
+    row(
+        "dcn-loopback",
+        {"dcnSubnets": ["127.0.0.0/16", "10.60.0.0/16"]},
+        "dcnSubnets: 127.0.0.0/16 meets 127.0.0.0/8 (loopback (RFC 1122)), which no subnet may use",
+        "100.64.0.0/10",
+    ),
+    row(
+        "image-other-ray-version",
+        {"rayImage": "rayproject/ray:2.40.0-py312-tpu"},
+        "rayImage = 'rayproject/ray:2.40.0-py312-tpu' holds Ray 2.40.0, but the cluster runs Ray 2.60.0",
+        "predates token authentication",
+    ),
+    row(
+        "image-newer-ray-version",
+        {"rayImage": "docker.io/rayproject/ray:2.61.0"},
+        "rayImage = 'docker.io/rayproject/ray:2.61.0' holds Ray 2.61.0, but the cluster runs Ray 2.60.0",
+        "use rayproject/ray:2.60.0-py312-tpu, an image of Ray 2.60.0, or unset rayImage",
+    ),
+    row(
+        "price-overflows-the-cost-outputs",
+        {"pricePerChipHour": "1e308"},
+        "pricePerChipHour = 1e308 is out of range: times the stack's 32 chips",
+        "use a price in US dollars, for example 2.70",
+    ),
+    row("price-ten-thousand-digits", {"pricePerChipHour": "1" * 10_000}, "pricePerChipHour = '111", "is out of range"),
+    row("slices-ten-thousand-digits", {"slices": "1" * 10_000}, "slices = '111", "is out of range; use 1 to 64"),
+    row(
+        "gke-version-ten-thousand-digits",
+        {"gkeVersion": "1.35.2-gke." + "1" * 10_000},
+        "gkeVersion: GKE version '1.35.2-gke.111",
+        "is not of the form MAJOR.MINOR.PATCH-gke.BUILD",
+    ),
+    # ---------------------------------------------------------------- settings that do nothing on Autopilot
+    row(
+        "autopilot-head-machine-type",
+        {"mode": "autopilot", "headMachineType": "n2-standard-32"},
+        "headMachineType = 'n2-standard-32' does nothing on an Autopilot stack",
+        "unset it (`pulumi config rm headMachineType`), or use mode = standard",
+    ),
+    row(
+        "autopilot-dcn-subnets",
+        {"mode": "autopilot", "dcnSubnets": ["10.70.0.0/16", "10.80.0.0/16"]},
+        "dcnSubnets = ['10.70.0.0/16', '10.80.0.0/16'] does nothing on an Autopilot stack",
+        "unset it (`pulumi config rm dcnSubnets`), or use mode = standard",
     ),
     # ---------------------------------------------------------------- values set with --secret
     *[

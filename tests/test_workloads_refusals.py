@@ -47,6 +47,7 @@ MAX_PREEMPTIONS = (
     "maxFailures)"
 )
 TIMEOUT = "use 1 or more seconds (default 21600, 6 hours)"
+FUSE_ALL_GATHER = "--xla_tpu_enable_async_collective_fusion_fuse_all_gather=true"
 IN_CLEAR = "so it would appear in clear there; set it without --secret (`pulumi config set {key} VALUE`), or keep the value out of this stack"
 
 
@@ -266,13 +267,13 @@ ROWS = [
         ("minSlices", "= 3", "use 1 to 2"), error=JobError,
     ),
     Bad(
-        "min-slices-above-infra-slices-multislice", {"minSlices": 4},
-        "minSlices = 4 is out of range; use 1 to 2 (the slice count: the fewest slices an elastic job keeps "
-        "training on)",
-        ("minSlices", "= 4", "use 1 to 2"), error=JobError,
+        "min-slices-without-elastic", {"minSlices": 4},
+        "minSlices = 4 does nothing on this stack: only an elastic job (elastic = true) runs on fewer slices than "
+        "all; unset it (`pulumi config rm minSlices`)",
+        ("minSlices", "= 4", "unset it"),
     ),
     Bad(
-        "min-slices-above-cpu-slice-local", {"minSlices": 2},
+        "min-slices-above-cpu-slice-local", {"minSlices": 2, "elastic": True},
         "minSlices = 2 is out of range; use 1 to 1 (the slice count: the fewest slices an elastic job keeps "
         "training on)",
         ("minSlices", "= 2", "use 1 to 1"), stack="local", error=JobError,
@@ -443,6 +444,50 @@ ROWS = [
         "rerun `python -m trainer.fit_check --preset llama3-8b --topology 4x4 --slices 2 KEY=VALUE ... --output FILE` "
         "with this job's maxtextOverrides, or unset fitCheckResult",
         ("fitCheckResult", "fit_check_other_configuration.json", "rerun `python -m trainer.fit_check"), error=JobError),
+    # Settings that would do nothing on this stack (refused, not ignored).
+    Bad("checkpoint-root-on-gke", {"checkpointRoot": "/mnt/ckpt"},
+        "checkpointRoot = '/mnt/ckpt' does nothing on this stack: a GKE job writes to the infra stack's "
+        "checkpointRoot output (its bucket); unset it (`pulumi config rm checkpointRoot`)",
+        ("checkpointRoot", "'/mnt/ckpt'", "unset it")),
+    Bad("fit-check-result-local", {"fitCheckResult": "fit.json"},
+        "fitCheckResult = 'fit.json' does nothing on this stack: a CPU job on a local Ray head has no TPU cost "
+        "estimate to drive; unset it (`pulumi config rm fitCheckResult`)",
+        ("fitCheckResult", "'fit.json'", "unset it"), stack="local"),
+    Bad("assumed-mfu-local", {"assumedMfu": "0.5"},
+        "assumedMfu = 0.5 does nothing on this stack: a CPU job on a local Ray head has no TPU cost estimate to "
+        "use it in; unset it (`pulumi config rm assumedMfu`)",
+        ("assumedMfu", "0.5", "unset it"), stack="local"),
+    Bad("allow-runtime-install-with-nothing-to-install", {"allowRuntimeInstall": True},
+        "allowRuntimeInstall = true does nothing on this stack: runtimeEnv installs nothing (no pip, uv, conda, "
+        "py_modules, container, image_uri, java_jars or remote working_dir); unset it (`pulumi config rm "
+        "allowRuntimeInstall`)",
+        ("allowRuntimeInstall", "true", "unset it")),
+    # A flag the catalog knows libtpu refuses on the only accelerator the job can run on.
+    Bad("libtpu-flag-v6e-refuses",
+        {"runtimeEnv": {"env_vars": {"LIBTPU_INIT_ARGS": f"--xla_enable_async_all_gather=true {FUSE_ALL_GATHER}"}}},
+        f"runtimeEnv.env_vars.LIBTPU_INIT_ARGS has the flag '{FUSE_ALL_GATHER}': libtpu 0.0.52 refuses it on v6e "
+        "(continuation fusion for AllGather is supported on TPU v5e only), so the job would fail at its first step; "
+        "remove that flag (the workers already run with the catalog's flags for TPU v6e)",
+        ("LIBTPU_INIT_ARGS", FUSE_ALL_GATHER, "remove that flag")),
+    Bad("infra-stack-not-qualified", {"infraStack": "dev"},
+        "infraStack = 'dev' is not a fully qualified stack name; use ORGANIZATION/PROJECT/STACK, for example "
+        "organization/maxtext-tpu-infra/dev (`pulumi stack ls --all` in the project root lists them)",
+        ("infraStack", "'dev'", "ORGANIZATION/PROJECT/STACK")),
+    # Numbers of more digits than Python converts name their setting, not Python's limit.
+    Bad("timeout-ten-thousand-digits", {"timeoutSeconds": "1" * 10_000},
+        f"timeoutSeconds = '{'1' * 76}... is out of range; {TIMEOUT}",
+        ("timeoutSeconds", "'111", "use 1 or more")),
+    Bad("override-number-ten-thousand-digits", {"maxtextOverrides": '{"steps": ' + "1" * 10_000 + "}"},
+        f"""maxtextOverrides = '{{"steps": {'1' * 66}... has a number of more than 4300 digits, more than any """
+        "value of it can use; give numbers of a sensible size",
+        ("maxtextOverrides", '{"steps": 111', "more than 4300 digits")),
+    Bad("override-text-ten-thousand-digits", {"maxtextOverrides": {"steps": "1" * 10_000}},
+        f"maxtextOverrides.steps = '{'1' * 76}... is not an integer {base('steps', '150001')}",
+        ("maxtextOverrides.steps", "'111", "integer")),
+    Bad("runtime-env-number-ten-thousand-digits", {"runtimeEnv": '{"env_vars": {"X": ' + "1" * 10_000 + "}}"},
+        f"""runtimeEnv = '{{"env_vars": {{"X": {'1' * 57}... has a number of more than 4300 digits, more than """
+        "any value of it can use; give numbers of a sensible size",
+        ("runtimeEnv", '{"env_vars"', "more than 4300 digits")),
     Bad("unknown-setting", {"slices": 4},
         f"{PROJECT}:slices is not a setting of this project; valid settings: {SETTINGS}",
         (f"{PROJECT}:slices", "slices", f"valid settings: {SETTINGS}")),
