@@ -49,6 +49,10 @@ PREEMPTION_POLL_SECONDS = 1
 # cluster: tests/test_elastic_local.py) before it settles for the slices that remain.
 RESTART_GRACE_SECONDS = 10
 
+# The trainer's event (domain.goodput.event_line) for the checkpoint MaxText wrote at a
+# preemption notice: its step, and how long before the node's deadline it was committed.
+NOTICE_SAVED_EVENT = "notice_saved"
+
 DRAIN_TIMEOUT_ENV = "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"
 POLL_INTERVAL_ENV = "RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S"
 
@@ -83,3 +87,13 @@ def worker_env(settings: StackSettings) -> list[dict[str, Any]]:
     """The drain deadline of the worker's own `ray start`, and the poll interval too, should a
     driver ever run on a worker."""
     return [{"name": DRAIN_TIMEOUT_ENV, "value": str(drain_timeout_seconds(settings))}, *head_env()]
+
+
+def run_completed(committed_step: int | None, total_steps: int | None) -> bool:
+    """Whether a worker group that MaxText returned from after a preemption notice has finished
+    the run (its last step, `total_steps - 1`, is committed): the notice came during the last
+    steps or the final save, so the group returns and the run succeeds. Otherwise MaxText stopped
+    at the notice after saving `committed_step`, and the group must wait for Ray Train to restart
+    it (a group that returns has finished the run, as far as Ray Train is concerned). A run whose
+    length is unknown is never taken as finished."""
+    return committed_step is not None and total_steps is not None and committed_step >= total_steps - 1

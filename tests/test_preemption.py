@@ -11,11 +11,14 @@ import inspect
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
 from domain import gke, preemption
+from domain.goodput import parse_event
 from domain.settings import SettingsError, parse_settings
+from trainer import maxtext_trainer
 
 BASE = {"gcp:project": "my-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b"}
 
@@ -112,3 +115,69 @@ def test_ray_reads_the_drain_timeout_the_workers_set():
     env.pop(preemption.DRAIN_TIMEOUT_ENV)
     shown = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert shown.stdout.split()[-1] == "30.0"  # Ray's default: Kubernetes' default grace, to the second
+
+
+# ---------------------------------------------------------------- after the notice, in the trainer
+
+
+@pytest.mark.parametrize(
+    ("committed", "total", "completed"),
+    [(99, 100, True), (98, 100, False), (25, 100, False), (0, 1, True), (None, 100, False), (99, None, False)],
+)
+def test_a_group_has_finished_the_run_only_with_its_last_step_committed(committed, total, completed):
+    assert preemption.run_completed(committed, total) is completed
+
+
+def notice_with_deadline_in(seconds: float) -> maxtext_trainer.PreemptionNotice:
+    notice = maxtext_trainer.PreemptionNotice(poll_seconds=1, report=True)
+    notice.received, notice.deadline_ms = True, int((time.time() + seconds) * 1000)
+    return notice
+
+
+def events(out: str) -> list[dict]:
+    return [event for event in map(parse_event, out.splitlines()) if event is not None]
+
+
+@pytest.mark.parametrize("step", [25, 27])
+def test_the_trainer_names_the_step_it_saved_at_the_notice_periodic_or_not(monkeypatch, capsys, step):
+    """The save at the notice is told by what it is, an event, not by its step number: the step
+    JAX's preemption sync picks may also be a periodic one (25, with checkpoint_period = 25)."""
+    monkeypatch.setattr(maxtext_trainer, "_latest_committed_step", lambda directory: step)
+    config = {"checkpoint_dir": "ignored", "total_steps": 100}
+    assert maxtext_trainer._report_the_notice_save(notice_with_deadline_in(30), config, rank0=True) is False
+    out = capsys.readouterr().out
+    [saved] = events(out)
+    assert (saved["event"], saved["step"]) == (preemption.NOTICE_SAVED_EVENT, step)
+    assert 28 < saved["seconds_to_deadline"] <= 30
+    assert f"the checkpoint at the preemption notice is step {step}, committed" in out
+    assert "s before the node's deadline" in out
+
+
+def test_a_save_committed_after_the_deadline_says_so(monkeypatch, capsys):
+    monkeypatch.setattr(maxtext_trainer, "_latest_committed_step", lambda directory: 40)
+    config = {"checkpoint_dir": "ignored", "total_steps": 100}
+    assert maxtext_trainer._report_the_notice_save(notice_with_deadline_in(-4), config, rank0=True) is False
+    out = capsys.readouterr().out
+    [saved] = events(out)
+    assert -6 < saved["seconds_to_deadline"] < -3
+    assert "s AFTER the node's deadline" in out
+
+
+def test_a_notice_during_the_last_steps_lets_the_group_finish_the_run(monkeypatch, capsys):
+    """Waiting for a restart then would restart a finished run, which MaxText refuses (a
+    checkpoint already at the last step): the job would fail with its work done."""
+    monkeypatch.setattr(maxtext_trainer, "_latest_committed_step", lambda directory: 99)
+    config = {"checkpoint_dir": "ignored", "total_steps": 100}
+    assert maxtext_trainer._report_the_notice_save(notice_with_deadline_in(30), config, rank0=True) is True
+    out = capsys.readouterr().out
+    assert events(out) == []
+    assert "the run is complete" in out
+
+
+def test_the_workers_learn_where_maxtext_saves_and_the_run_length():
+    from domain.job import resolve_job
+
+    job = resolve_job("tiny-cpu", run_name="r", checkpoint_root="gs://bucket/runs", overrides={"steps": 40})
+    config = maxtext_trainer.build_trainer(job).train_loop_config
+    assert config["checkpoint_dir"] == "gs://bucket/runs/r/checkpoints"
+    assert config["total_steps"] == 40

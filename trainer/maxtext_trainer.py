@@ -22,7 +22,7 @@ from typing import Any
 from domain.goodput import event_line, maxtext_step
 from domain.job import JobSpec
 from domain.maxtext_config import base_config_path
-from domain.preemption import RESTART_GRACE_SECONDS
+from domain.preemption import NOTICE_SAVED_EVENT, RESTART_GRACE_SECONDS, run_completed
 
 # Environment for CPU workers: JAX on the CPU backend, and MaxText without Google Cloud clients
 # (faster start, nothing to authenticate on a laptop).
@@ -31,6 +31,12 @@ CPU_WORKER_ENV = {"JAX_PLATFORMS": "cpu", "DECOUPLE_GCLOUD": "TRUE"}
 # cluster's drains every RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S (the RayCluster sets the same 1 s,
 # domain/preemption.py; Ray's default is 5 s), so a notice reaches MaxText within two polls.
 NOTICE_POLL_SECONDS = 1.0
+# Where MaxText keeps a run's checkpoints, under the run's directory: one Orbax step directory each.
+CHECKPOINTS_SUBDIRECTORY = "checkpoints"
+
+
+def checkpoint_directory(job: JobSpec) -> str:
+    return f"{job.run_directory}/{CHECKPOINTS_SUBDIRECTORY}"
 
 
 def maxtext_argv(job: JobSpec, base_config: Path | None = None) -> list[str]:
@@ -87,12 +93,14 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     """Runs MaxText's pre-training entry point on this worker.
 
     MaxText is imported here, on the worker, so the driver never takes the TPU. Re-running with
-    the same run_name restores the latest checkpoint under `<root>/<run_name>/checkpoints`,
-    which is how a restarted worker group resumes.
+    the same run_name restores the latest checkpoint under `checkpoint_directory(job)`, which
+    is how a restarted worker group resumes.
 
     A preemption notice becomes a checkpoint at the next step (see PreemptionNotice); after that
     save this worker waits to be torn down instead of returning, because a worker group that
-    returns has finished the run as far as Ray Train is concerned.
+    returns has finished the run as far as Ray Train is concerned. A notice that comes while
+    MaxText finishes the run's last steps changes nothing: the run is complete and the worker
+    returns.
     """
     import ray.train
 
@@ -111,13 +119,44 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         maxtext_main(config["argv"])
     finally:
         notice.stop()
-    if notice.received:
-        print(
-            "the checkpoint at the preemption notice is written; waiting for Ray Train to restart the worker "
-            "group on the slices that remain",
-            flush=True,
-        )
+    if notice.received and not _report_the_notice_save(notice, config, rank0):
         threading.Event().wait()
+
+
+def _latest_committed_step(directory: str) -> int | None:
+    from orbax.checkpoint.utils import checkpoint_steps
+
+    return max(checkpoint_steps(directory), default=None)
+
+
+def _report_the_notice_save(notice: PreemptionNotice, config: dict[str, Any], rank0: bool) -> bool:
+    """What MaxText did with the notice, said by rank 0 (the host that commits checkpoints), from
+    what is committed now that MaxText has returned (it waits for the save before it stops).
+    True if the run is complete, so the worker returns."""
+    committed = _latest_committed_step(config["checkpoint_dir"])
+    if run_completed(committed, config["total_steps"]):
+        if rank0:
+            print(
+                f"the preemption notice came after the run's last step ({committed}) was saved: the run is complete",
+                flush=True,
+            )
+        return True
+    if rank0:
+        now = time.time()
+        deadline = notice.deadline_ms / 1000 if notice.deadline_ms is not None else None
+        to_deadline = round(deadline - now, 3) if deadline is not None else None
+        if committed is None:
+            print("MaxText stopped at the preemption notice, but no checkpoint of this run is committed", flush=True)
+        else:
+            when = (
+                "with no deadline given"
+                if to_deadline is None
+                else f"{abs(to_deadline):.1f} s {'before' if to_deadline >= 0 else 'AFTER'} the node's deadline"
+            )
+            print(f"the checkpoint at the preemption notice is step {committed}, committed {when}", flush=True)
+            _emit(NOTICE_SAVED_EVENT, step=committed, seconds_to_deadline=to_deadline)
+        print("waiting for Ray Train to restart the worker group on the slices that remain", flush=True)
+    return False
 
 
 def _emit(event: str, **fields: Any) -> None:
@@ -182,6 +221,7 @@ class PreemptionNotice:
         self.poll_seconds = poll_seconds
         self.report = report
         self.received = False
+        self.deadline_ms: int | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="preemption-notice", daemon=True)
 
@@ -199,6 +239,7 @@ class PreemptionNotice:
             if info is None or self._stop.is_set():
                 continue
             self.received = True
+            self.deadline_ms = info.deadline_ms
             if self.report:
                 _emit("notice", deadline_ms=info.deadline_ms, preempted_ranks=info.preempted_ranks)
             os.kill(os.getpid(), signal.SIGTERM)  # JAX's handler: MaxText saves at the next step
@@ -214,6 +255,8 @@ def build_trainer(job: JobSpec):
             "argv": maxtext_argv(job),
             "use_tpu": job.use_tpu,
             "notice_poll_seconds": NOTICE_POLL_SECONDS,
+            "checkpoint_dir": checkpoint_directory(job),
+            "total_steps": job.total_steps,
         },
         scaling_config=scaling_config(job),
         run_config=run_config(job),
