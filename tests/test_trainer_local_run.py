@@ -85,12 +85,17 @@ def test_tiny_preset_trains_logs_finite_losses_and_checkpoints(local_ray_head, t
     assert any((Path(job.run_directory) / "checkpoints" / "4").iterdir())
 
 
-def kill_the_worker(head) -> None:
+def the_worker(head) -> int:
+    """The pid of the one Ray Train worker, a process of the Ray head this session started."""
     [worker] = list_actors(
         address=head.address,
         filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")],
     )
-    os.kill(worker.pid, signal.SIGKILL)  # a process of the Ray head this session started
+    return worker.pid
+
+
+def kill_the_worker(head) -> None:
+    os.kill(the_worker(head), signal.SIGKILL)
 
 
 def test_worker_killed_after_a_checkpoint_resumes_from_it(local_ray_head, tmp_path):
@@ -107,10 +112,16 @@ def test_worker_killed_after_a_checkpoint_resumes_from_it(local_ray_head, tmp_pa
     total = overrides["steps"]
     run = ProviderRun(local_ray_head, job).start()
     run.wait_for(lambda: 10 in committed_steps(job), "the checkpoint at step 10", 300)
-    # A few steps past it, so the restart has steps to recompute.
-    run.wait_for(lambda: max(run.record().steps) >= 13, "step 13", 60)
+    worker = the_worker(local_ray_head)  # found first: the kill follows the condition at once
+    # Three steps logged past the latest commit (the log may lag the worker, the checkpoints do
+    # not), so the restart has steps to recompute however fast or slow the steps are.
+    run.wait_for(
+        lambda: max(run.record().steps, default=-1) >= max(committed_steps(job)) + 3,
+        "three steps past the latest checkpoint",
+        300,
+    )
+    os.kill(worker, signal.SIGKILL)
     committed_before_kill = max(committed_steps(job))
-    kill_the_worker(local_ray_head)
     run.join(timeout=420)
 
     logs = run.log()
