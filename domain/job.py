@@ -17,6 +17,7 @@ from typing import Any
 from domain import maxtext_config
 from domain.presets import PRESETS, maxtext_overrides
 from domain.problems import ProblemsError
+from domain.stack_identity import StackIdentity
 
 # Ray Train retries after a worker error (a Spot preemption is counted apart, without limit).
 DEFAULT_MAX_FAILURES = {"multislice": 0, "elastic": 3}
@@ -31,17 +32,35 @@ SAVE_ON_SIGTERM = {"enable_autocheckpoint": "true"}
 # Train's default). Growing restarts the worker group from the latest checkpoint.
 RESIZE_CHECK_SECONDS = 60.0
 
-_RUN_NAME = re.compile(r"^[a-z0-9]([-a-z0-9_.]{0,62}[a-z0-9])?$")
+RUN_NAME_MAX = 64
+_RUN_NAME = re.compile(rf"^[a-z0-9]([-a-z0-9_.]{{0,{RUN_NAME_MAX - 2}}}[a-z0-9])?$")
+_NOT_IN_RUN_NAME = re.compile(r"[^-a-z0-9_.]+")
 
 
 RUN_NAME_RULE = (
-    "use lowercase letters, digits, '-', '_' or '.', at most 64 characters (it names the checkpoint directory)"
+    f"use lowercase letters, digits, '-', '_' or '.', at most {RUN_NAME_MAX} characters (it names the checkpoint "
+    "directory)"
 )
+# Hex digits of the stack's identity digest in a default run name: enough to keep apart the few
+# stacks that share a checkpoint root, few enough to leave the stack's name readable.
+RUN_NAME_DIGEST_LENGTH = 6
 
 
 def run_name_is_valid(run_name: str) -> bool:
     """Whether `run_name` can name a run (its checkpoint directory)."""
     return bool(_RUN_NAME.fullmatch(run_name))
+
+
+def default_run_name(preset: str, identity: StackIdentity) -> str:
+    """`<preset>-<stack>-<digest>`, the digest of the stack's organization, project and name.
+
+    Deterministic, so a re-run resumes the stack's checkpoints; the digest keeps apart the
+    checkpoint directories of same-named stacks of other projects or organizations, which share
+    one checkpoint root when they train on one infra stack (its bucket) or in one checkout (its
+    `.runs`). The readable part is cut to fit the run-name rule; the digest covers the full names."""
+    suffix = identity.digest(RUN_NAME_DIGEST_LENGTH)
+    readable = _NOT_IN_RUN_NAME.sub("-", f"{preset}-{identity.stack}".lower())
+    return f"{readable[: RUN_NAME_MAX - len(suffix) - 1]}-{suffix}"
 
 
 class JobError(ProblemsError):

@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from domain import maxtext_config
-from domain.job import RUN_NAME_RULE, run_name_is_valid
+from domain.job import RUN_NAME_RULE, default_run_name, run_name_is_valid
 from domain.presets import PRESETS
 from domain.problems import ProblemsError
 from domain.setting import read, setting, settings_of
+from domain.stack_identity import StackIdentity
 
 # Runtime env fields that make Ray download or install something on every worker at every job
 # start, before the first step (https://docs.ray.io/en/latest/ray-core/handling-dependencies.html).
@@ -76,7 +77,10 @@ class WorkloadSettings:
     `in_clear` cannot be kept secret, so a secret value is refused; any other secret setting
     stays secret (workloads/program.py)."""
 
-    stack: str  # the Pulumi stack's name (not a setting)
+    # Whose stack it is (not settings): the Pulumi stack's name, its project's and organization's.
+    stack: str
+    project: str
+    organization: str | None = None  # None where no engine names one (see domain/stack_identity.py)
     secrets: frozenset[str] = frozenset()  # the settings set with `pulumi config set --secret`
 
     infra_stack: str | None = setting(
@@ -97,12 +101,14 @@ class WorkloadSettings:
         "Training preset: llama3-8b, llama3-70b or tiny-cpu; defaults to the infra stack's.",
         unset="the infra stack's",
         choices=tuple(PRESETS),
-        in_clear="it is exported as the preset output and names the default run (<preset>-<stack>)",
+        in_clear="it is exported as the preset output and names the default run (<preset>-<stack>-<digest>)",
     )
     run_name: str | None = setting(
         "string",
-        "MaxText run name (its checkpoint directory); defaults to <preset>-<stack>, so a re-run resumes.",
-        unset="`<preset>-<stack>`",
+        "MaxText run name (its checkpoint directory); defaults to <preset>-<stack>-<digest>, the digest of the "
+        "stack's organization, project and name, so a re-run resumes and no same-named stack of another project "
+        "or organization shares it.",
+        unset="`<preset>-<stack>-<digest>`",
         check=_run_name,
         in_clear="it is exported as the runName output and names the checkpoint directory",
     )
@@ -182,8 +188,13 @@ class WorkloadSettings:
         unset="unset (the fit-check cache is used)",
     )
 
+    @property
+    def identity(self) -> StackIdentity:
+        return StackIdentity(organization=self.organization, project=self.project, stack=self.stack)
+
     def run_name_for(self, preset: str) -> str:
-        return self.run_name or f"{preset}-{self.stack}".lower()
+        """`runName` as set, else the stack's own default (domain/job.py)."""
+        return self.run_name or default_run_name(preset, self.identity)
 
 
 _SETTINGS = {entry.field: entry for entry in settings_of(WorkloadSettings)}
@@ -270,11 +281,12 @@ def parse_workload_settings(
     *,
     stack: str,
     project_name: str,
+    organization: str | None = None,
     secret_settings: AbstractSet[str] = frozenset(),
 ) -> WorkloadSettings:
-    """Validates raw stack config (`project_name:key` keys stripped to `key`); `secret_settings`
-    names the settings set with `pulumi config set --secret`. Raises WorkloadSettingsError listing
-    every problem."""
+    """Validates raw stack config (`project_name:key` keys stripped to `key`) of the stack
+    `organization/project_name/stack`; `secret_settings` names the settings set with `pulumi config
+    set --secret`. Raises WorkloadSettingsError listing every problem."""
     reading = read(WorkloadSettings, raw, project_name=project_name, secret_keys=secret_settings)
     values, problems = reading.values, reading.problems
 
@@ -336,6 +348,8 @@ def parse_workload_settings(
     reading.raise_problems(WorkloadSettingsError)
     return WorkloadSettings(
         stack=stack,
+        project=project_name,
+        organization=organization,
         secrets=reading.secrets,
         **{
             **values,

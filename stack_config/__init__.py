@@ -1,6 +1,7 @@
-"""The one place both programs read the engine's config: the raw values of a settings class's
-keys, every other key of the project's namespace (so a misspelt key is reported, not ignored),
-and which of them were set with `pulumi config set --secret`.
+"""The one place both programs read the engine's config: whose stack it is (organization,
+project and name), the raw values of a settings class's keys, every other key of the project's
+namespace (so a misspelt key is reported, not ignored), and which of them were set with `pulumi
+config set --secret`.
 
 The SDK has no public call that lists the keys a stack sets. Under the CLI the language host
 passes the stack's config in PULUMI_CONFIG, which the public `pulumi.runtime.get_config_env`
@@ -17,6 +18,12 @@ import pulumi
 from pulumi.runtime import config as runtime_config
 
 from domain.setting import settings_of
+from domain.stack_identity import StackIdentity
+
+
+def stack_identity() -> StackIdentity:
+    """The running program's organization, project and stack, as the engine names them."""
+    return StackIdentity(organization=pulumi.get_organization(), project=pulumi.get_project(), stack=pulumi.get_stack())
 
 
 def _engine_keys() -> set[str]:

@@ -1,9 +1,23 @@
 """Resolving a job: presets, user overrides and every check that must happen before submission."""
 
+import hashlib
+import json
+
 import pytest
 
-from domain.job import UNLIMITED, JobError, JobSpec, preset_maxtext_overrides, resolve_job
+from domain.job import (
+    RUN_NAME_MAX,
+    RUN_NAME_RULE,
+    UNLIMITED,
+    JobError,
+    JobSpec,
+    default_run_name,
+    preset_maxtext_overrides,
+    resolve_job,
+    run_name_is_valid,
+)
 from domain.presets import PRESETS, maxtext_overrides
+from domain.stack_identity import StackIdentity
 
 
 def resolve(preset="llama3-8b", **kwargs):
@@ -131,3 +145,44 @@ def test_a_job_is_its_presets_settings_plus_the_users():
         assert dict(job.maxtext_overrides) == {**baseline, "steps": "5"}
     assert preset_maxtext_overrides("llama3-8b", slices=2, elastic=True)["dcn_data_parallelism"] == "-1"
     assert preset_maxtext_overrides("llama3-8b", slices=2, elastic=False)["dcn_data_parallelism"] == "2"
+
+
+# ------------------------------------------------------------------ the default run name (issue 19)
+ACME_DEV = StackIdentity(organization="acme", project="maxtext-tpu-workloads", stack="dev")
+
+
+def test_the_default_run_name_is_the_preset_the_stack_and_a_digest_of_the_stack_named_in_full():
+    assert default_run_name("llama3-8b", ACME_DEV) == "llama3-8b-dev-b0d851"
+    # The digest: SHA-256 of the identity's canonical JSON, as in the Ray job's submission id.
+    text = json.dumps({"organization": "acme", "project": "maxtext-tpu-workloads", "stack": "dev"}, sort_keys=True)
+    assert ACME_DEV.digest(6) == hashlib.sha256(text.encode()).hexdigest()[:6] == "b0d851"
+    assert default_run_name("llama3-8b", ACME_DEV) == default_run_name("llama3-8b", ACME_DEV)  # a re-run resumes
+
+
+def test_same_named_stacks_of_other_projects_or_organizations_get_other_run_names():
+    names = {
+        default_run_name("llama3-8b", identity)
+        for identity in (
+            ACME_DEV,
+            StackIdentity(organization="acme", project="other-workloads", stack="dev"),
+            StackIdentity(organization="other-org", project="maxtext-tpu-workloads", stack="dev"),
+            StackIdentity(organization=None, project="maxtext-tpu-workloads", stack="dev"),  # no engine (mocks)
+            StackIdentity(organization="acme", project="maxtext-tpu-workloads", stack="Dev"),
+        )
+    }
+    assert len(names) == 5
+    assert all(run_name_is_valid(name) and name.startswith("llama3-8b-dev-") for name in names)
+
+
+def test_a_long_or_odd_stack_name_is_cut_to_the_run_name_rule_and_still_kept_apart():
+    long = StackIdentity(organization="acme", project="maxtext-tpu-workloads", stack="experiment-" + "x" * 89)
+    name = default_run_name("llama3-70b", long)
+    assert len(name) == RUN_NAME_MAX and run_name_is_valid(name)
+    assert name.startswith("llama3-70b-experiment-xxx")
+    # Cut at the same place, another stack still gets another name: the digest covers the full names.
+    other = StackIdentity(organization="acme", project="maxtext-tpu-workloads", stack="experiment-" + "x" * 88 + "y")
+    assert default_run_name("llama3-70b", other)[:-6] == name[:-6] and default_run_name("llama3-70b", other) != name
+    assert run_name_is_valid(default_run_name("tiny-cpu", StackIdentity(None, "p", "My Stack/2")))
+    # The rule's limit and its message say the same number.
+    assert run_name_is_valid("a" * RUN_NAME_MAX) and not run_name_is_valid("a" * (RUN_NAME_MAX + 1))
+    assert f"at most {RUN_NAME_MAX} characters" in RUN_NAME_RULE

@@ -68,8 +68,9 @@ def test_dev_stack_trains_on_the_infra_stack_cluster():
     job = job_of(inputs["entrypoint"])
     assert shlex.split(inputs["entrypoint"])[2] == "trainer.maxtext_multi_slice_trainer"
     assert (job.preset, job.slices, job.topology, job.num_workers) == ("llama3-8b", 2, "4x4", 8)
-    assert (job.checkpoint_root, job.run_name) == ("/data", "llama3-8b-dev")
-    assert inputs["checkpoint_dir"] == "/data/llama3-8b-dev"
+    # The default run name: the preset, the stack and a digest of its organization, project and name.
+    assert (job.checkpoint_root, job.run_name) == ("/data", "llama3-8b-dev-154078")
+    assert inputs["checkpoint_dir"] == "/data/llama3-8b-dev-154078"
     assert inputs["total_steps"] == 100
     assert inputs.get("runtime_env") is None  # nothing installed at job start
     assert "token" not in json.dumps(inputs).lower()

@@ -26,7 +26,7 @@ from tests.support.pulumi_harness import PROJECT_ROOT, RecordingMonitor, run_pro
 from tests.test_workloads_program import INFRA_OUTPUTS, INFRA_STACK, PROJECT, RAY_JOB, WORKLOADS_DIR, run_workloads
 from workloads.config import read_settings
 from workloads.program import build
-from workloads.ray_job import submission_id
+from workloads.ray_job import legacy_submission_id, submission_id
 
 RAY_JOB_GUARD = "pulumi-python:dynamic/ray:RayJobGuard"
 UNSET = object()  # removes a setting the stack file has
@@ -402,7 +402,7 @@ ROWS = [
         ("runName", "set as a secret", "set it without --secret"), secrets=("runName",)),
     Bad("secret-preset-local", {"preset": "tiny-cpu"},
         "preset is set as a secret, but it is exported as the preset output and names the default run "
-        f"(<preset>-<stack>), {IN_CLEAR.format(key='preset')}",
+        f"(<preset>-<stack>-<digest>), {IN_CLEAR.format(key='preset')}",
         ("preset", "set as a secret", "set it without --secret"), secrets=("preset",), stack="local"),
     Bad("secret-infra-stack", {},
         "infraStack is set as a secret, but it names the StackReference resource, which the state and every "
@@ -586,7 +586,13 @@ def test_a_secret_override_value_stays_out_of_the_message():
         {"runtimeEnv": {"env_vars": {"XLA_FLAGS": "--xla_dump_to=/tmp"}}},
         {"runtimeEnv": {"working_dir": "."}},
         {"maxtextOverrides": {"enable_checkpointing": "False", "steps": "10_000", "learning_rate": "1e-4"}},
-        {"maxtextOverrides": {"ici_fsdp_parallelism": -1, "per_device_batch_size": 0.5, "mlp_activations": ["silu", "linear"]}},
+        {
+            "maxtextOverrides": {
+                "ici_fsdp_parallelism": -1,
+                "per_device_batch_size": 0.5,
+                "mlp_activations": ["silu", "linear"],
+            }
+        },
         {"maxtextOverrides": {"weight_sparsity_n": "2"}},  # null in base.yml: MaxText checks it
         {"elastic": True, "minSlices": 2, "maxFailures": 0, "timeoutSeconds": 1},
     ],
@@ -604,7 +610,18 @@ def test_a_cpu_preset_and_a_local_head_still_run_elastic():
     assert len(run.of_type(RAY_JOB)) == 1
 
 
-# The shipped stacks register what they registered before these checks.
+# The shipped stacks register exactly what is recorded here, so that an unintended change of a job
+# (which would be a new run from step 0) fails. Recorded values changed on purpose twice, both for
+# issue 19 (a stack's job and checkpoints are its own, not those of same-named stacks of other
+# projects or organizations):
+# - the submission id names the organization, project and stack (`pulumi-<organization>-<project>-
+#   <stack>-<digest>`; under mocks the organization is None, so it is left out), the RayJob gets
+#   `project` (and `organization`, unset here) as inputs, and the guard gets the first releases'
+#   form of the id as `previous_job_id` (so a guard they wrote is updated, not replaced);
+# - the default run name is `<preset>-<stack>-<digest of organization, project and stack>`
+#   (llama3-8b-dev-154078, was llama3-8b-dev), which changes the entrypoint, metadata and
+#   checkpoint_dir, and so both ids. An existing stack that pins `runName: llama3-8b-dev` still
+#   registers the first releases' job (tests/test_run_names.py).
 
 DEV_GKE = {
     "ca_certificate": "Q0VSVA==",
@@ -613,8 +630,9 @@ DEV_GKE = {
     "port": 8265,
     "service": "maxtext-tpu-cluster-head-svc",
 }
+DEV_RUN = "llama3-8b-dev-154078"
 DEV_JOB = {
-    "checkpoint_dir": "/data/llama3-8b-dev",
+    "checkpoint_dir": f"/data/{DEV_RUN}",
     "entrypoint": 'python -m trainer.maxtext_multi_slice_trainer --job \'{"accelerator_type": "TPU-V6E", '
     '"checkpoint_root": "/data", "chips_per_host": 4, "elastic": false, "hosts_per_slice": 4, '
     '"max_failures": 0, "max_preemptions": -1, "maxtext_overrides": {"dataset_type": "synthetic", '
@@ -623,18 +641,20 @@ DEV_JOB = {
     '"ici_tensor_parallelism": "1", '
     '"max_target_length": "4096", "model_name": "llama3-8b", "per_device_batch_size": "4", '
     '"remat_policy": "save_qkv_proj", "steps": "100"}, "min_slices": 2, "preset": "llama3-8b", '
-    '"resize_check_seconds": 60.0, "run_name": "llama3-8b-dev", '
+    f'"resize_check_seconds": 60.0, "run_name": "{DEV_RUN}", '
     '"slices": 2, "topology": "4x4", "use_tpu": true}\'',
     "gke": DEV_GKE,
-    "metadata": {"preset": "llama3-8b", "run_name": "llama3-8b-dev"},
+    "metadata": {"preset": "llama3-8b", "run_name": DEV_RUN},
+    "project": PROJECT,
     "stack": "dev",
     "timeout_seconds": 21600,
     "total_steps": 100,
 }
 LOCAL_ROOT = str(PROJECT_ROOT / ".runs")
+LOCAL_RUN = "tiny-cpu-local-abb21a"
 LOCAL_JOB = {
     "address": "http://127.0.0.1:8265",
-    "checkpoint_dir": f"{LOCAL_ROOT}/tiny-cpu-local",
+    "checkpoint_dir": f"{LOCAL_ROOT}/{LOCAL_RUN}",
     "entrypoint": 'python -m trainer.maxtext_multi_slice_trainer --job \'{"accelerator_type": null, '
     f'"checkpoint_root": "{LOCAL_ROOT}", "chips_per_host": 0, "elastic": false, "hosts_per_slice": 1, '
     '"max_failures": 0, "max_preemptions": -1, "maxtext_overrides": {"attention": "dot_product", '
@@ -644,10 +664,11 @@ LOCAL_JOB = {
     '"enable_autocheckpoint": "true", "enable_checkpointing": "true", "hardware": "cpu", "head_dim": "16", "max_target_length": '
     '"64", "model_name": "llama3-8b", "override_model_config": "true", "per_device_batch_size": "1", '
     '"skip_jax_distributed_system": "true", "steps": "6", "vocab_size": "256"}, "min_slices": 1, '
-    '"preset": "tiny-cpu", "resize_check_seconds": 60.0, "run_name": "tiny-cpu-local", "slices": 1, '
+    f'"preset": "tiny-cpu", "resize_check_seconds": 60.0, "run_name": "{LOCAL_RUN}", "slices": 1, '
     '"topology": null, '
     '"use_tpu": false}\'',
-    "metadata": {"preset": "tiny-cpu", "run_name": "tiny-cpu-local"},
+    "metadata": {"preset": "tiny-cpu", "run_name": LOCAL_RUN},
+    "project": PROJECT,
     "stack": "local",
     "timeout_seconds": 21600,
     "total_steps": 6,
@@ -669,19 +690,29 @@ def registered(stack: str) -> list[tuple[str, str, dict[str, Any], frozenset[str
 
 
 def test_the_dev_stack_registers_the_same_guard_and_job_as_before():
-    # The job id is a digest of every job-defining input: it is the one recorded before the checks.
+    # The job id is a digest of every job-defining input (see the note above DEV_GKE for why it changed).
+    guard = {
+        "gke": DEV_GKE,
+        "job_id": "pulumi-maxtext-tpu-workloads-dev-63a8f90504d446cd",
+        "previous_job_id": "pulumi-dev-106cdf7326c38a08",
+    }
     assert registered("dev") == [
-        (RAY_JOB_GUARD, "training-guard", {"gke": DEV_GKE, "job_id": "pulumi-dev-93dd80df0507937c"}, frozenset(),
-         frozenset({INFRA_STACK})),
+        (RAY_JOB_GUARD, "training-guard", guard, frozenset(), frozenset({INFRA_STACK})),
         (RAY_JOB, "training", DEV_JOB, frozenset(), frozenset({INFRA_STACK, "training-guard"})),
     ]  # fmt: skip
 
 
 def test_the_local_stack_registers_the_same_guard_and_job_as_before():
-    job_id = submission_id(LOCAL_JOB)  # its checkpoint root is this checkout's
+    # Its checkpoint root is this checkout's, so its ids are computed (from the recorded job).
+    guard = {
+        "address": "http://127.0.0.1:8265",
+        "job_id": submission_id(LOCAL_JOB),
+        "previous_job_id": legacy_submission_id(LOCAL_JOB),
+    }
+    assert guard["job_id"].startswith(f"pulumi-{PROJECT}-local-")
+    assert guard["previous_job_id"].startswith("pulumi-local-")
     assert registered("local") == [
-        (RAY_JOB_GUARD, "training-guard", {"address": "http://127.0.0.1:8265", "job_id": job_id}, frozenset(),
-         frozenset()),
+        (RAY_JOB_GUARD, "training-guard", guard, frozenset(), frozenset()),
         (RAY_JOB, "training", LOCAL_JOB, frozenset(), frozenset({"training-guard"})),
     ]  # fmt: skip
 
@@ -730,7 +761,7 @@ def test_the_entry_point_registers_the_job_and_exports_its_outputs():
     assert {r.type: {k: v for k, v in r.inputs.items() if k != "__provider"} for r in monitor.registrations}[
         RAY_JOB
     ] == DEV_JOB
-    assert monitor.exports["runName"] == "llama3-8b-dev" and monitor.exports["checkpointDir"] == "/data/llama3-8b-dev"
+    assert monitor.exports["runName"] == DEV_RUN and monitor.exports["checkpointDir"] == f"/data/{DEV_RUN}"
 
 
 @pytest.mark.parametrize(

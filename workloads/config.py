@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-import pulumi
-
 from domain.workload_settings import WorkloadSettings, parse_workload_settings
-from stack_config import raw_config
+from stack_config import raw_config, stack_identity
 
 
 def read_settings() -> WorkloadSettings:
-    """The validated settings (they name the ones set as secrets); raises WorkloadSettingsError
-    listing every problem, secret settings that cannot stay secret included."""
+    """The validated settings of this stack (named in full: its default run name derives from its
+    organization, project and name); they name the settings set as secrets. Raises
+    WorkloadSettingsError listing every problem, secret settings that cannot stay secret included."""
+    identity = stack_identity()
     raw, secrets = raw_config(WorkloadSettings)
     return parse_workload_settings(
-        raw, stack=pulumi.get_stack(), project_name=pulumi.get_project(), secret_settings=secrets
+        raw,
+        stack=identity.stack,
+        project_name=identity.project,
+        organization=identity.organization,
+        secret_settings=secrets,
     )

@@ -23,7 +23,6 @@ from workloads.ray_job import (
     RayJob,
     RayJobGuard,
     legacy_submission_id,
-    stack_identity,
     submission_id,
 )
 
@@ -71,7 +70,7 @@ async def build(settings: WorkloadSettings) -> dict[str, Any]:
         props["runtime_env"] = pulumi.Output.secret(props["runtime_env"])
     props.update(target)
     # The submission id is a digest of the inputs: it names the job, it does not reveal it.
-    identified = pulumi.Output.all(**props).apply(lambda values: {**values, **stack_identity()})
+    identified = pulumi.Output.all(**props).apply(lambda values: {**values, **settings.identity.as_inputs()})
     guard = RayJobGuard(
         "training-guard",
         job_id=pulumi.Output.unsecret(identified.apply(submission_id)),

@@ -19,8 +19,6 @@ is where progress goes (see ProgressReporter).
 from __future__ import annotations
 
 import email.utils
-import hashlib
-import json
 import math
 import re
 import sys
@@ -44,6 +42,9 @@ from pulumi.runtime import rpc
 
 from domain.goodput import OUTPUTS as GOODPUT_OUTPUTS
 from domain.goodput import RunRecord
+from domain.stack_identity import digest
+from domain.stack_identity import integral as _integral
+from stack_config import stack_identity
 from workloads.job_metrics import ENTRYPOINT_ECHO, StepCollector
 from workloads.jobs_api import LOST_CONTACT_KINDS, ErrorKind, JobsApi, JobsApiError
 
@@ -111,22 +112,6 @@ class RayJobError(RuntimeError):
     pass
 
 
-def _integral(value: Any) -> Any:
-    """The engine sends every number as a float (8265 arrives as 8265.0): undo that for whole
-    numbers, so an id computed here matches the one computed under the engine."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, Mapping):
-        return {key: _integral(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_integral(item) for item in value]
-    return value
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(_integral(value), sort_keys=True, default=str)
-
-
 # What in a GKE target says *where* the job runs; the rest (how destroy asks GKE about the
 # cluster, where the Ray token is) may be added to an infra stack later without making the same
 # job a new one.
@@ -147,34 +132,25 @@ ID_NAME_MAX = 100
 _NOT_IN_ID = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-def _digest(defining: Mapping[str, Any]) -> str:
-    return hashlib.sha256(_canonical(defining).encode()).hexdigest()[:16]
-
-
 def submission_id(inputs: Mapping[str, Any]) -> str:
     """Deterministic: the same stack (organization, project and name) and job-defining inputs
     always name the same job, `pulumi-<organization>-<project>-<stack>-<digest>`; a name the
     program cannot know (the organization under mocks) is left out of the readable part."""
     name = "-".join(str(inputs[key]) for key in IDENTITY if inputs.get(key))
     name = _NOT_IN_ID.sub("-", name)[:ID_NAME_MAX].strip("-.") or "stack"
-    return f"pulumi-{name}-{_digest({key: _defining(inputs, key) for key in JOB_DEFINING})}"
+    return f"pulumi-{name}-{digest({key: _defining(inputs, key) for key in JOB_DEFINING})}"
 
 
 def legacy_submission_id(inputs: Mapping[str, Any]) -> str:
     """The same job's id as the first releases named it, `pulumi-<stack>-<digest>`, from the
     stack's name alone: kept only to find runs those releases started (see RayJobGuardProvider)."""
-    digest = _digest({key: _defining(inputs, key) for key in JOB_DEFINING if key not in ADDED_TO_IDENTITY})
-    return f"pulumi-{inputs.get('stack', 'stack')}-{digest}"
-
-
-def stack_identity() -> dict[str, str | None]:
-    """The running program's organization, project and stack: what makes a job this stack's."""
-    return {"organization": pulumi.get_organization(), "project": pulumi.get_project(), "stack": pulumi.get_stack()}
+    earlier = digest({key: _defining(inputs, key) for key in JOB_DEFINING if key not in ADDED_TO_IDENTITY})
+    return f"pulumi-{inputs.get('stack', 'stack')}-{earlier}"
 
 
 def input_digests(inputs: Mapping[str, Any]) -> dict[str, str]:
     """One digest per job-defining input: what `diff` compares, without the values in state."""
-    return {key: hashlib.sha256(_canonical(_defining(inputs, key)).encode()).hexdigest()[:16] for key in JOB_DEFINING}
+    return {key: digest(_defining(inputs, key)) for key in JOB_DEFINING}
 
 
 def _attempt_number(base_id: str, job_id: str) -> int:
@@ -614,7 +590,7 @@ class RayJob(Resource, module="ray", name="RayJob"):
         if unknown:
             raise ValueError(f"RayJob {name}: unknown inputs {unknown}; the inputs are {allowed}")
         placeholders = dict.fromkeys(output for output in OUTPUTS if output not in INPUTS)
-        super().__init__(RayJobProvider(), name, {**placeholders, **inputs, **stack_identity()}, opts)
+        super().__init__(RayJobProvider(), name, {**placeholders, **inputs, **stack_identity().as_inputs()}, opts)
 
     def stack_outputs(self) -> dict[str, pulumi.Output[Any]]:
         return {export_name(output): getattr(self, output) for output in EXPORTED}
