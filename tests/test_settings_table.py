@@ -129,7 +129,7 @@ def test_readme_tables_are_the_settings_classes_tables():
         assert markdown_table(cls) in text
     # Markdown would take <preset> for an HTML tag and hide it; inside a code span it is literal.
     row = next(line for line in markdown_table(WorkloadSettings).splitlines() if line.startswith("| `runName`"))
-    assert "| `<preset>-<stack>` |" in row and "defaults to &lt;preset&gt;-&lt;stack&gt;" in row
+    assert "| `<preset>-<stack>-<digest>` |" in row and "defaults to &lt;preset&gt;-&lt;stack&gt;-&lt;digest&gt;" in row
 
 
 def test_every_project_setting_has_a_description_and_a_declared_default_where_it_has_one():
