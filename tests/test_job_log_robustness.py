@@ -20,6 +20,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from domain.goodput import event_line
+from tests.test_ray_job import inputs
 from workloads import jobs_api, ray_job
 from workloads.jobs_api import JobsApi
 from workloads.ray_job import RayJobError, RayJobProvider
@@ -127,20 +128,6 @@ class FakeRayHead:
         self.server.server_close()
 
 
-def inputs(address: str, entrypoint: str = "python train.py") -> dict:
-    return {
-        "stack": "test",
-        "entrypoint": entrypoint,
-        "address": address,
-        "gke": None,
-        "runtime_env": None,
-        "metadata": {"test": str(time.monotonic_ns())},  # a new job id per test
-        "timeout_seconds": 120,
-        "total_steps": 3,
-        "checkpoint_dir": "/tmp/nowhere",
-    }
-
-
 def text(*lines: str) -> bytes:
     return "".join(line + "\n" for line in lines).encode()
 
@@ -229,7 +216,7 @@ def test_a_failing_job_shows_its_real_last_lines_after_long_ones():
         FakeRayHead(log, status="FAILED", message=EXIT_3) as head,
         pytest.raises(RayJobError) as caught,
     ):
-        RayJobProvider().create(inputs(head.address))
+        RayJobProvider().create(inputs(head, "python train.py"))
     message = str(caught.value)
     assert "the real end: loss exploded" in message
     assert message.splitlines()[-1] == f"status: FAILED; message: {EXIT_3}"
@@ -238,7 +225,7 @@ def test_a_failing_job_shows_its_real_last_lines_after_long_ones():
 def test_a_succeeding_job_reads_its_steps_from_the_end_after_long_lines():
     log = text(*long_lines(400), *steps_log())
     with FakeRayHead(log) as head:
-        outs = RayJobProvider().create(inputs(head.address)).outs
+        outs = RayJobProvider().create(inputs(head, "python train.py")).outs
     assert (outs["status"], outs["steps_completed"], outs["final_loss"]) == ("SUCCEEDED", 3, 1.0)
     assert outs["tokens_per_second_per_device"] == 250.0  # steps 1 and 2; step 0 left out
 
@@ -247,7 +234,7 @@ def test_a_succeeding_job_reads_its_steps_from_the_end_after_long_lines():
 def test_a_job_printing_bad_event_and_step_lines_is_recorded_succeeded():
     log = text(*good_events(), *BAD_EVENTS, UNKNOWN_KIND, *BAD_STEPS, *steps_log())
     with FakeRayHead(log) as head:
-        outs = RayJobProvider().create(inputs(head.address)).outs
+        outs = RayJobProvider().create(inputs(head, "python train.py")).outs
     assert outs["status"] == "SUCCEEDED"
     assert (outs["steps_completed"], outs["final_loss"], outs["diverged"]) == (3, 1.0, False)
     assert outs["event_lines_skipped"] == len(BAD_EVENTS)  # the unknown kind is not counted
@@ -262,7 +249,7 @@ def test_a_failing_job_printing_bad_lines_keeps_its_status_and_reason():
         FakeRayHead(log, status="FAILED", message=EXIT_3) as head,
         pytest.raises(RayJobError) as caught,
     ):
-        RayJobProvider().create(inputs(head.address))
+        RayJobProvider().create(inputs(head, "python train.py"))
     message = str(caught.value)
     assert "ended FAILED: training failed: worker errors used up maxFailures = 0." in message
     assert "loss exploded" in message
@@ -286,7 +273,7 @@ def printing(*lines: str, long_lines_first: int = 0, exit_code: int = 0) -> str:
 @pytest.mark.slow
 def test_on_a_real_head_bad_lines_never_break_a_result(local_ray_head):
     entrypoint = printing(*good_events(), *BAD_EVENTS, UNKNOWN_KIND, *BAD_STEPS, *steps_log(), long_lines_first=300)
-    outs = RayJobProvider().create(inputs(local_ray_head.address, entrypoint)).outs
+    outs = RayJobProvider().create(inputs(local_ray_head, entrypoint)).outs
     assert outs["status"] == "SUCCEEDED"
     assert (outs["steps_completed"], outs["final_loss"]) == (3, 1.0)
     # Ray's echo of the command (which holds the same lines) is not counted.
@@ -294,7 +281,7 @@ def test_on_a_real_head_bad_lines_never_break_a_result(local_ray_head):
 
     failing = printing(*good_events(), *BAD_EVENTS, *BAD_STEPS, "the real end", long_lines_first=300, exit_code=3)
     with pytest.raises(RayJobError) as caught:
-        RayJobProvider().create(inputs(local_ray_head.address, failing))
+        RayJobProvider().create(inputs(local_ray_head, failing))
     message = str(caught.value)
     assert "ended FAILED" in message and "the real end" in message
     assert message.splitlines()[-1].startswith(f"status: FAILED; message: {EXIT_3}")
