@@ -35,19 +35,43 @@ EXTENDED_SPOT_SHUTDOWN_SECONDS = 120
 KUBERNETES_DEFAULT_GRACE_SECONDS = 30
 # What `ray start` needs after its drain deadline and before the kubelet's SIGKILL: it then stops
 # its processes one type after another, raylet first, each given 1 s to exit on SIGTERM before a
-# SIGKILL (Node._kill_process_impl, Ray 2.60). Ray Train also ends the worker group at the
-# deadline, which it can only do cleanly while the preempted node still answers.
+# SIGKILL (Node._kill_process_impl, Ray 2.60). Ray Train ends the worker group before the
+# deadline (RESTART_LEAD_SECONDS below), while the preempted node still answers.
 RAY_TEARDOWN_SECONDS = 3
 # How often Ray Train asks the GCS for drained nodes (Ray 2.60's default is 5 s): one small GCS
 # call a second from one actor, so a 12 s drain window loses at most 1 s to polling, not 5.
 PREEMPTION_POLL_SECONDS = 1
 
-# How long Ray Train waits past a drain's deadline before it restarts the run
-# (FailureConfig.preemption_grace_s). At the deadline the preempted node is still listed: `ray
-# start` ends it then, within RAY_TEARDOWN_SECONDS. Restarting at once, Ray Train asks for the old
-# number of workers, and waits 60 s for one that cannot start (measured on a local two-node
-# cluster: tests/test_elastic_local.py) before it settles for the slices that remain.
-RESTART_GRACE_SECONDS = 10
+# How often each worker asks Ray Train for a preemption notice (trainer/maxtext_trainer.py): with
+# Ray Train's own poll of the drains above, a notice reaches MaxText within these two polls.
+NOTICE_POLL_SECONDS = 1.0
+# How often Ray Train's controller looks at its worker group (RAY_TRAIN_HEALTH_CHECK_INTERVAL_S,
+# Ray 2.60's default, not changed here): it waits this long after its previous look, then gives
+# the workers as long again to answer, so it sees a deadline up to twice this late.
+RAY_TRAIN_HEALTH_CHECK_SECONDS = 2.0
+# How long before a drain's deadline Ray Train restarts the run: the controller's lateness, and
+# 1 s to end the worker group's actors. It must charge the restart to the preemption budget while
+# the preempted node is still there. At the deadline `ray start` ends the node's processes, and
+# Ray records that end as a preemption only if it comes after the deadline it sent to the GCS on
+# the wall clock, which `ray start` computes a moment after the deadline it kills at (on its
+# monotonic clock; ray/_private/node.py, Ray 2.60): a coin flip on a busy host. A node recorded
+# as ended on SIGTERM makes its worker's death an error, not a preemption, charged to maxFailures
+# (seen on a local two-node cluster: tests/test_elastic_local.py). Restarted before the deadline,
+# the group's actors are gone, the draining node is idle, and its raylet ends on its own with the
+# drain's preemption reason, before `ray start` would kill it. The cost: when Ray Train counts the
+# workers the cluster has room for, at once, the preempted node is still listed, so an elastic
+# job asks for the old number of workers and waits 60 s (RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S)
+# for one that cannot start before it settles for the slices that remain (a controller error,
+# whose retries are unlimited; measured on a local two-node cluster: tests/test_elastic_local.py).
+RESTART_LEAD_SECONDS = 2 * RAY_TRAIN_HEALTH_CHECK_SECONDS + 1
+# Ray Train's FailureConfig.preemption_grace_s: the time it adds to the drain's deadline before
+# restarting (Ray 2.60 adds it as is, so a negative grace restarts that much before the deadline).
+RESTART_GRACE_SECONDS = -RESTART_LEAD_SECONDS
+# The least time every capacity mode must leave, between the notice reaching MaxText and Ray
+# Train's restart, for the steps in flight and the save: on a local CPU cluster the tiny presets'
+# save was committed ~3 s after the SIGTERM, the notice's way included (tests/test_elastic_local.py).
+# A TPU model's save takes longer: docs/spot.md says which fit where.
+SAVE_ALLOWANCE_SECONDS = 3.0
 
 # The trainer's event (domain.goodput.event_line) for the checkpoint MaxText wrote at a
 # preemption notice: its step, and how long before the node's deadline it was committed.
@@ -75,6 +99,12 @@ def worker_grace_seconds(settings: StackSettings) -> int:
 def drain_timeout_seconds(settings: StackSettings) -> int:
     """`ray start`'s drain deadline after SIGTERM, before the kubelet's SIGKILL by Ray's teardown."""
     return worker_grace_seconds(settings) - RAY_TEARDOWN_SECONDS
+
+
+def save_window_seconds(settings: StackSettings) -> float:
+    """What a preemption notice leaves the trainer for the steps in flight and the save: the
+    drain, less the notice's way to MaxText and the lead Ray Train restarts with."""
+    return drain_timeout_seconds(settings) - PREEMPTION_POLL_SECONDS - NOTICE_POLL_SECONDS - RESTART_LEAD_SECONDS
 
 
 def head_env() -> list[dict[str, Any]]:

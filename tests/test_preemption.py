@@ -47,6 +47,25 @@ def test_each_capacity_drains_before_its_grace_period_ends(capacity, grace, drai
     assert preemption.PREEMPTION_POLL_SECONDS < drain < grace
 
 
+@pytest.mark.parametrize(
+    ("capacity", "window"), [("standard", 20), ("standard-spot", 95), ("autopilot", 20), ("autopilot-spot", 5)]
+)
+def test_ray_train_restarts_before_the_deadline_leaving_every_capacity_time_to_save(capacity, window):
+    """Ray Train restarts RESTART_LEAD_SECONDS before the drain's deadline (a negative
+    preemption_grace_s); what is left after the notice's way to MaxText is the save's."""
+    drain = preemption.drain_timeout_seconds(CAPACITIES[capacity])
+    to_the_notice = preemption.PREEMPTION_POLL_SECONDS + preemption.NOTICE_POLL_SECONDS
+    assert preemption.save_window_seconds(CAPACITIES[capacity]) == window
+    assert preemption.RESTART_LEAD_SECONDS < drain - to_the_notice - preemption.SAVE_ALLOWANCE_SECONDS
+    assert preemption.RESTART_GRACE_SECONDS == -preemption.RESTART_LEAD_SECONDS < 0
+
+
+def test_the_restart_lead_covers_the_controllers_lateness():
+    """Ray Train's controller sees the deadline up to two health checks late (a wait, then a poll
+    as long): the restart must still be charged before `ray start` ends the node at the deadline."""
+    assert preemption.RESTART_LEAD_SECONDS > 2 * preemption.RAY_TRAIN_HEALTH_CHECK_SECONDS
+
+
 def test_spot_grace_is_the_nodes_share_for_ordinary_pods():
     """The kubelet grants a pod at most its group's share of the node's shutdown grace period."""
     standard, autopilot = CAPACITIES["standard-spot"], CAPACITIES["autopilot-spot"]
@@ -94,6 +113,27 @@ def test_ray_train_reads_the_poll_interval_the_pods_set():
     source = inspect.getsource(PreemptionCallback)
     assert "PREEMPTION_POLL_INTERVAL_S_ENV_VAR" in inspect.getsource(PreemptionCallback.__init__)
     assert "poll_interval_s=self._poll_interval_s" in source
+
+
+def test_ray_train_restarts_a_preemption_the_lead_before_its_deadline():
+    """Ray 2.60 adds preemption_grace_s to the deadline as is (a negative one restarts earlier),
+    checking once a health check, which the pods leave at its default."""
+    from ray.train import FailureConfig
+    from ray.train.v2._internal import constants
+    from ray.train.v2._internal.execution.controller.controller import TrainController
+    from ray.train.v2.api.preemption import PreemptionInfo
+
+    assert constants.DEFAULT_HEALTH_CHECK_INTERVAL_S == preemption.RAY_TRAIN_HEALTH_CHECK_SECONDS
+    assert "poll_status(timeout=self._health_check_interval_s)" in inspect.getsource(TrainController._poll_workers)
+    grace = FailureConfig(preemption_grace_s=preemption.RESTART_GRACE_SECONDS).preemption_grace_s
+    now = time.time()
+
+    def restarts(seconds_to_deadline: float) -> bool:
+        info = PreemptionInfo(deadline_ms=int((now + seconds_to_deadline) * 1000), preempted_node_to_ranks={"n": [1]})
+        return TrainController._is_preemption_deadline_exceeded(info, now, grace)
+
+    assert restarts(preemption.RESTART_LEAD_SECONDS - 1)
+    assert not restarts(preemption.RESTART_LEAD_SECONDS + 1)
 
 
 def test_ray_start_drains_its_node_as_preempted_on_sigterm():

@@ -47,10 +47,10 @@ def test_preemptions_use_up_a_budget_of_their_own():
     assert (capped.max_failures, capped.max_preemption_failures) == (1, 5)
 
 
-def test_a_restart_after_a_preemption_waits_for_the_node_to_go():
-    """Past the drain's deadline by more than `ray start` takes to end the node."""
+def test_a_restart_after_a_preemption_comes_before_the_drain_deadline():
+    """Charged to the preemption budget while the preempted node is still there (domain/preemption.py)."""
     config = maxtext_trainer.run_config(job(elastic=True)).failure_config
-    assert config.preemption_grace_s == preemption.RESTART_GRACE_SECONDS > preemption.RAY_TEARDOWN_SECONDS
+    assert config.preemption_grace_s == preemption.RESTART_GRACE_SECONDS == -preemption.RESTART_LEAD_SECONDS
 
 
 def test_run_state_lives_beside_the_checkpoints():

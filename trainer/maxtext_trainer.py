@@ -22,15 +22,11 @@ from typing import Any
 from domain.goodput import event_line, maxtext_step
 from domain.job import JobSpec
 from domain.maxtext_config import base_config_path
-from domain.preemption import NOTICE_SAVED_EVENT, RESTART_GRACE_SECONDS, run_completed
+from domain.preemption import NOTICE_POLL_SECONDS, NOTICE_SAVED_EVENT, RESTART_GRACE_SECONDS, run_completed
 
 # Environment for CPU workers: JAX on the CPU backend, and MaxText without Google Cloud clients
 # (faster start, nothing to authenticate on a laptop).
 CPU_WORKER_ENV = {"JAX_PLATFORMS": "cpu", "DECOUPLE_GCLOUD": "TRUE"}
-# How often each worker asks Ray Train for a preemption notice. Ray Train itself polls the
-# cluster's drains every RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S (the RayCluster sets the same 1 s,
-# domain/preemption.py; Ray's default is 5 s), so a notice reaches MaxText within two polls.
-NOTICE_POLL_SECONDS = 1.0
 # Where MaxText keeps a run's checkpoints, under the run's directory: one Orbax step directory each.
 CHECKPOINTS_SUBDIRECTORY = "checkpoints"
 
@@ -78,8 +74,9 @@ def run_config(job: JobSpec):
         # Two budgets: worker errors use up max_failures; a node drained for preemption (a Spot
         # slice reclaimed) uses up max_preemption_failures instead, so preemptions cannot exhaust
         # the retries meant for real errors.
-        # After a preemption, the restart waits until the preempted node is gone (see
-        # domain/preemption.py) and so starts on the slices that remain.
+        # After a preemption, the restart comes shortly before the drain's deadline, so it is
+        # charged to the preemption budget while the preempted node is still there; an elastic
+        # job then goes on with the slices that remain (domain/preemption.py says at what cost).
         failure_config=FailureConfig(
             max_failures=job.max_failures,
             max_preemption_failures=job.max_preemptions,

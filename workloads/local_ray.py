@@ -593,8 +593,8 @@ class LocalRayNode(_RayStart):
     `preempt()` is what GKE does to a Ray worker pod when its Spot VM is reclaimed: SIGTERM to
     `ray start`, which drains its own node with the preemption reason for `drain_seconds`
     (RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S, as the RayCluster sets it: docs/spot.md), then
-    stops its processes; Ray records the node's end as a preemption, since it comes after the
-    drain's deadline."""
+    stops its processes: once the node is idle (its raylet then ends with the drain's preemption
+    reason), or at the deadline."""
 
     def __init__(
         self,
