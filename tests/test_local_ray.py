@@ -252,3 +252,48 @@ def test_the_holder_of_a_port_is_named_with_its_command_line():
         described = local_ray.port_holder(holder.port)
     assert described.startswith(f"pid {holder.pid} (") and sys.executable in described
     assert not local_ray.port_in_use(holder.port)
+
+
+def test_every_port_a_head_passes_to_ray_start_is_its_own(monkeypatch, tmp_path):
+    """Ray refuses to start when two of its components get one port; ports probed and closed
+    one at a time can come back from the kernel twice (CI saw node_manager == gcs_server)."""
+    launched: list[list[str]] = []
+
+    class Recorded:
+        def __init__(self, command, **_):
+            launched.append(command)
+
+    monkeypatch.setattr(local_ray.subprocess, "Popen", Recorded)
+    # Make collisions likely: the kernel hands out ports from a range of just a few.
+    pool = iter([41001, 41001, 41002, 41001, 41002, 41003, *range(41003, 41100)])
+
+    class FewPorts:
+        def __init__(self, *_):
+            self.port = None
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *_):
+            return False
+
+        def bind(self, _address):
+            self.port = next(pool)
+
+        def getsockname(self):
+            return ("127.0.0.1", self.port)
+
+    monkeypatch.setattr(local_ray.socket, "socket", FewPorts)
+    head = LocalRayHead()
+    head.temp_dir = str(tmp_path)
+    head._launch(
+        [f"--dashboard-port={head.dashboard_port}", f"--port={head.gcs_port}", "--ray-client-server-port=41003"], {}
+    )
+    ports = [int(argument.rpartition("=")[2]) for argument in launched[0] if "-port=" in argument]
+    assert len(ports) == 9 and len(set(ports)) == 9, launched[0]
+
+
+def test_free_ports_are_distinct_and_avoid_the_given_ones():
+    avoid = set(local_ray.free_ports(5))
+    ports = local_ray.free_ports(300, avoid=avoid)
+    assert len(set(ports)) == 300 and not avoid & set(ports)

@@ -67,10 +67,23 @@ class LocalRayError(RuntimeError):
     pass
 
 
+def free_ports(count: int, avoid: frozenset[int] | set[int] = frozenset()) -> list[int]:
+    """`count` distinct free loopback ports, none in `avoid`. The probes stay bound until all
+    are chosen: a port probed and closed one by one can come back from the kernel on the next
+    probe, and Ray refuses to start when two of its components are given one port."""
+    with contextlib.ExitStack() as stack:
+        chosen: list[int] = []
+        while len(chosen) < count:
+            probe = stack.enter_context(socket.socket())
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+            if port not in avoid and port not in chosen:
+                chosen.append(port)
+        return chosen
+
+
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
@@ -258,15 +271,17 @@ class _RayStart:
             *arguments,
         ]
         # Every fixed default port too, so this can run beside another Ray on the machine.
-        for option in (
+        options = (
             "dashboard-agent-listen-port",
             "dashboard-agent-grpc-port",
             "metrics-export-port",
             "runtime-env-agent-port",
             "node-manager-port",
             "object-manager-port",
-        ):
-            command.append(f"--{option}={free_port()}")
+        )
+        given = {int(value) for value in re.findall(r"-port=(\d+)$", "\n".join(arguments), re.MULTILINE)}
+        for option, port in zip(options, free_ports(len(options), avoid=given), strict=True):
+            command.append(f"--{option}={port}")
         if self.num_cpus is not None:
             command.append(f"--num-cpus={self.num_cpus}")
         command.append("--disable-usage-stats")
@@ -420,7 +435,7 @@ class LocalRayHead(_RayStart):
         super().__init__(venv, num_cpus, start_timeout)
         self.multi_node = multi_node
         self.dashboard_port = dashboard_port or free_port()
-        self.gcs_port = free_port()
+        self.gcs_port = free_ports(1, avoid={self.dashboard_port})[0]
         self.token_path: Path | None = None
         self._token: str | None = None
         self._runtime_started_at: float | None = None  # when `ray start` said the runtime is up
@@ -554,7 +569,7 @@ class LocalRayHead(_RayStart):
         return None
 
     def start(self) -> LocalRayHead:
-        client_server_port = free_port()
+        client_server_port = free_ports(1, avoid={self.dashboard_port, self.gcs_port})[0]
         self._refuse_taken_ports(
             {"dashboard": self.dashboard_port, "GCS": self.gcs_port, "Ray client server": client_server_port}
         )
