@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from domain import dcn, gcp_names, gke, k8s_names, resource_names
+from domain.capacity_choices import CAPACITY_CHOICES, DEFAULT_CAPACITY, FLEX_START, RESERVATION, SPOT
 from domain.images import IMAGE_RULE, image_reference_problems, ray_version_of
 from domain.job import JobError, resolve_job
 from domain.machine_types import machine_size
@@ -23,7 +24,7 @@ from domain.presets import PRESETS, Preset
 from domain.problems import ProblemsError
 from domain.ray_head import HEAD_CPUS, HEAD_MEMORY_GIB
 from domain.ray_version import MIN_RAY_VERSION_FOR_TOKEN_AUTH, RAY_VERSION, version_key
-from domain.setting import read, setting, settings_of
+from domain.setting import Reading, read, setting, settings_of
 from domain.tpu_catalog import TPU_ZONES_SOURCE, Accelerator, SliceShape
 
 MAX_SLICES = 64
@@ -44,6 +45,16 @@ _STATE = "stored unencrypted in the stack's state"
 STANDARD_ONLY = {
     "head_machine_type": "Autopilot chooses the Ray head's node from the head pod's own requests",
     "dcn_subnets": "Autopilot gives the TPU pods their DCN interfaces itself (DRANET through the ComputeClass)",
+}
+
+
+# Settings of earlier releases, and what says the same now: the stack stops on them rather than
+# running with the setting silently gone.
+RETIRED = {
+    "spot": (
+        "is no longer a setting: capacity says how TPU nodes are obtained; run `pulumi config rm spot` and, "
+        "for Spot VMs, `pulumi config set capacity spot`"
+    ),
 }
 
 
@@ -101,6 +112,18 @@ def _region(value: str) -> str | None:
     if _REGION.fullmatch(value):
         return None
     return "is not a Google Cloud region (for example us-east5); run `pulumi config set gcp:region <region>`"
+
+
+def _capacity(value: tuple[str, ...]) -> str | None:
+    unknown = [choice for choice in value if choice not in CAPACITY_CHOICES]
+    if unknown:
+        return f"has {', '.join(map(repr, unknown))}, which is not a capacity choice; choose from: {', '.join(CAPACITY_CHOICES)}"
+    if not value:
+        return f"is empty; choose at least one of: {', '.join(CAPACITY_CHOICES)} (default: {DEFAULT_CAPACITY[0]})"
+    repeated = sorted({choice for choice in value if value.count(choice) > 1})
+    if repeated:
+        return f"names {', '.join(map(repr, repeated))} more than once; list each choice once, in order of preference"
+    return None
 
 
 def _own_namespace(value: str) -> str | None:
@@ -210,15 +233,34 @@ class StackSettings:
         unset="the preset's",
         in_clear="it is exported as the topology output and names the TPU node pools",
     )
-    spot: bool = setting(
-        "boolean",
-        "Run TPU nodes on Spot VMs.",
-        default=False,
-        in_clear=f"it is a node pool setting, {_STATE}",
+    capacity: tuple[str, ...] = setting(
+        "array",
+        "How TPU nodes are obtained, in order of preference: reservation, on-demand, spot, flex-start. "
+        "Standard takes one; Autopilot takes a fallback order (ComputeClass priorities).",
+        default=DEFAULT_CAPACITY,
+        check=_capacity,
+        in_clear=f"it is the TPU node pools' provisioning model (or the ComputeClass priorities), {_STATE}",
+    )
+    min_slices: int = setting(
+        "integer",
+        "TPU slices kept up while no job runs (0 to slices); the Ray autoscaler adds the rest for a job "
+        "and removes them after idleTimeoutSeconds.",
+        default=0,
+        minimum=0,
+        maximum=MAX_SLICES,
+        in_clear=f"it is the worker group's minReplicas and the node pools' autoscaling, {_STATE}",
+    )
+    idle_timeout_seconds: int = setting(
+        "integer",
+        "Seconds a slice with no work stays up before the Ray autoscaler removes it (when minSlices < slices).",
+        default=300,
+        minimum=30,
+        maximum=86400,
+        in_clear=f"it is the RayCluster's autoscaler idle timeout, {_STATE}",
     )
     reservation: str | None = setting(
         "string",
-        "Name of a specific Compute Engine reservation for the TPU nodes.",
+        "Name of a specific Compute Engine reservation for the TPU nodes (with reservation in capacity).",
         check=_named("a reservation name", gcp_names.reservation_problems, gcp_names.RESERVATION_RULE),
         in_clear=f"it is the TPU node pools' reservation affinity, {_STATE}",
     )
@@ -314,6 +356,28 @@ class StackSettings:
         return self.accelerator.price_per_chip_hour_usd
 
     @property
+    def primary_capacity(self) -> str:
+        return self.capacity[0]
+
+    @property
+    def spot(self) -> bool:
+        """The TPU nodes may be Spot VMs, so preemption handling applies (docs/spot.md)."""
+        return SPOT in self.capacity
+
+    @property
+    def flex_start(self) -> bool:
+        return FLEX_START in self.capacity
+
+    @property
+    def uses_reservation(self) -> bool:
+        return RESERVATION in self.capacity
+
+    @property
+    def autoscales(self) -> bool:
+        """Slices beyond minSlices come and go with the jobs (the Ray autoscaler, GKE's pools)."""
+        return self.min_slices < self.slices
+
+    @property
     def is_autopilot(self) -> bool:
         return self.mode == "autopilot"
 
@@ -346,8 +410,15 @@ def parse_settings(
     """Validates raw stack config: the project's keys bare (`slices`), the Google provider's
     qualified (`gcp:zone`); `secret_keys` names those set with `pulumi config set --secret`.
     Raises SettingsError listing every problem when anything is wrong."""
-    reading = read(StackSettings, raw, project_name=project_name, secret_keys=secret_keys)
+    retired = {key: RETIRED[key] for key in raw if key in RETIRED}
+    reading = read(
+        StackSettings,
+        {key: value for key, value in raw.items() if key not in retired},
+        project_name=project_name,
+        secret_keys=secret_keys,
+    )
     values, problems = reading.values, reading.problems
+    problems += [f"{key} {why}" for key, why in retired.items()]
 
     region, zone = values["region"], values["zone"]
     if reading.ok("region", "zone") and region and zone:
@@ -384,15 +455,16 @@ def parse_settings(
         # the version that satisfies both.
         if (
             mode == "standard"
-            and values["spot"]
+            and reading.ok("capacity")
+            and SPOT in values["capacity"]
             and gke_version is not None
             and not gke.supports_spot_shutdown_grace(gke_version)
         ):
             problems.append(
-                f"gkeVersion = {reading.shown('gkeVersion', gke_version)} with spot = true: the Spot TPU node pools "
+                f"gkeVersion = {reading.shown('gkeVersion', gke_version)} with capacity = spot: the Spot TPU node pools "
                 "extend the kubelet's shutdown grace period so the Ray workers can checkpoint before the node goes "
                 f"(docs/spot.md), which GKE takes from {gke.SPOT_SHUTDOWN_GRACE_MINIMUM_VERSION}; use "
-                f"{gke.SPOT_SHUTDOWN_GRACE_MINIMUM_VERSION} or later, or set spot to false"
+                f"{gke.SPOT_SHUTDOWN_GRACE_MINIMUM_VERSION} or later, or another capacity choice"
             )
         elif mode is not None and gke_version is not None and not gke.supports_dranet(gke_version, mode):
             problems.append(
@@ -452,12 +524,7 @@ def parse_settings(
                 "Autopilot ComputeClass does not take as a name (it names the owner project apart); use a "
                 "reservation of this project, or mode = standard"
             )
-        if values["spot"]:
-            problems.append(
-                f"spot = true and reservation = {reading.shown('reservation')} together: Compute Engine does "
-                "not let Spot VMs consume reservations, so the TPU nodes would never start; choose one (unset "
-                "reservation, or set spot to false)"
-            )
+    problems += _capacity_problems(reading, mode=mode, slices=slices)
     if values["production"] and values["deletion_protection"] is False:
         problems.append(
             "production = true but deletionProtection is false: a production cluster must survive a "
@@ -502,6 +569,55 @@ def parse_settings(
     reading.raise_problems(SettingsError)
     assert chosen is not None and slices is not None
     return StackSettings(stack=stack, **{**values, "preset": chosen, "topology": topology, "slices": slices})
+
+
+def _capacity_problems(reading: Reading, *, mode: str | None, slices: int | None) -> list[str]:
+    """What the capacity choices need of each other and of the cluster's mode."""
+    values, problems = reading.values, []
+    capacity, reservation = values["capacity"], values["reservation"]
+    capacity_ok = reading.ok("capacity") and capacity is not None
+    if capacity_ok and mode == "standard" and len(capacity) > 1:
+        problems.append(
+            f"capacity = {reading.shown('capacity', list(capacity))} is a fallback order, which a Standard cluster "
+            "cannot follow: each TPU node pool has one provisioning model; choose one (for example "
+            f"`pulumi config set capacity {capacity[0]}`), or use mode = autopilot, whose ComputeClass tries its "
+            "choices in order"
+        )
+    if capacity_ok and RESERVATION in capacity and reservation is None and reading.ok("reservation"):
+        problems.append(
+            f"capacity = {reading.shown('capacity', list(capacity))} includes reservation, but no reservation is "
+            "named; run `pulumi config set reservation <name>`"
+        )
+    if capacity_ok and reservation is not None and reading.ok("reservation") and RESERVATION not in capacity:
+        problems.append(
+            f"reservation = {reading.shown('reservation')} does nothing while capacity = "
+            f"{reading.shown('capacity', list(capacity))} does not include reservation; add it (`pulumi config "
+            "set capacity reservation`), or `pulumi config rm reservation`"
+        )
+    min_slices = values["min_slices"]
+    if min_slices is not None and slices is not None and reading.ok("min_slices") and min_slices > slices:
+        problems.append(
+            f"minSlices = {reading.shown('minSlices')} is more than the stack's {slices} slice(s); use 0 to {slices}"
+        )
+    elif capacity_ok and mode == "standard" and FLEX_START in capacity and min_slices and reading.ok("min_slices"):
+        problems.append(
+            f"minSlices = {reading.shown('minSlices')} with capacity = flex-start: GKE's flex-start TPU node pools "
+            "start at 0 nodes and get a slice only when a job asks for one; set minSlices to 0, or choose "
+            "another capacity"
+        )
+    if (
+        min_slices is not None
+        and slices is not None
+        and min_slices >= slices
+        and reading.raw.get(_SETTINGS["idle_timeout_seconds"].key) is not None
+        and reading.ok("idle_timeout_seconds", "min_slices")
+    ):
+        problems.append(
+            f"idleTimeoutSeconds = {reading.shown('idleTimeoutSeconds')} does nothing while minSlices = slices "
+            f"({slices}): every slice stays up; lower minSlices (0 scales to zero while idle), or `pulumi config "
+            "rm idleTimeoutSeconds`"
+        )
+    return problems
 
 
 def _head_machine_problems(machine_type: str) -> list[str]:

@@ -18,12 +18,14 @@ def settings(**overrides):
 
 VARIANTS = {
     "standard": settings(),
-    "standard-spot": settings(spot="true"),
-    "standard-reserved": settings(reservation="v6e-reservation", bucketName="ckpt-bucket"),
+    "standard-spot": settings(capacity="spot"),
+    "standard-reserved": settings(capacity="reservation", reservation="v6e-reservation", bucketName="ckpt-bucket"),
     # Spot and a reservation are refused together (Spot VMs cannot consume reservations).
-    "autopilot-spot": settings(mode="autopilot", spot="true"),
-    "autopilot-reserved": settings(mode="autopilot", reservation="r"),
-    "standard-shared-reservation": settings(reservation="projects/owner-project/reservations/v6e"),
+    "autopilot-spot": settings(mode="autopilot", capacity="spot"),
+    "autopilot-reserved": settings(mode="autopilot", capacity="reservation", reservation="r"),
+    "standard-shared-reservation": settings(
+        capacity="reservation", reservation="projects/owner-project/reservations/v6e"
+    ),
 }
 
 

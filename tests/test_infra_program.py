@@ -273,7 +273,7 @@ def test_larger_topology_changes_hosts_per_slice(monkeypatch):
 
 def test_spot_and_reservation_reach_the_tpu_pools():
     config = stack_config("dev")
-    config.update({"maxtext-tpu-infra:spot": True})
+    config.update({"maxtext-tpu-infra:capacity": ["spot"]})
     spot_pool = find(run_infra(config), POOL, "v6e-16-0").inputs
     assert spot_pool["nodeConfig"]["spot"] is True
     # The extended shutdown grace period reaches the engine under the API's names (docs/spot.md).
@@ -282,7 +282,9 @@ def test_spot_and_reservation_reach_the_tpu_pools():
         "shutdownGracePeriodCriticalPodsSeconds": 15,
     }
     config = stack_config("dev")
-    config.update({"maxtext-tpu-infra:reservation": "my-v6e-reservation"})
+    config.update(
+        {"maxtext-tpu-infra:capacity": ["reservation"], "maxtext-tpu-infra:reservation": "my-v6e-reservation"}
+    )
     reserved = find(run_infra(config), POOL, "v6e-16-0").inputs["nodeConfig"]["reservationAffinity"]
     assert reserved == {
         "consumeReservationType": "SPECIFIC_RESERVATION",

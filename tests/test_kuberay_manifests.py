@@ -25,12 +25,12 @@ from tests.support.shared import require_shared
 VARIANTS = {
     "standard": {},
     "standard-1-slice": {"slices": 1},
-    "standard-16-slices-spot": {"slices": 16, "spot": True},
+    "standard-16-slices-spot": {"slices": 16, "capacity": ["spot"]},
     "standard-namespace": {"namespace": "training", "serviceAccount": "trainer"},
     "autopilot": {"mode": "autopilot"},
     # Spot and a reservation are refused together (Spot VMs cannot consume reservations).
-    "autopilot-spot": {"mode": "autopilot", "spot": True},
-    "autopilot-reserved": {"mode": "autopilot", "reservation": "v6e-res"},
+    "autopilot-spot": {"mode": "autopilot", "capacity": ["spot"]},
+    "autopilot-reserved": {"mode": "autopilot", "capacity": ["reservation"], "reservation": "v6e-res"},
 }
 
 
@@ -69,7 +69,11 @@ def test_builtin_objects_are_valid_kubernetes_1_34(variant_run):
         assert validate_builtin(obj) == [], obj
 
 
-@pytest.mark.parametrize("capacity", [{"spot": True}, {"reservation": "v6e-res"}], ids=["spot", "reserved"])
+@pytest.mark.parametrize(
+    "capacity",
+    [{"capacity": ["spot"]}, {"capacity": ["reservation"], "reservation": "v6e-res"}],
+    ids=["spot", "reserved"],
+)
 def test_compute_class_matches_its_schema(capacity):
     schema = yaml.safe_load(require_schema("computeclass_v1.json").read_text())
     config = stack_config("dev")
@@ -85,9 +89,9 @@ PREEMPTION_TIMING = {
     "standard": ({}, 30, "27"),
     "autopilot": ({"mode": "autopilot"}, 30, "27"),
     # The node pools' kubelet shuts down over 120 s, 15 of them kept for system-critical pods.
-    "standard-spot": ({"spot": True}, 105, "102"),
+    "standard-spot": ({"capacity": ["spot"]}, 105, "102"),
     # GKE's default on Autopilot's own nodes: 30 s, 15 of them for system-critical pods.
-    "autopilot-spot": ({"mode": "autopilot", "spot": True}, 15, "12"),
+    "autopilot-spot": ({"mode": "autopilot", "capacity": ["spot"]}, 15, "12"),
 }
 
 

@@ -29,9 +29,9 @@ def settings(**overrides):
 
 CAPACITIES = {
     "standard": settings(),
-    "standard-spot": settings(spot="true"),
+    "standard-spot": settings(capacity="spot"),
     "autopilot": settings(mode="autopilot"),
-    "autopilot-spot": settings(mode="autopilot", spot="true"),
+    "autopilot-spot": settings(mode="autopilot", capacity="spot"),
 }
 
 
@@ -81,20 +81,20 @@ def test_spot_grace_is_the_nodes_share_for_ordinary_pods():
 def test_spot_on_standard_needs_the_version_that_takes_the_grace_period():
     assert gke.SPOT_SHUTDOWN_GRACE_MINIMUM_VERSION == "1.35.0-gke.1171000"
     assert gke.supports_dranet(gke.SPOT_SHUTDOWN_GRACE_MINIMUM_VERSION, "standard")
-    assert settings(spot="true", gkeVersion="1.35.0-gke.1171000").spot
+    assert settings(capacity="spot", gkeVersion="1.35.0-gke.1171000").spot
     # On-demand keeps Standard's DRANET minimum.
     assert settings(gkeVersion="1.34.1-gke.1829001").gke_version == "1.34.1-gke.1829001"
     with pytest.raises(SettingsError) as caught:
-        settings(spot="true", gkeVersion="1.35.0-gke.1170999")
+        settings(capacity="spot", gkeVersion="1.35.0-gke.1170999")
     [problem] = caught.value.problems
-    assert problem.startswith("gkeVersion = '1.35.0-gke.1170999' with spot = true")
+    assert problem.startswith("gkeVersion = '1.35.0-gke.1170999' with capacity = spot")
     # Below Standard's DRANET minimum too: one message, naming the version that satisfies both.
     with pytest.raises(SettingsError) as caught:
-        settings(spot="true", gkeVersion="1.33.5-gke.1000")
+        settings(capacity="spot", gkeVersion="1.33.5-gke.1000")
     assert caught.value.problems == [
-        "gkeVersion = '1.33.5-gke.1000' with spot = true: the Spot TPU node pools extend the kubelet's "
+        "gkeVersion = '1.33.5-gke.1000' with capacity = spot: the Spot TPU node pools extend the kubelet's "
         "shutdown grace period so the Ray workers can checkpoint before the node goes (docs/spot.md), which "
-        "GKE takes from 1.35.0-gke.1171000; use 1.35.0-gke.1171000 or later, or set spot to false"
+        "GKE takes from 1.35.0-gke.1171000; use 1.35.0-gke.1171000 or later, or another capacity choice"
     ]
 
 

@@ -32,6 +32,8 @@ SAMPLES = {
     "runName": "run-1",
     "fitCheckResult": "fit.json",
 }
+# What a sample needs beside it to be valid.
+CONTEXT = {"reservation": {"capacity": "reservation"}}
 
 
 def _string_settings(cls: type) -> list[tuple[str, str]]:
@@ -56,9 +58,10 @@ def test_the_walk_covers_every_string_setting():
 
 @pytest.mark.parametrize("key, value", INFRA_STRINGS, ids=[key for key, _ in INFRA_STRINGS])
 def test_an_infra_value_with_a_trailing_line_break_is_refused(key, value):
-    parse_settings({**INFRA_BASE, key: value}, stack="dev", project_name="maxtext-tpu-infra")  # valid as it is
+    base = {**INFRA_BASE, **CONTEXT.get(key, {})}
+    parse_settings({**base, key: value}, stack="dev", project_name="maxtext-tpu-infra")  # valid as it is
     with pytest.raises(SettingsError) as caught:
-        parse_settings({**INFRA_BASE, key: value + "\n"}, stack="dev", project_name="maxtext-tpu-infra")
+        parse_settings({**base, key: value + "\n"}, stack="dev", project_name="maxtext-tpu-infra")
     assert any(problem.startswith(f"{key} = {value + chr(10)!r} ") for problem in caught.value.problems), (
         caught.value.problems
     )

@@ -41,7 +41,7 @@ def test_autopilot_is_regional():
 
 
 def test_engine_strings_are_parsed():
-    settings = parse(slices="4", spot="true", dcnSubnets='["10.1.0.0/16", "10.2.0.0/16"]')
+    settings = parse(slices="4", capacity="spot", dcnSubnets='["10.1.0.0/16", "10.2.0.0/16"]')
     assert (settings.slices, settings.spot, settings.dcn_subnets) == (4, True, ("10.1.0.0/16", "10.2.0.0/16"))
 
 
@@ -96,7 +96,7 @@ def test_engine_strings_are_parsed():
             {"releaseChannel": "BETA"},
             "releaseChannel = 'BETA' is not valid; choose one of: RAPID, REGULAR, STABLE, EXTENDED",
         ),
-        ({"spot": "yes"}, "spot = 'yes' is not a boolean; use true or false"),
+        ({"deletionProtection": "yes"}, "deletionProtection = 'yes' is not a boolean; use true or false"),
         ({"clusterName": "My_Cluster"}, "clusterName = 'My_Cluster' is not valid; use lowercase letters"),
         (
             {"rayImage": "rayproject/ray"},
