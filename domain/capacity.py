@@ -1,4 +1,5 @@
-"""Fast, analytic answers about a job's size: parameters, per-chip memory, FLOPs and cost.
+"""Fast, analytic answers about a job's size: parameters, per-chip memory, FLOPs and cost, and
+what a stack costs while it trains and while it waits idle.
 
 The ahead-of-time compiler (trainer/fit_check.py) is the authority on whether a job fits; it
 takes tens of seconds. This estimate takes microseconds, for policies and config validation. Its terms
@@ -12,11 +13,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from domain.maxtext_config import base_config, base_config_path
+from domain.tpu_catalog import Accelerator, ChipHourPrice
+
+if TYPE_CHECKING:  # settings import far more than a cost needs (the trainer imports this module)
+    from domain.settings import StackSettings
 
 GIB = 1024**3
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -194,4 +199,110 @@ def job_cost(
         assumed_mfu=assumed_mfu,
         job_hours=hours,
         job_dollars=round(hours * hourly.dollars_per_hour, 2),
+    )
+
+
+# --- What a stack costs: while it trains, and while it waits for a job ------------------------
+
+HOURS_PER_DAY = 24
+
+
+@dataclass(frozen=True)
+class StackCost:
+    """What a stack's TPU chips cost per hour while a job trains (every slice up) and while none
+    runs (the minSlices slices kept up), at one chip-hour price. TPU chips only: the Ray head's
+    CPU node, disks and network are not counted. `price` None: the catalog has no price for
+    this capacity choice and region and none was set; then only an idle stack with no chips up
+    has a known cost ($0), and `unpriced` says why the rest is missing."""
+
+    capacity: str  # the capacity choice priced (the stack's first choice)
+    training_chips: int
+    idle_chips: int
+    price: ChipHourPrice | None
+    unpriced: str | None = None
+
+    @property
+    def price_per_chip_hour(self) -> float | None:
+        return self.price.usd if self.price else None
+
+    @property
+    def training_dollars_per_hour(self) -> float | None:
+        return _dollars(self.training_chips, self.price)
+
+    @property
+    def idle_dollars_per_hour(self) -> float | None:
+        return _dollars(self.idle_chips, self.price)
+
+    @property
+    def idle_dollars_per_day(self) -> float | None:
+        return _dollars(self.idle_chips, self.price, hours=HOURS_PER_DAY)
+
+    @property
+    def basis(self) -> str:
+        """How the figures were priced, or why there are none: what the stack exports next to them."""
+        if self.price is None:
+            return self.unpriced or ""
+        said = (
+            f"{self.price.capacity} in {self.price.region} at ${self.price.usd:g} per chip-hour ({self.price.source})"
+        )
+        return f"{said}; {self.price.assumption}" if self.price.assumption else said
+
+
+def _dollars(chips: int, price: ChipHourPrice | None, *, hours: int = 1) -> float | None:
+    if chips == 0:
+        return 0.0  # nothing up costs nothing, whatever the price
+    if price is None:
+        return None
+    return round(chips * price.usd * hours, 2)
+
+
+def stack_cost(
+    *,
+    accelerator: Accelerator,
+    region: str,
+    capacity: str,
+    chips_per_slice: int,
+    slices: int,
+    min_slices: int,
+    price_override: float | None = None,
+) -> StackCost:
+    """The stack's cost at its first capacity choice's price: `price_override` (the
+    pricePerChipHour setting) when set, else the catalog's list price for that choice in
+    `region`. Training holds every slice; idle holds min_slices of them (0: scaled to zero)."""
+    if not 0 <= min_slices <= slices:
+        raise ValueError(f"min_slices = {min_slices} must be within 0..slices ({slices})")
+    price: ChipHourPrice | None
+    if price_override is not None:
+        price = ChipHourPrice(
+            usd=price_override, capacity=capacity, region=region, source="the pricePerChipHour setting"
+        )
+    else:
+        price = accelerator.chip_hour_price(capacity, region)
+    unpriced = None
+    if price is None:
+        unpriced = (
+            f"no dollar figure: the catalog (domain/tpu_catalog.py) has no {capacity} list price for TPU "
+            f"{accelerator.name} in {region}; set pricePerChipHour to what you pay per chip-hour "
+            "(`pulumi config set pricePerChipHour <dollars>`)"
+        )
+    return StackCost(
+        capacity=capacity,
+        training_chips=slices * chips_per_slice,
+        idle_chips=min_slices * chips_per_slice,
+        price=price,
+        unpriced=unpriced,
+    )
+
+
+def settings_cost(settings: StackSettings) -> StackCost:
+    """`stack_cost` of a validated infra stack: what its outputs, the README's table and
+    benchmarks/idle_cost.py say."""
+    return stack_cost(
+        accelerator=settings.accelerator,
+        region=settings.region,
+        capacity=settings.primary_capacity,
+        chips_per_slice=settings.slice_shape.chips,
+        slices=settings.slices,
+        min_slices=settings.min_slices,
+        price_override=settings.price_per_chip_hour,
     )

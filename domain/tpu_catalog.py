@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from domain.capacity_choices import ON_DEMAND, RESERVATION, SPOT
+
 
 @dataclass(frozen=True)
 class SliceShape:
@@ -35,6 +37,35 @@ class SliceShape:
 
 
 @dataclass(frozen=True)
+class ListPrices:
+    """What one capacity choice of one generation costs per chip-hour, by region, as read from
+    `source` on `read_on` (a date): list prices, before any discount a contract gives."""
+
+    by_region: Mapping[str, float]
+    source: str
+    read_on: str
+
+
+@dataclass(frozen=True)
+class ChipHourPrice:
+    """The price a stack's chips are costed at, and where it comes from (what outputs and
+    messages say next to a dollar figure)."""
+
+    usd: float
+    capacity: str
+    region: str
+    source: str  # the catalog's source and date, or the pricePerChipHour setting
+    assumption: str | None = None  # what the figure takes for granted, when anything
+
+
+# A reservation's chips are billed under the contract that made it, which the catalog cannot
+# know: they are costed at the on-demand rate unless the stack says otherwise.
+RESERVATION_ASSUMPTION = (
+    "a reservation is costed at the on-demand list price; set pricePerChipHour to the rate your contract gives"
+)
+
+
+@dataclass(frozen=True)
 class Accelerator:
     """A TPU generation as GKE, Ray and MaxText name it, with its per-chip capacity."""
 
@@ -47,7 +78,9 @@ class Accelerator:
     # out-of-memory error), below the nominal HBM because the runtime reserves some.
     usable_hbm_gib: float
     peak_bf16_tflops_per_chip: float
-    # On-demand list price in US regions; stacks can override it.
+    # On-demand list price in the catalog's main US regions (us-central1, us-east1, us-east5):
+    # what an estimate without a region uses (a job's cost policy). A stack is costed by
+    # `chip_hour_price`, per capacity choice and region (tests check the two agree).
     price_per_chip_hour_usd: float
     # Extra VPC networks the multi-host machine type can attach for cross-slice (DCN) traffic.
     # Only ct6e has been measured with DRANET; other generations use the primary NIC.
@@ -61,6 +94,25 @@ class Accelerator:
     # Flags (as `--name=value`, the value lowercase) the pinned libtpu is known to refuse on this
     # generation, and why: a job that sets one in its own LIBTPU_INIT_ARGS fails at its first step.
     libtpu_refused_flags: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # List prices per capacity choice (on-demand, spot, flex-start); a choice missing here, or a
+    # region missing from its table, has no price the catalog can vouch for (PRICES, below).
+    list_prices: Mapping[str, ListPrices] = field(default_factory=lambda: MappingProxyType({}))
+
+    def chip_hour_price(self, capacity: str, region: str) -> ChipHourPrice | None:
+        """What one chip-hour of `capacity` costs in `region` at list price; None when the
+        catalog has no such price (the caller then shows no dollar figure, never a guess). A
+        reservation is costed at the on-demand price (RESERVATION_ASSUMPTION)."""
+        priced_as = ON_DEMAND if capacity == RESERVATION else capacity
+        prices = self.list_prices.get(priced_as)
+        if prices is None or region not in prices.by_region:
+            return None
+        return ChipHourPrice(
+            usd=prices.by_region[region],
+            capacity=capacity,
+            region=region,
+            source=f"{prices.source}, read {prices.read_on}",
+            assumption=RESERVATION_ASSUMPTION if capacity == RESERVATION else None,
+        )
 
     def shape(self, topology: str) -> SliceShape:
         try:
@@ -156,6 +208,111 @@ HOST_OFFLOAD = (
 )
 V6E_LIBTPU_FLAGS = (*DENSE_VMEM_LIMIT, *V6E_COLLECTIVE_OVERLAP, *DATA_PARALLEL_OVERLAP, *HOST_OFFLOAD)
 
+# ================================================================================================
+# LIST PRICES PER CAPACITY CHOICE: the tables to edit when Google's prices change.
+#
+# Google's own page, https://cloud.google.com/tpu/pricing, is the authority; its stored copies
+# (several languages) show only the v2-v4 tables, so the v6e and v5p figures below were read
+# 2026-12-04, without live internet, from SkyPilot's catalog of Google Cloud prices, which
+# SkyPilot generates from Google's Cloud Billing Catalog API (one row per TPU slice type, zone,
+# on-demand and Spot price of the whole slice; divided here by the slice's chips: tpu-v6e-16 is
+# 16 chips, tpu-v5p-N is N/2 chips). Where its rows say 700.0 (SkyPilot's mark for a type not
+# offered there) the region is left out. Its on-demand v6e price, $2.70 in US regions, is the one
+# this catalog carried before.
+#   - Spot prices move: another stored version of the same file (commit 017e2502fb63) has v6e
+#     Spot at $0.64833 in us-central1 where this one has $0.7803. Check them before relying on
+#     one, and set pricePerChipHour to the price you pay.
+#   - Flex-start (Dynamic Workload Scheduler): no stored material gives a TPU price. GKE's
+#     flex-start page (https://cloud.google.com/kubernetes-engine/docs/concepts/dws) says only
+#     that it bills at Dynamic Workload Scheduler prices, with discounts of up to 53% on vCPUs,
+#     GPUs and TPUs: a bound, not a price. So no flex-start table: a flex-start stack shows no
+#     dollar figure unless pricePerChipHour is set.
+#   - v5e: no row was read; its US on-demand $1.20 is carried over from this catalog's earlier
+#     version, which recorded no source. Not re-checked.
+_SKYPILOT_GCP_PRICES = (
+    "SkyPilot's catalog of Google Cloud prices, from the Cloud Billing Catalog API: https://github.com/"
+    "skypilot-org/skypilot-catalog/blob/6f65ab58724c0a5b17dbb81ee124e7d7dee0d4a5/catalogs/v7/gcp/vms.csv"
+)
+_READ_ON = "2026-12-04"
+V6E_PRICES: Mapping[str, ListPrices] = MappingProxyType(
+    {
+        ON_DEMAND: ListPrices(
+            MappingProxyType(
+                {
+                    "us-central1": 2.70,
+                    "us-east1": 2.70,
+                    "us-east4": 2.70,
+                    "us-east5": 2.70,
+                    "us-south1": 2.70,
+                    "us-west1": 2.70,
+                    "europe-west4": 2.97,
+                    "asia-southeast1": 2.97,
+                    "asia-northeast1": 3.24,
+                }
+            ),
+            _SKYPILOT_GCP_PRICES,
+            _READ_ON,
+        ),
+        SPOT: ListPrices(
+            MappingProxyType(
+                {
+                    "us-central1": 0.7803,
+                    "us-east1": 0.7803,
+                    "us-west1": 0.7803,
+                    "us-east4": 0.918,
+                    "us-east5": 1.08,
+                    "us-south1": 1.89,
+                    "europe-west4": 0.85833,
+                    "asia-southeast1": 1.188,
+                    "asia-northeast1": 1.296,
+                }
+            ),
+            _SKYPILOT_GCP_PRICES,
+            _READ_ON,
+        ),
+    }
+)
+V5P_PRICES: Mapping[str, ListPrices] = MappingProxyType(
+    {
+        ON_DEMAND: ListPrices(
+            MappingProxyType(
+                {
+                    "us-central1": 4.20,
+                    "us-east1": 4.20,
+                    "us-east5": 4.20,
+                    "us-south1": 4.779,
+                    "europe-west4": 4.2525,
+                    "europe-west1": 4.459455,
+                }
+            ),
+            _SKYPILOT_GCP_PRICES,
+            _READ_ON,
+        ),
+        SPOT: ListPrices(
+            MappingProxyType(
+                {
+                    "us-central1": 1.6422,
+                    "us-east1": 1.6422,
+                    "us-east5": 1.68,
+                    "us-south1": 2.3954,
+                    "europe-west4": 1.22897,
+                    "europe-west1": 1.78378,
+                }
+            ),
+            _SKYPILOT_GCP_PRICES,
+            _READ_ON,
+        ),
+    }
+)
+V5E_PRICES: Mapping[str, ListPrices] = MappingProxyType(
+    {
+        ON_DEMAND: ListPrices(
+            MappingProxyType(dict.fromkeys(("us-central1", "us-south1", "us-west1", "us-west4", "us-east5"), 1.20)),
+            "this catalog's earlier version (no source recorded; not re-checked)",
+            "before 2026-12-04",
+        ),
+    }
+)
 _V6E_MULTI_HOST = "ct6e-standard-4t"
 _V5E_MULTI_HOST = "ct5lp-hightpu-4t"
 _V5P = "ct5p-hightpu-4t"
@@ -174,6 +331,7 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType(
             dcn_networks=2,
             libtpu_flags=V6E_LIBTPU_FLAGS,
             libtpu_refused_flags=V6E_REFUSED_FLAGS,
+            list_prices=V6E_PRICES,
             shapes=_shapes(
                 ("1x1", "ct6e-standard-1t", 1),
                 ("2x2", "ct6e-standard-4t", 4),
@@ -195,6 +353,7 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType(
             peak_bf16_tflops_per_chip=197.0,
             price_per_chip_hour_usd=1.20,
             dcn_networks=0,
+            list_prices=V5E_PRICES,
             shapes=_shapes(
                 ("1x1", "ct5lp-hightpu-1t", 1),
                 ("2x2", "ct5lp-hightpu-4t", 4),
@@ -216,6 +375,7 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType(
             peak_bf16_tflops_per_chip=459.0,
             price_per_chip_hour_usd=4.20,
             dcn_networks=0,
+            list_prices=V5P_PRICES,
             shapes=_shapes(
                 ("2x2x1", _V5P, 4),
                 ("2x2x2", _V5P, 4),

@@ -11,10 +11,13 @@ from domain.capacity import (
     estimate_memory,
     job_cost,
     model_shape,
+    settings_cost,
+    stack_cost,
     train_flops_per_step,
 )
 from domain.presets import PROCEDURE_OVERRIDES, maxtext_overrides, preset
-from domain.tpu_catalog import accelerator
+from domain.settings import parse_settings
+from domain.tpu_catalog import RESERVATION_ASSUMPTION, accelerator
 
 V6E = accelerator("v6e")
 
@@ -101,3 +104,85 @@ def test_job_cost_from_flops_and_an_assumed_mfu():
     assert estimate.job_dollars == pytest.approx(40.0)
     with pytest.raises(ValueError, match=r"assumed MFU = 1\.5"):
         job_cost(flops_per_step=1, steps=1, chips=1, peak_tflops_per_chip=1, assumed_mfu=1.5, price_per_chip_hour_usd=1)
+
+
+# --- What a stack costs while it trains and while it waits ----------------------------------
+
+US_EAST5 = {"gcp:project": "my-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b"}
+
+
+def default_stack_cost(**config):
+    """The cost of the shipped default stack (2 slices of v6e-16) with `config` on top."""
+    return settings_cost(parse_settings({**US_EAST5, **config}, stack="dev", project_name="maxtext-tpu-infra"))
+
+
+def test_the_default_stack_trains_at_list_price_and_costs_nothing_idle():
+    cost = default_stack_cost()
+    assert (cost.capacity, cost.training_chips, cost.idle_chips) == ("on-demand", 32, 0)
+    assert cost.price_per_chip_hour == 2.70
+    assert cost.training_dollars_per_hour == 86.40
+    assert (cost.idle_dollars_per_hour, cost.idle_dollars_per_day) == (0.0, 0.0)
+
+
+def test_slices_kept_up_while_idle_are_paid_every_hour_of_the_day():
+    """Before issue 20 every slice stayed up: 32 chips x $2.70 x 24 h."""
+    all_up = default_stack_cost(minSlices="2")
+    assert (all_up.idle_chips, all_up.idle_dollars_per_hour, all_up.idle_dollars_per_day) == (32, 86.40, 2073.60)
+    one_up = default_stack_cost(minSlices="1")
+    assert (one_up.idle_chips, one_up.idle_dollars_per_hour, one_up.idle_dollars_per_day) == (16, 43.20, 1036.80)
+    assert one_up.training_dollars_per_hour == all_up.training_dollars_per_hour == 86.40
+
+
+def test_spot_is_priced_at_the_regions_spot_price():
+    cost = default_stack_cost(capacity="spot")
+    assert cost.price_per_chip_hour == 1.08  # v6e Spot in us-east5
+    assert cost.training_dollars_per_hour == 34.56
+    assert "spot in us-east5 at $1.08 per chip-hour" in cost.basis and "skypilot-catalog" in cost.basis
+
+
+def test_the_price_is_the_regions():
+    """v6e on demand costs more outside the US: europe-west4's price, not the US one."""
+    cost = default_stack_cost(**{"gcp:region": "europe-west4", "gcp:zone": "europe-west4-a"})
+    assert cost.price_per_chip_hour == 2.97
+    assert cost.training_dollars_per_hour == 95.04
+
+
+def test_a_reservation_is_costed_at_on_demand_and_says_so():
+    cost = default_stack_cost(capacity="reservation", reservation="my-reservation")
+    assert cost.price_per_chip_hour == 2.70 and cost.training_dollars_per_hour == 86.40
+    assert cost.basis.endswith(RESERVATION_ASSUMPTION)
+
+
+def test_flex_start_has_no_dollar_figure_unless_the_price_is_set():
+    cost = default_stack_cost(capacity="flex-start")
+    assert cost.price is None and cost.price_per_chip_hour is None
+    assert cost.training_dollars_per_hour is None
+    # Scaled to zero while idle: nothing is up, so that much is known.
+    assert (cost.idle_dollars_per_hour, cost.idle_dollars_per_day) == (0.0, 0.0)
+    assert cost.basis == (
+        "no dollar figure: the catalog (domain/tpu_catalog.py) has no flex-start list price for TPU v6e in "
+        "us-east5; set pricePerChipHour to what you pay per chip-hour (`pulumi config set pricePerChipHour <dollars>`)"
+    )
+    priced = default_stack_cost(capacity="flex-start", pricePerChipHour="1.5")
+    assert priced.training_dollars_per_hour == 48.0
+    assert priced.basis == "flex-start in us-east5 at $1.5 per chip-hour (the pricePerChipHour setting)"
+
+
+def test_price_per_chip_hour_overrides_the_first_choices_price():
+    cost = default_stack_cost(capacity="spot", pricePerChipHour="0.5", minSlices="1")
+    assert cost.price_per_chip_hour == 0.5
+    assert (cost.training_dollars_per_hour, cost.idle_dollars_per_hour, cost.idle_dollars_per_day) == (16.0, 8.0, 192.0)
+
+
+def test_a_region_without_a_price_gives_no_figure():
+    """southamerica-west1 offers v6e (TPU_ZONES) but the price source has no row for it there."""
+    cost = stack_cost(
+        accelerator=V6E, region="southamerica-west1", capacity="on-demand", chips_per_slice=16, slices=2, min_slices=1
+    )
+    assert cost.training_dollars_per_hour is None and cost.idle_dollars_per_day is None
+    assert "no on-demand list price for TPU v6e in southamerica-west1" in cost.basis
+
+
+def test_min_slices_beyond_slices_is_refused():
+    with pytest.raises(ValueError, match=r"min_slices = 3 must be within 0..slices \(2\)"):
+        stack_cost(accelerator=V6E, region="us-east5", capacity="on-demand", chips_per_slice=16, slices=2, min_slices=3)

@@ -4,7 +4,8 @@ import pytest
 from ray._private.accelerators.tpu import VALID_TPU_TOPOLOGY
 from ray.util.tpu import get_tpu_worker_resources
 
-from domain.tpu_catalog import ACCELERATORS, accelerator
+from domain.capacity_choices import CAPACITY_CHOICES, FLEX_START, ON_DEMAND, RESERVATION, SPOT
+from domain.tpu_catalog import ACCELERATORS, accelerator, offered_regions
 
 
 def test_v6e_16_is_four_vms_of_four_chips():
@@ -63,3 +64,53 @@ def test_multi_host_workers_match_ray(name, slices):
         )
         assert workers == shape.vms * slices, (name, shape.topology)
         assert resources["TPU"] == shape.chips_per_vm
+
+
+def test_v6e_list_prices_per_capacity_choice():
+    v6e = accelerator("v6e")
+    assert v6e.chip_hour_price(ON_DEMAND, "us-east5").usd == 2.70
+    assert v6e.chip_hour_price(SPOT, "us-east5").usd == 1.08
+    assert v6e.chip_hour_price(SPOT, "us-central1").usd == 0.7803
+    assert v6e.chip_hour_price(ON_DEMAND, "europe-west4").usd == 2.97
+    # No stored source gives a flex-start price: none rather than a guess.
+    assert v6e.chip_hour_price(FLEX_START, "us-east5") is None
+
+
+def test_a_reservation_is_priced_as_on_demand_with_the_assumption_stated():
+    price = accelerator("v6e").chip_hour_price(RESERVATION, "us-east5")
+    assert (price.usd, price.capacity) == (2.70, RESERVATION)
+    assert "on-demand list price" in price.assumption and "pricePerChipHour" in price.assumption
+    assert accelerator("v6e").chip_hour_price(ON_DEMAND, "us-east5").assumption is None
+
+
+def test_every_price_has_its_source_and_date():
+    for acc in ACCELERATORS.values():
+        for capacity, prices in acc.list_prices.items():
+            assert capacity in CAPACITY_CHOICES and capacity != RESERVATION, (acc.name, capacity)
+            assert prices.source and prices.read_on, (acc.name, capacity)
+            assert all(0 < usd < 100 for usd in prices.by_region.values()), (acc.name, capacity)
+            price = acc.chip_hour_price(capacity, next(iter(prices.by_region)))
+            assert prices.source in price.source and prices.read_on in price.source
+
+
+def test_spot_is_never_above_on_demand_where_both_are_listed():
+    for acc in ACCELERATORS.values():
+        spot = acc.list_prices.get(SPOT)
+        for region, usd in spot.by_region.items() if spot else []:
+            assert usd < acc.list_prices[ON_DEMAND].by_region[region], (acc.name, region)
+
+
+def test_the_region_less_price_is_the_main_us_regions_on_demand_price():
+    """`price_per_chip_hour_usd` (estimates without a region) says what the table says there."""
+    for acc in ACCELERATORS.values():
+        on_demand = acc.list_prices[ON_DEMAND].by_region
+        main_us = [region for region in ("us-central1", "us-east1", "us-east5") if region in on_demand]
+        assert main_us, acc.name
+        assert {on_demand[region] for region in main_us} == {acc.price_per_chip_hour_usd}, acc.name
+
+
+def test_v6e_prices_cover_the_us_and_europe_regions_it_is_offered_in():
+    on_demand, spot = (accelerator("v6e").list_prices[c].by_region for c in (ON_DEMAND, SPOT))
+    for region in offered_regions("v6e"):
+        if region.startswith(("us-", "europe-")):
+            assert region in on_demand and region in spot, region
