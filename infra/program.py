@@ -11,7 +11,7 @@ from typing import Any
 import pulumi
 
 from domain import kuberay
-from domain.capacity import cost_per_hour
+from domain.capacity import settings_cost
 from domain.paths import PROJECT_ROOT
 from domain.settings import StackSettings
 from infra.components.apis import ProjectApis
@@ -40,6 +40,9 @@ def build(settings: StackSettings) -> dict[str, Any]:
         image = settings.ray_image
     ray = KubeRay("ray", settings, cluster, storage, slices, image)
     shape = settings.slice_shape
+    cost = settings_cost(settings)
+    if cost.price is None:
+        pulumi.log.warn(f"TPU cost: {cost.basis}")
     return {
         "clusterName": cluster.name,
         # projects/P/locations/L/clusters/N: the GKE API's name for the cluster.
@@ -69,8 +72,15 @@ def build(settings: StackSettings) -> dict[str, Any]:
         "hostsPerSlice": shape.vms,
         "chipsPerHost": shape.chips_per_vm,
         "totalChips": settings.total_chips,
-        "pricePerChipHourUsd": settings.chip_hour_price,
-        "onDemandDollarsPerHour": cost_per_hour(settings.total_chips, settings.chip_hour_price).dollars_per_hour,
+        # What the TPU chips cost (TPU chips only; None where no price is known: costBasis says
+        # why): a training hour holds every slice, an idle hour the minSlices slices.
+        "capacity": list(settings.capacity),
+        "minSlices": settings.min_slices,
+        "pricePerChipHourUsd": cost.price_per_chip_hour,
+        "trainingDollarsPerHour": cost.training_dollars_per_hour,
+        "idleDollarsPerHour": cost.idle_dollars_per_hour,
+        "idleDollarsPerDay": cost.idle_dollars_per_day,
+        "costBasis": cost.basis,
         "tpuPools": slices.pool_names,
         "dcnNetworks": networks.network_names if networks else [],
     }

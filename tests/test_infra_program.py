@@ -370,7 +370,11 @@ STABLE_OUTPUTS = {
     "accelerator": "v6e",
     "totalChips": 32,
     "pricePerChipHourUsd": 2.70,
-    "onDemandDollarsPerHour": 86.40,
+    "capacity": ["on-demand"],
+    "minSlices": 0,
+    "trainingDollarsPerHour": 86.40,
+    "idleDollarsPerHour": 0.0,
+    "idleDollarsPerDay": 0.0,
 }
 
 
@@ -423,3 +427,27 @@ def test_bad_config_stops_before_any_resource(overrides):
     with pytest.raises(SettingsError):
         run_program(lambda: build(read_settings()), config, monitor=monitor)
     assert monitor.registrations == []
+
+
+def test_cost_outputs_tell_a_training_hour_from_an_idle_one():
+    """Spot with one slice kept up: training holds both slices, idle one, at us-east5's Spot price."""
+    config = stack_config("dev")
+    config.update({"maxtext-tpu-infra:capacity": ["spot"], "maxtext-tpu-infra:minSlices": 1})
+    outputs = run_infra(config).outputs
+    assert (outputs["capacity"], outputs["minSlices"], outputs["pricePerChipHourUsd"]) == (["spot"], 1, 1.08)
+    assert (outputs["trainingDollarsPerHour"], outputs["idleDollarsPerHour"], outputs["idleDollarsPerDay"]) == (
+        34.56,
+        17.28,
+        414.72,
+    )
+    assert outputs["costBasis"].startswith("spot in us-east5 at $1.08 per chip-hour (")
+    assert "onDemandDollarsPerHour" not in outputs  # it priced every stack at on demand, always up
+
+
+def test_a_capacity_without_a_price_exports_no_dollar_figure():
+    config = stack_config("dev")
+    config.update({"maxtext-tpu-infra:capacity": ["flex-start"]})
+    outputs = run_infra(config).outputs
+    assert outputs["pricePerChipHourUsd"] is None and outputs["trainingDollarsPerHour"] is None
+    assert (outputs["idleDollarsPerHour"], outputs["idleDollarsPerDay"]) == (0.0, 0.0)  # scaled to zero
+    assert "no flex-start list price for TPU v6e in us-east5; set pricePerChipHour" in outputs["costBasis"]
