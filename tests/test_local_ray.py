@@ -4,7 +4,9 @@ no process of the head's session behind, a running job's included."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -17,9 +19,17 @@ from pathlib import Path
 import pytest
 from ray.job_submission import JobStatus, JobSubmissionClient
 
+from tests.support.listeners import listeners, not_on_loopback
 from tests.support.port_holder import PortHolder
 from workloads import local_ray
-from workloads.local_ray import STOP_BOUND_SECONDS, LocalRayError, LocalRayHead, dashboard_answers
+from workloads.local_ray import (
+    AUTOSCALER_METRIC_PORT_ENV,
+    STOP_BOUND_SECONDS,
+    LocalRayError,
+    LocalRayHead,
+    WorkerSlices,
+    dashboard_answers,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -297,3 +307,106 @@ def test_free_ports_are_distinct_and_avoid_the_given_ones():
     avoid = set(local_ray.free_ports(5))
     ports = local_ray.free_ports(300, avoid=avoid)
     assert len(set(ports)) == 300 and not avoid & set(ports)
+
+
+def test_an_autoscaling_heads_ports_are_all_its_own_the_autoscalers_included(monkeypatch):
+    """The autoscaler's metrics port is given to Ray in the environment, not as an option: the
+    ports `ray start` gets as options must not take it (Ray's default for it is one fixed port)."""
+    launched: list[tuple[list[str], dict[str, str]]] = []
+
+    class Recorded:
+        def __init__(self, command, env, **_):
+            launched.append((command, env))
+
+    monkeypatch.setattr(local_ray.subprocess, "Popen", Recorded)
+    monkeypatch.setattr(LocalRayHead, "_wait_until", lambda *_, **__: None)
+    monkeypatch.setattr(local_ray, "port_in_use", lambda port, host="127.0.0.1": False)
+    # The kernel hands out 41001, 41002 (dashboard, GCS), 41003, 41004 (client server, the
+    # autoscaler's metrics), then those two again first.
+    pool = iter([41001, 41002, 41003, 41004, 41003, 41004, *range(41005, 41100)])
+
+    class FewPorts:
+        def __init__(self, *_):
+            self.port = None
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *_):
+            return False
+
+        def bind(self, _address):
+            self.port = next(pool)
+
+        def getsockname(self):
+            return ("127.0.0.1", self.port)
+
+    monkeypatch.setattr(local_ray.socket, "socket", FewPorts)
+    head = LocalRayHead(worker_slices=WorkerSlices(max_slices=3, idle_timeout_seconds=7))
+    try:
+        head.start()
+        [(command, env)] = launched
+        ports = [int(argument.rpartition("=")[2]) for argument in command if "-port=" in argument]
+        ports.append(int(env[AUTOSCALER_METRIC_PORT_ENV]))
+        assert len(ports) == 10 and len(set(ports)) == 10, (command, env[AUTOSCALER_METRIC_PORT_ENV])
+        # The head offers no CPU; the autoscaler reads this head's own config, with its GCS.
+        assert "--num-cpus=0" in command
+        [config_option] = [argument for argument in command if argument.startswith("--autoscaling-config=")]
+        config = json.loads(Path(config_option.partition("=")[2]).read_text())
+        assert config["provider"]["gcs_address"] == head.gcs_address
+        assert config["available_node_types"]["slice"]["max_workers"] == 3
+        assert {name: env[name] for name in ("RAY_FAKE_CLUSTER", "RAY_enable_autoscaler_v2")} == {
+            "RAY_FAKE_CLUSTER": "1",
+            "RAY_enable_autoscaler_v2": "1",
+        }
+    finally:
+        shutil.rmtree(head.temp_dir, ignore_errors=True)
+
+
+def test_a_head_with_worker_slices_refuses_cpus_of_its_own():
+    with pytest.raises(LocalRayError, match=r"num_cpus = 2: a head with worker_slices offers no CPUs"):
+        LocalRayHead(num_cpus=2, worker_slices=WorkerSlices())
+
+
+def environ_has(pid: int, entry: str) -> bool:
+    try:
+        return entry.encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+
+
+def test_an_autoscaling_head_adds_a_loopback_node_for_a_job_and_stop_ends_it_all(tmp_path):
+    """The autoscaler adds a node only once a job asks for what the head lacks (a CPU); the
+    node, started by the autoscaler rather than by us, listens on loopback only, and stop()
+    ends it with the rest of the head's session, the job on it included, within its bound."""
+    slices = WorkerSlices(max_slices=2, idle_timeout_seconds=60)
+    with LocalRayHead(worker_slices=slices) as head, head.client_environment():
+        assert head.slice_nodes() == []
+        client = JobSubmissionClient(head.address)
+        pid_file = tmp_path / "job.pid"
+        job_id = client.submit_job(entrypoint=f"sh -c 'echo $$ > {pid_file}; exec sleep 300'", entrypoint_num_cpus=1)
+        wait_until(lambda: client.get_job_status(job_id) == JobStatus.RUNNING, 90, "the job RUNNING")
+        wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), 30, "the job's pid file")
+        job_pid = int(pid_file.read_text())
+        job_started = process_start(job_pid)
+        # One node, for the one CPU asked, though the group may have two.
+        assert len(head.slice_nodes()) == 1
+
+        session = head._session_processes()
+        # The node's processes: Ray gives each its node type in the environment.
+        node_processes = {pid for pid in session if environ_has(pid, f"RAY_NODE_TYPE_NAME={slices.node_type}")}
+        assert any(b"raylet" in Path(f"/proc/{pid}/cmdline").read_bytes() for pid in node_processes), node_processes
+        assert job_pid in session and job_pid in node_processes, "the job should run on the added node"
+        assert listeners(node_processes), "the node listens nowhere?"
+        assert not_on_loopback(session) == {}
+        group = head.process.pid
+
+        started = time.monotonic()
+        head.stop()
+        elapsed = time.monotonic() - started
+    print(f"stop() with an added node and a job on it took {elapsed:.2f} s")
+    assert elapsed < STOP_BOUND_SECONDS
+    assert process_start(job_pid) != job_started, f"the job's process {job_pid} outlived stop()"
+    assert [pid for pid in node_processes if process_start(pid) == session[pid]] == [], "the node outlived stop()"
+    assert [pid for pid, start in session.items() if process_start(pid) == start] == []
+    assert group_members(group) == []

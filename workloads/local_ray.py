@@ -29,8 +29,9 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from domain.paths import PROJECT_ROOT
 from domain.preemption import DRAIN_TIMEOUT_ENV, POLL_INTERVAL_ENV, PREEMPTION_POLL_SECONDS
@@ -251,8 +252,9 @@ class _RayStart:
         self.temp_dir: str | None = None
         self.log_path: Path | None = None
 
-    def _launch(self, arguments: list[str], env: Mapping[str, str]) -> None:
-        """Starts `ray start --block` on loopback with `arguments`, every other port free."""
+    def _launch(self, arguments: list[str], env: Mapping[str, str], reserved: frozenset[int] = frozenset()) -> None:
+        """Starts `ray start --block` on loopback with `arguments`, every other port free and
+        none of `reserved` (ports given to Ray in `env`)."""
         ray = self.venv / "bin" / "ray"
         if not ray.exists():
             raise LocalRayError(f"{ray} not found; run ./scripts/setup to create the trainer environment")
@@ -279,7 +281,7 @@ class _RayStart:
             "node-manager-port",
             "object-manager-port",
         )
-        given = {int(value) for value in re.findall(r"-port=(\d+)$", "\n".join(arguments), re.MULTILINE)}
+        given = {int(value) for value in re.findall(r"-port=(\d+)$", "\n".join(arguments), re.MULTILINE)} | reserved
         for option, port in zip(options, free_ports(len(options), avoid=given), strict=True):
             command.append(f"--{option}={port}")
         if self.num_cpus is not None:
@@ -416,13 +418,127 @@ class _RayStart:
         raise NotImplementedError
 
 
+# ------------------------------------------------------------------ an autoscaled worker group
+# Ray's autoscaler (v2, as KubeRay runs it) with Ray's fake multi-node provider, which "launches"
+# a node by starting a raylet and its agents on this machine: a real scale-from-zero with no
+# cloud. The provider refuses to run unless RAY_FAKE_CLUSTER is set, and with it `ray start
+# --head` gives the head a fixed node id; autoscaler v2 tells the head's instance from the
+# workers' by RAY_CLOUD_INSTANCE_ID, which must then be the provider's `head_node_id`.
+# The config names the provider as an `external` one, by its class: Ray 2.60's wheel lacks the
+# defaults file its `fake_multinode` type loads (fake_multi_node/example.yaml), and the
+# autoscaler then dies at start with FileNotFoundError. Ray resolves both names to this same
+# class; `external` takes its defaults from code instead of that file.
+FAKE_PROVIDER = {
+    "type": "external",
+    "module": "ray.autoscaler._private.fake_multi_node.node_provider.FakeMultiNodeProvider",
+}
+HEAD_NODE_TYPE = "ray.head.default"
+HEAD_INSTANCE_ID = "local-head"
+# Where the autoscaler serves its metrics (Ray's default is the fixed port 44217), set per head
+# so that two heads, or another Ray, never share one.
+AUTOSCALER_METRIC_PORT_ENV = "AUTOSCALER_METRIC_PORT"
+AUTOSCALER_ENV = {
+    "RAY_FAKE_CLUSTER": "1",
+    "RAY_enable_autoscaler_v2": "1",
+    "RAY_CLOUD_INSTANCE_ID": HEAD_INSTANCE_ID,
+    # The autoscaler's loop runs every second (Ray's default: 5 s), so a test sees a scale-up
+    # or a scale-down within about a second of when Ray decides it.
+    "AUTOSCALER_UPDATE_INTERVAL_S": "1",
+}
+
+
+@dataclass(frozen=True)
+class WorkerSlices:
+    """One autoscaled worker group, as the RayCluster's TPU group is when the stack autoscales:
+    0 nodes while idle, one node per slice up to `max_slices` when a job asks, each removed
+    after `idle_timeout_seconds` idle. A node carries `cpus_per_slice` CPUs (a CPU job's worker
+    takes one) and the custom resource `node_type`, so a test can tell its nodes."""
+
+    max_slices: int = 1
+    cpus_per_slice: int = 1
+    idle_timeout_seconds: float = 5.0
+    node_type: str = "slice"
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.max_slices < 1:
+            problems.append(f"max_slices = {self.max_slices} must be at least 1 (the most nodes the group may have)")
+        if self.cpus_per_slice < 1:
+            problems.append(f"cpus_per_slice = {self.cpus_per_slice} must be at least 1 (a CPU worker takes one)")
+        if not self.idle_timeout_seconds > 0:
+            problems.append(
+                f"idle_timeout_seconds = {self.idle_timeout_seconds} must be more than 0 (how long an idle node stays)"
+            )
+        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", self.node_type) or self.node_type == HEAD_NODE_TYPE:
+            problems.append(
+                f"node_type = {self.node_type!r} is not valid; use letters, digits, '-' and '_', starting "
+                f"with a letter (and not {HEAD_NODE_TYPE!r}, the head's)"
+            )
+        if problems:
+            raise LocalRayError("; ".join(problems))
+
+    def autoscaling_config(self, gcs_address: str) -> dict[str, Any]:
+        """The cluster config `ray start --head --autoscaling-config` reads, in the format of
+        ray/autoscaler/ray-schema.json. The idle timeout is in minutes there (fractions allowed),
+        as KubeRay converts autoscalerOptions.idleTimeoutSeconds."""
+        return {
+            "cluster_name": "local",
+            "max_workers": self.max_slices,
+            "upscaling_speed": 1.0,
+            "idle_timeout_minutes": self.idle_timeout_seconds / 60,
+            "provider": {
+                **FAKE_PROVIDER,
+                # Nodes join this head's GCS (the provider's default is port 6379).
+                "gcs_address": gcs_address,
+                "head_node_id": HEAD_INSTANCE_ID,
+                # Autoscaler v2 asks for several nodes at once.
+                "launch_multiple": True,
+                # The provider starts Ray on its nodes itself; there is nothing to install
+                # (else autoscaler v2 would try to, over SSH).
+                "disable_node_updaters": True,
+            },
+            "head_node_type": HEAD_NODE_TYPE,
+            "available_node_types": {
+                # The head offers nothing a job's workers need (see LocalRayHead).
+                HEAD_NODE_TYPE: {"resources": {}, "node_config": {}, "max_workers": 0},
+                self.node_type: {
+                    "resources": {"CPU": self.cpus_per_slice, self.node_type: 1},
+                    "node_config": {},
+                    "min_workers": 0,
+                    "max_workers": self.max_slices,
+                },
+            },
+            # What the missing defaults file would have given: no commands to run and no files
+            # to sync, which the fake provider has no use for (the autoscaler reads them all).
+            "auth": {},
+            "file_mounts": {},
+            "cluster_synced_files": [],
+            "file_mounts_sync_continuously": False,
+            "rsync_exclude": [],
+            "rsync_filter": [],
+            "initialization_commands": [],
+            "setup_commands": [],
+            "head_setup_commands": [],
+            "worker_setup_commands": [],
+            "head_start_ray_commands": [],
+            "worker_start_ray_commands": [],
+        }
+
+
 class LocalRayHead(_RayStart):
     """Context manager: `with LocalRayHead() as head: submit to head.address`.
 
     Every Ray process of a head listens on loopback only. With `multi_node=True` other nodes may
     join it (LocalRayNode); Ray on Linux then binds its GCS, raylets and agents to every
     interface (it has no loopback-only cluster mode: it swaps 127.0.0.1 for the host's routable
-    address), still behind the head's token. Only the multi-node tests use it."""
+    address), still behind the head's token. Only the multi-node tests use it.
+
+    With `worker_slices`, Ray's autoscaler (v2) runs on the head and adds and removes the
+    group's nodes itself, through Ray's fake multi-node provider: each node is a raylet and its
+    agents started on this machine by the autoscaler, on loopback too (they are not `ray start`
+    nodes, so single-machine mode does not stop them), in this head's session and temp dir, and
+    stop() ends them with the rest of the session. The head then has no CPUs: a job's workers
+    run only once the autoscaler has added a node."""
 
     def __init__(
         self,
@@ -431,9 +547,21 @@ class LocalRayHead(_RayStart):
         num_cpus: int | None = None,
         start_timeout: float = 120.0,
         multi_node: bool = False,
+        worker_slices: WorkerSlices | None = None,
     ):
+        if worker_slices is not None:
+            if num_cpus:
+                raise LocalRayError(
+                    f"num_cpus = {num_cpus}: a head with worker_slices offers no CPUs (its jobs' workers "
+                    "must wait for the autoscaler's nodes); leave num_cpus unset or 0"
+                )
+            num_cpus = 0
         super().__init__(venv, num_cpus, start_timeout)
         self.multi_node = multi_node
+        self.worker_slices = worker_slices
+        # Chosen with the other ports in start(); the autoscaler listens there once it has read
+        # its config, which is how start() knows it runs.
+        self.autoscaler_metric_port: int | None = None
         self.dashboard_port = dashboard_port or free_port()
         self.gcs_port = free_ports(1, avoid={self.dashboard_port})[0]
         self.token_path: Path | None = None
@@ -525,6 +653,10 @@ class LocalRayHead(_RayStart):
             # cluster's own, empty, directory instead.
             "TPU_LOG_DIR": str(self._tpu_log_dir()),
         }
+        if self.worker_slices is not None:
+            env.update(AUTOSCALER_ENV)
+            if self.autoscaler_metric_port is not None:
+                env[AUTOSCALER_METRIC_PORT_ENV] = str(self.autoscaler_metric_port)
         # RAY_AUTH_TOKEN wins over RAY_AUTH_TOKEN_PATH: one in the caller's shell must not
         # replace this head's token.
         env.pop("RAY_AUTH_TOKEN", None)
@@ -562,20 +694,31 @@ class LocalRayHead(_RayStart):
         if _RUNTIME_STARTED in log:
             self._runtime_started_at = self._runtime_started_at or time.monotonic()
             if time.monotonic() - self._runtime_started_at > DASHBOARD_AFTER_START_SECONDS:
-                return (
-                    f"the Ray head started, but its dashboard at {self.address} did not answer within "
-                    f"{DASHBOARD_AFTER_START_SECONDS:.0f} s (after {time.monotonic() - started_at:.0f} s in all)"
-                )
+                waited = f"{DASHBOARD_AFTER_START_SECONDS:.0f} s (after {time.monotonic() - started_at:.0f} s in all)"
+                if dashboard_answers(self.address, headers=self.auth_headers):
+                    return (
+                        f"the Ray head started, but its autoscaler did not serve on 127.0.0.1:"
+                        f"{self.autoscaler_metric_port} within {waited} (see monitor.log in the session's logs dir)"
+                    )
+                return f"the Ray head started, but its dashboard at {self.address} did not answer within {waited}"
         return None
 
     def start(self) -> LocalRayHead:
-        client_server_port = free_ports(1, avoid={self.dashboard_port, self.gcs_port})[0]
-        self._refuse_taken_ports(
-            {"dashboard": self.dashboard_port, "GCS": self.gcs_port, "Ray client server": client_server_port}
-        )
+        client_server_port, autoscaler_metric_port = free_ports(2, avoid={self.dashboard_port, self.gcs_port})
+        ports = {"dashboard": self.dashboard_port, "GCS": self.gcs_port, "Ray client server": client_server_port}
+        if self.worker_slices is not None:
+            self.autoscaler_metric_port = autoscaler_metric_port
+            ports["autoscaler metrics"] = autoscaler_metric_port
+        self._refuse_taken_ports(ports)
         self.temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
         self._write_token()  # in the temp dir, before Ray makes it world-writable
         env = self.environment()
+        autoscaling = []
+        if self.worker_slices is not None:
+            config_path = Path(self.temp_dir) / "autoscaling-config.json"
+            # JSON is YAML, which is what the autoscaler reads.
+            config_path.write_text(json.dumps(self.worker_slices.autoscaling_config(self.gcs_address), indent=2))
+            autoscaling = [f"--autoscaling-config={config_path}"]
         self._launch(
             [
                 "--head",
@@ -583,17 +726,34 @@ class LocalRayHead(_RayStart):
                 f"--dashboard-port={self.dashboard_port}",
                 f"--port={self.gcs_port}",
                 f"--ray-client-server-port={client_server_port}",
+                *autoscaling,
             ],
             env,
+            reserved=frozenset(ports.values()),
         )
         started_at = time.monotonic()
         self._runtime_started_at = None
         self._wait_until(
-            lambda: dashboard_answers(self.address, headers=self.auth_headers),
-            "the Ray head",
+            lambda: dashboard_answers(self.address, headers=self.auth_headers) and self._autoscaler_listens(),
+            "the Ray head" if self.worker_slices is None else "the Ray head and its autoscaler",
             failed=lambda: self._start_failure(started_at),
         )
         return self
+
+    def slice_nodes(self) -> list[str]:
+        """Ids of the worker group's nodes that the cluster lists alive (Ray's state API), for a
+        head with worker_slices. Needs this head's token in the environment (client_environment)."""
+        if self.worker_slices is None:
+            raise LocalRayError("this head has no worker_slices: start it with LocalRayHead(worker_slices=...)")
+        from ray.util.state import list_nodes
+
+        alive = list_nodes(address=self.address, filters=[("state", "=", "ALIVE")], raise_on_missing_output=False)
+        return sorted(node.node_id for node in alive if self.worker_slices.node_type in (node.resources_total or {}))
+
+    def _autoscaler_listens(self) -> bool:
+        """True without an autoscaler; else whether it serves its metrics, which it does once it
+        has read its config (one it cannot read ends it, and `ray start` with it)."""
+        return self.autoscaler_metric_port is None or port_in_use(self.autoscaler_metric_port)
 
     def stop(self) -> None:
         super().stop()
