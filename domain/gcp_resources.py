@@ -184,6 +184,40 @@ def tpu_pool_name(settings: StackSettings, index: int) -> str:
     return resource_names.tpu_pool_name(settings.accelerator.slice_type(settings.topology), index)
 
 
+# Flex-start TPU node pools, as GKE builds them (Dynamic Workload Scheduler; TPUs need GKE
+# 1.33.0-gke.1712000 or later, v6e in asia-northeast1-b, us-east5-a and us-east5-b:
+# https://cloud.google.com/kubernetes-engine/docs/concepts/dws). Google's own xpk creates them
+# with `--flex-start --enable-autoscaling --location-policy=ANY --reservation-affinity=none
+# --no-enable-autorepair --num-nodes=0 --max-nodes=<VMs>` (src/xpk/core/capacity.py and
+# nodepool.py in github.com/AI-Hypercomputer/xpk): nodes come only through the cluster
+# autoscaler, from any zone that has the capacity, never from a reservation, and a node GKE
+# would auto-repair is instead given back (a flex-start VM cannot be recreated in place).
+# tests/test_gcloud_node_pool_requests.py compares these args with what gcloud sends.
+FLEX_START_LOCATION_POLICY = "ANY"
+FLEX_START_RESERVATION_AFFINITY = {"consume_reservation_type": "NO_RESERVATION"}
+
+
+def tpu_pool_autoscales(settings: StackSettings, index: int) -> bool:
+    """Pools 0 .. minSlices-1 hold their slice for the stack's life; the rest scale 0 <-> all VMs."""
+    return index >= settings.min_slices
+
+
+def tpu_pool_autoscaling(settings: StackSettings) -> dict[str, Any]:
+    """GKE node-pool autoscaling for one whole slice: 0 or every VM of its topology.
+
+    The hosts of a multi-host TPU slice node pool are one atomic unit: if GKE cannot create one
+    of them, it creates none (https://cloud.google.com/tpu/docs/tpus-in-gke), and it scales such
+    pools as a whole, not node by node (KubeRay's TPU guide,
+    https://docs.ray.io/en/latest/cluster/kubernetes/user-guides/tpu.html). Any other bound
+    would be a partial slice, billed and never ready. The `total_*` counts are the pool's, not
+    per zone; the pool has one zone, so both read the same.
+    """
+    autoscaling: dict[str, Any] = {"total_min_node_count": 0, "total_max_node_count": settings.slice_shape.vms}
+    if settings.flex_start:
+        autoscaling["location_policy"] = FLEX_START_LOCATION_POLICY
+    return autoscaling
+
+
 def tpu_pool_args(
     settings: StackSettings,
     index: int,
@@ -191,15 +225,20 @@ def tpu_pool_args(
     service_account_email: Any,
     dcn_networks: list[tuple[Any, Any]],
 ) -> dict[str, Any]:
-    """One multi-host TPU slice: `node_count` VMs in a COMPACT placement of the slice topology.
+    """One multi-host TPU slice: its topology's VMs in a COMPACT placement, held or autoscaled.
 
-    `node_count` (not `initial_node_count`, which forces replacement on any change) is the
-    slice's VM count; `dcn_networks` are the (network, subnetwork) pairs to attach as extra NICs.
+    A pool kept up while idle (index < minSlices) has `node_count` = the slice's VMs
+    (`node_count`, not `initial_node_count`, which forces replacement on any change). Any other
+    pool autoscales from 0 to the slice's VMs and has no count of its own: pulumi-gcp (Terraform's
+    expandNodePool) then creates it with `initialNodeCount` 0, as `gcloud ... --num-nodes=0`
+    does, and a `node_count` beside autoscaling would resize the pool back on every update.
+    `dcn_networks` are the (network, subnetwork) pairs to attach as extra NICs.
     """
     shape = settings.slice_shape
     node_config = _node_config(service_account_email, shape.machine_type)
     node_config["advanced_machine_features"] = {"threads_per_core": 1}
     node_config["spot"] = settings.spot
+    node_config["flex_start"] = settings.flex_start
     if settings.spot:
         # The kubelet's graceful shutdown on preemption, extended so the Ray workers can drain
         # and checkpoint (domain/preemption.py); GKE takes these only on Spot node pools.
@@ -209,23 +248,28 @@ def tpu_pool_args(
         }
     if dcn_networks:
         node_config["labels"] = dict(DRANET_NODE_LABEL)
-    if settings.reservation:
+    if settings.uses_reservation:
         node_config["reservation_affinity"] = {
             "consume_reservation_type": "SPECIFIC_RESERVATION",
             "key": "compute.googleapis.com/reservation-name",
             "values": [settings.reservation],
         }
+    elif settings.flex_start:
+        node_config["reservation_affinity"] = dict(FLEX_START_RESERVATION_AFFINITY)
     args: dict[str, Any] = {
         "name": tpu_pool_name(settings, index),
         "project": settings.project,
         "cluster": cluster_name,
         "location": settings.zone,
         "node_locations": [settings.zone],
-        "node_count": shape.vms,
         "placement_policy": {"type": "COMPACT", "tpu_topology": settings.topology},
         "node_config": node_config,
-        "management": {"auto_repair": True, "auto_upgrade": True},
+        "management": {"auto_repair": not settings.flex_start, "auto_upgrade": True},
     }
+    if tpu_pool_autoscales(settings, index):
+        args["autoscaling"] = tpu_pool_autoscaling(settings)
+    else:
+        args["node_count"] = shape.vms
     if dcn_networks:
         args["network_config"] = {
             "additional_node_network_configs": [

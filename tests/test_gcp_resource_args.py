@@ -68,6 +68,7 @@ def test_typed_conversion_reaches_nested_values():
         ("placement_policy", "tpu_topolgy"),
         ("node_config", "advanced_machine_features", "threads_per_cor"),
         ("network_config", "additional_node_network_configs", 0, "subnetwrk"),
+        ("autoscaling", "total_max_node_cout"),
     ],
 )
 def test_a_misspelt_nested_key_fails(path):
@@ -110,3 +111,57 @@ def test_spot_pools_extend_the_kubelets_shutdown_grace_period():
         args = gcp_resources.tpu_pool_args(VARIANTS[on_demand], 0, "c", EMAIL, NETWORKS)
         assert "kubelet_config" not in args["node_config"]
     assert "kubelet_config" not in gcp_resources.head_pool_args(VARIANTS["standard-spot"], "c", EMAIL)["node_config"]
+
+
+# Every capacity choice a Standard stack can take, held (minSlices = slices) and scaling from zero
+# (minSlices = 0; flex-start only scales). Spot cannot consume a reservation and the settings
+# refuse a fallback order on Standard, so these are all the pool shapes there are.
+CAPACITY_VARIANTS = {
+    "on-demand-held": settings(minSlices="2"),
+    "on-demand-scaling": settings(),
+    "spot-held": settings(capacity="spot", minSlices="2"),
+    "spot-scaling": settings(capacity="spot"),
+    "reservation-held": settings(capacity="reservation", reservation="v6e-reservation", minSlices="2"),
+    "reservation-scaling": settings(capacity="reservation", reservation="v6e-reservation"),
+    "flex-start": settings(capacity="flex-start"),
+}
+
+
+@pytest.mark.parametrize("variant", list(CAPACITY_VARIANTS))
+def test_every_capacity_choice_converts_to_typed_node_pool_args(variant):
+    s = CAPACITY_VARIANTS[variant]
+    for index in range(s.slices):
+        pool = to_typed_args(gcp.container.NodePoolArgs, gcp_resources.tpu_pool_args(s, index, "c", EMAIL, NETWORKS))
+        assert isinstance(pool.node_config, gcp.container.NodePoolNodeConfigArgs)
+        assert isinstance(pool.management, gcp.container.NodePoolManagementArgs)
+        if variant.endswith("-held"):
+            assert (pool.node_count, pool.autoscaling) == (4, None)
+        else:
+            # 0 or the whole slice; pulumi-gcp creates the pool with initialNodeCount 0.
+            assert isinstance(pool.autoscaling, gcp.container.NodePoolAutoscalingArgs)
+            assert (pool.autoscaling.total_min_node_count, pool.autoscaling.total_max_node_count) == (0, 4)
+            assert (pool.node_count, pool.initial_node_count) == (None, None)
+
+
+def test_pools_below_min_slices_are_held_and_the_rest_scale():
+    s = settings(minSlices="1", slices="3")
+    pools = [gcp_resources.tpu_pool_args(s, index, "c", EMAIL, NETWORKS) for index in range(3)]
+    assert [("node_count" in p, "autoscaling" in p) for p in pools] == [(True, False), (False, True), (False, True)]
+    assert [gcp_resources.tpu_pool_autoscales(s, index) for index in range(3)] == [False, True, True]
+
+
+def test_flex_start_pools_are_what_gke_requires():
+    """Autoscaled from 0 in any zone with capacity, never from a reservation, not auto-repaired."""
+    pool = to_typed_args(
+        gcp.container.NodePoolArgs,
+        gcp_resources.tpu_pool_args(CAPACITY_VARIANTS["flex-start"], 1, "c", EMAIL, NETWORKS),
+    )
+    assert (pool.node_config.flex_start, pool.node_config.spot) == (True, False)
+    assert pool.node_config.reservation_affinity.consume_reservation_type == "NO_RESERVATION"
+    assert pool.autoscaling.location_policy == "ANY"
+    assert (pool.management.auto_repair, pool.management.auto_upgrade) == (False, True)
+    for other in ("on-demand-scaling", "spot-scaling", "reservation-held"):
+        args = gcp_resources.tpu_pool_args(CAPACITY_VARIANTS[other], 1, "c", EMAIL, NETWORKS)
+        assert args["node_config"]["flex_start"] is False
+        assert args["management"]["auto_repair"] is True
+        assert "location_policy" not in args.get("autoscaling", {})

@@ -124,7 +124,15 @@ STANDARD_PROCEDURE = [
             ),
             ("node-pools create --tpu-topology=4x4", POOL, pool, "placementPolicy.tpuTopology", "4x4"),
             ("node-pools create (multi-host slice placement)", POOL, pool, "placementPolicy.type", "COMPACT"),
-            ("node-pools create --num-nodes=4", POOL, pool, "nodeCount", 4),
+            # minSlices = 0 by default: each slice scales 0 <-> 4 VMs, with no count of its own.
+            (
+                "node-pools create --enable-autoscaling --total-min-nodes=0",
+                POOL,
+                pool,
+                "autoscaling.totalMinNodeCount",
+                0,
+            ),
+            ("node-pools create --total-max-nodes=4", POOL, pool, "autoscaling.totalMaxNodeCount", 4),
             (
                 "node-pools create --additional-node-network net-1",
                 POOL,
@@ -239,7 +247,7 @@ def test_standard_scales_one_pool_and_one_replica_per_slice(slices):
     run = run_infra(config)
     tpu_pools = sorted(r.inputs["name"] for r in run.of_type(POOL) if r.inputs["name"] != "ray-head-pool")
     assert tpu_pools == sorted(f"v6e-16-{index}" for index in range(slices))
-    assert all(find(run, POOL, name).inputs["nodeCount"] == 4 for name in tpu_pools)
+    assert all(find(run, POOL, name).inputs["autoscaling"]["totalMaxNodeCount"] == 4 for name in tpu_pools)
     group = run.one(RAY_CLUSTER).inputs["spec"]["workerGroupSpecs"][0]
     assert (group["replicas"], group["numOfHosts"]) == (slices, 4)
     env = {item["name"]: item["value"] for item in group["template"]["spec"]["containers"][0]["env"]}
@@ -267,7 +275,7 @@ def test_larger_topology_changes_hosts_per_slice(monkeypatch):
     config["maxtext-tpu-infra:topology"] = "4x8"
     run = run_infra(config)
     pool = find(run, POOL, "v6e-32-0").inputs
-    assert (pool["nodeCount"], pool["placementPolicy"]["tpuTopology"]) == (8, "4x8")
+    assert (pool["autoscaling"]["totalMaxNodeCount"], pool["placementPolicy"]["tpuTopology"]) == (8, "4x8")
     assert run.one(RAY_CLUSTER).inputs["spec"]["workerGroupSpecs"][0]["numOfHosts"] == 8
 
 
@@ -313,13 +321,19 @@ def test_bucket_binding_waits_for_the_cluster(standard_run):
     assert cluster.urn in find(standard_run, BUCKET_IAM).dependencies
 
 
-def test_tpu_pools_replace_delete_first_and_wait_for_stockouts(standard_run):
-    cluster = find(standard_run, CLUSTER)
-    for pool in ("v6e-16-0", "v6e-16-1"):
-        registration = find(standard_run, POOL, pool)
+def test_tpu_pools_replace_delete_first_and_wait_for_stockouts():
+    """Only a held slice's create waits for its VMs (a stockout can last 2 hours); a pool that
+    scales from zero is created empty, so its create keeps the provider's timeout."""
+    config = stack_config("dev")
+    config["maxtext-tpu-infra:minSlices"] = 1
+    run = run_infra(config)
+    cluster = find(run, CLUSTER)
+    for pool, create_timeout in (("v6e-16-0", "150m"), ("v6e-16-1", "")):
+        registration = find(run, POOL, pool)
         assert registration.delete_before_replace
         assert cluster.urn in registration.dependencies
-        assert registration.custom_timeouts["create"] == "150m"
+        assert registration.custom_timeouts["create"] == create_timeout, pool
+        assert registration.custom_timeouts["update"] == "60m", pool
 
 
 def test_ray_cluster_waits_for_crd_identity_capacity_and_claims(standard_run):
@@ -451,3 +465,105 @@ def test_a_capacity_without_a_price_exports_no_dollar_figure():
     assert outputs["pricePerChipHourUsd"] is None and outputs["trainingDollarsPerHour"] is None
     assert (outputs["idleDollarsPerHour"], outputs["idleDollarsPerDay"]) == (0.0, 0.0)  # scaled to zero
     assert "no flex-start list price for TPU v6e in us-east5; set pricePerChipHour" in outputs["costBasis"]
+
+
+# What decides how a TPU pool's nodes come and go, by capacity choice (the rest of each pool is
+# the procedure's, above). A held slice has its count; a scaling one GKE autoscaling from 0 to the
+# slice's 4 VMs; flex-start adds what GKE requires of it (domain/gcp_resources.py cites it).
+HELD = {"nodeCount": 4}
+SCALING = {"autoscaling": {"totalMinNodeCount": 0, "totalMaxNodeCount": 4}}
+REPAIRED = {"management": {"autoRepair": True, "autoUpgrade": True}}
+RESERVED = {
+    "consumeReservationType": "SPECIFIC_RESERVATION",
+    "key": "compute.googleapis.com/reservation-name",
+    "values": ["my-v6e-reservation"],
+}
+SPOT_KUBELET = {"shutdownGracePeriodSeconds": 120, "shutdownGracePeriodCriticalPodsSeconds": 15}
+# (case, settings, the expected shape of pool 0 and of pool 1)
+CAPACITY_POOLS = [
+    (
+        "on-demand, held",
+        {"minSlices": 2},
+        [{**HELD, **REPAIRED, "spot": False, "flexStart": False}] * 2,
+    ),
+    (
+        "on-demand, one held and one scaling",
+        {"minSlices": 1},
+        [
+            {**HELD, **REPAIRED, "spot": False, "flexStart": False},
+            {**SCALING, **REPAIRED, "spot": False, "flexStart": False},
+        ],
+    ),
+    ("on-demand, scaling", {}, [{**SCALING, **REPAIRED, "spot": False, "flexStart": False}] * 2),
+    (
+        "spot, scaling",
+        {"capacity": ["spot"]},
+        [{**SCALING, **REPAIRED, "spot": True, "flexStart": False, "kubeletConfig": SPOT_KUBELET}] * 2,
+    ),
+    (
+        "reservation, held",
+        {"capacity": ["reservation"], "reservation": "my-v6e-reservation", "minSlices": 2},
+        [{**HELD, **REPAIRED, "spot": False, "flexStart": False, "reservationAffinity": RESERVED}] * 2,
+    ),
+    (
+        "flex-start",
+        {"capacity": ["flex-start"]},
+        [
+            {
+                "autoscaling": {"totalMinNodeCount": 0, "totalMaxNodeCount": 4, "locationPolicy": "ANY"},
+                "management": {"autoRepair": False, "autoUpgrade": True},
+                "spot": False,
+                "flexStart": True,
+                "reservationAffinity": {"consumeReservationType": "NO_RESERVATION"},
+            }
+        ]
+        * 2,
+    ),
+]
+
+
+def pool_capacity_shape(inputs: dict[str, Any]) -> dict[str, Any]:
+    """The inputs that say how a pool gets and keeps its nodes; absent ones are left out."""
+    node_config = inputs["nodeConfig"]
+    shape = {key: inputs[key] for key in ("nodeCount", "autoscaling", "management") if key in inputs}
+    shape.update(
+        {
+            key: node_config[key]
+            for key in ("spot", "flexStart", "reservationAffinity", "kubeletConfig")
+            if key in node_config
+        }
+    )
+    return shape
+
+
+@pytest.mark.parametrize("case, overrides, expected", CAPACITY_POOLS, ids=[row[0] for row in CAPACITY_POOLS])
+def test_each_capacity_choice_builds_its_tpu_node_pools(case, overrides, expected):
+    config = stack_config("dev")
+    config.update({f"maxtext-tpu-infra:{key}": value for key, value in overrides.items()})
+    run = run_infra(config)
+    pools = sorted(
+        (r for r in run.of_type(POOL) if r.inputs["name"] != "ray-head-pool"), key=lambda r: r.inputs["name"]
+    )
+    assert [r.inputs["name"] for r in pools] == ["v6e-16-0", "v6e-16-1"]
+    assert [pool_capacity_shape(r.inputs) for r in pools] == expected, case
+    for pool in pools:
+        assert pool.inputs["placementPolicy"] == {"type": "COMPACT", "tpuTopology": "4x4"}
+        assert pool.inputs["nodeConfig"]["machineType"] == "ct6e-standard-4t"
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"capacity": ["spot", "on-demand"]},  # a fallback order needs Autopilot's ComputeClass
+        {"capacity": ["flex-start"], "minSlices": 1},  # flex-start pools scale from zero
+        {"capacity": ["reservation"]},  # no reservation named
+        {"minSlices": 3},  # more held slices than slices
+    ],
+)
+def test_capacity_gke_cannot_build_on_standard_stops_before_any_resource(overrides):
+    config = stack_config("dev")
+    config.update({f"maxtext-tpu-infra:{key}": value for key, value in overrides.items()})
+    monitor = RecordingMonitor()
+    with pytest.raises(SettingsError):
+        run_program(lambda: build(read_settings()), config, monitor=monitor)
+    assert monitor.registrations == []

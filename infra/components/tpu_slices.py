@@ -60,10 +60,19 @@ class TpuSlices(pulumi.ComponentResource):
                             parent=self,
                             depends_on=cluster.ready,
                             delete_before_replace=True,
-                            # A TPU stockout can keep a create waiting for up to 2 hours.
-                            custom_timeouts=pulumi.CustomTimeouts(create="150m", update="60m"),
+                            custom_timeouts=_pool_timeouts(settings, index),
                         ),
                     )
                 )
             self.pool_names = pulumi.Output.all(*[pool.name for pool in self.capacity])
         self.register_outputs({"pool_names": self.pool_names})
+
+
+def _pool_timeouts(settings: StackSettings, index: int) -> pulumi.CustomTimeouts:
+    """A held slice's create waits for its VMs, and a TPU stockout can keep it waiting for up to
+    2 hours. A pool that scales from zero is created empty (its slice comes later, through the
+    cluster autoscaler), so its create has nothing to wait for and keeps the provider's timeout.
+    An update of either may recreate a slice that is up, so both give it an hour."""
+    if gcp_resources.tpu_pool_autoscales(settings, index):
+        return pulumi.CustomTimeouts(update="60m")
+    return pulumi.CustomTimeouts(create="150m", update="60m")
