@@ -4,7 +4,9 @@ Autopilot ComputeClass, built from validated stack settings.
 Pure functions returning plain dicts (camelCase, as the API server wants them) so the same objects
 are deployed by the infra program, checked by policies and validated against the real schemas in
 tests. Shapes come from the TPU catalog: replicas are slices, hosts are VMs per slice, and each
-worker asks for the chips of one VM.
+worker asks for the chips of one VM. A stack that scales (minSlices < slices) hands the worker
+group's replicas to KubeRay's in-tree Ray autoscaler; the capacity choices become the Autopilot
+ComputeClass's priorities, in order.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import unicodedata
 from typing import Any
 
 from domain import preemption
-from domain.ray_head import HEAD_CPUS, HEAD_MEMORY_GIB
+from domain.capacity_choices import DEFAULT_CAPACITY, FLEX_START, ON_DEMAND, RESERVATION, SPOT
+from domain.ray_head import AUTOSCALER_CPU, AUTOSCALER_MEMORY, HEAD_CPUS, HEAD_MEMORY_GIB
 from domain.ray_version import MIN_RAY_VERSION_FOR_TOKEN_AUTH as MIN_RAY_VERSION_FOR_TOKEN_AUTH  # policies read it here
 from domain.ray_version import RAY_VERSION
 from domain.settings import StackSettings
@@ -60,6 +63,29 @@ AUTH_OPTIONS = {"mode": "token"}
 RAY_AUTH_TOKEN_KEY = "auth_token"
 # KubeRay refuses a RayCluster with token authentication unless spec.rayVersion says the Ray in
 # its image is at least MIN_RAY_VERSION_FOR_TOKEN_AUTH (domain/ray_version.py, imported above).
+# GKE's node labels for the provisioning model: Spot nodes carry gke-spot=true, flex-start nodes
+# gke-flex-start=true (the cluster autoscaler's FlexStartLabel; GKE's flex-start pages select it).
+SPOT_NODE_LABEL = "cloud.google.com/gke-spot"
+FLEX_START_NODE_LABEL = "cloud.google.com/gke-flex-start"
+
+# KubeRay's in-tree autoscaler (KubeRay v1.7.0), for a stack that scales (minSlices < slices).
+# `version: v2` is Ray autoscaler v2: Ray Train's TPU slices are gang-scheduled placement groups
+# whose bundles carry label selectors (ray.util.tpu, ray.io/tpu-slice-name), which only v2's
+# scheduler reads (ray/autoscaler/v2/scheduler.py; v1's resource_demand_scheduler ignores labels),
+# so v1 would never bring a slice up for a job. With v2 KubeRay itself adds
+# RAY_enable_autoscaler_v2=true to the head and sets restartPolicy Never on every pod
+# (controllers/ray/common/pod.go), and refuses any other restartPolicy (utils/validation.go).
+AUTOSCALER_VERSION = "v2"
+# Default: no rate limit, so a multi-slice job's slices are asked for at once (Conservative would
+# add them one at a time; Ray's kuberay autoscaling_config maps Default and Aggressive alike).
+AUTOSCALER_UPSCALING_MODE = "Default"
+# The sidecar's requests and limits, stated (they are KubeRay's defaults) because they add to the
+# head pod's (domain/ray_head.py declares them for the head's node check).
+AUTOSCALER_RESOURCES = {
+    "requests": {"cpu": AUTOSCALER_CPU, "memory": AUTOSCALER_MEMORY},
+    "limits": {"cpu": AUTOSCALER_CPU, "memory": AUTOSCALER_MEMORY},
+}
+
 # KubeRay's utils.CheckName keeps names this short (63 minus room for "-worker-" and 5
 # generated characters).
 _KUBERAY_MAX_NAME = 50
@@ -116,28 +142,57 @@ def resource_claim_template(settings: StackSettings) -> dict[str, Any]:
     }
 
 
+def uses_compute_class(settings: StackSettings) -> bool:
+    """Autopilot needs the ComputeClass for DRANET's extra NICs, and for any capacity but plain
+    on-demand: a reservation, flex-start and a fallback order are ComputeClass priorities (Spot
+    alone could be a pod node selector, but one mechanism for every choice is one to check)."""
+    return settings.is_autopilot and (uses_dranet(settings) or tuple(settings.capacity) != DEFAULT_CAPACITY)
+
+
+def _capacity_priority(settings: StackSettings, choice: str) -> dict[str, Any]:
+    """A priority's provisioning model (GKE's ComputeClass reference:
+    https://cloud.google.com/kubernetes-engine/docs/reference/crds/computeclass). Spot VMs cannot
+    consume reservations and the CRD refuses flexStart with spot, so each priority has one."""
+    if choice == RESERVATION:
+        return {"reservations": {"affinity": "Specific", "specific": [{"name": settings.reservation}]}}
+    if choice == SPOT:
+        return {"spot": True}
+    if choice == FLEX_START:
+        return {"flexStart": {"enabled": True}}
+    if choice == ON_DEMAND:
+        return {}
+    raise ValueError(f"capacity choice {choice!r} has no ComputeClass priority")
+
+
 def compute_class(settings: StackSettings) -> dict[str, Any]:
-    """Autopilot's equivalent of the TPU node pools: auto-created nodes with DRANET networking."""
-    priority: dict[str, Any] = {
-        "machineType": settings.slice_shape.machine_type,
-        "acceleratorNetworkProfile": "auto",
+    """Autopilot's equivalent of the TPU node pools: auto-created nodes for the slice's TPU, one
+    priority per capacity choice in the stack's order, and nothing else: `whenUnsatisfiable:
+    DoNotScaleUp` keeps GKE from creating nodes outside the list (its other value, ScaleUpAnyway,
+    falls back to nodes the class does not describe). Each priority names the slice's TPU
+    (`tpu`: the accelerator, the chips of one node and the slice's topology, as the ComputeClass
+    reference's TPU example does) on the procedure's machine type, and DRANET's automatic accelerator
+    network profile when the accelerator has DCN networks."""
+    shape = settings.slice_shape
+    slice_tpu: dict[str, Any] = {
+        "machineType": shape.machine_type,
+        "tpu": {
+            "type": settings.accelerator.gke_accelerator,
+            "count": shape.chips_per_vm,
+            "topology": settings.topology,
+        },
     }
-    if settings.spot:
-        priority["spot"] = True
-    if settings.reservation:
-        priority["reservations"] = {
-            "affinity": "Specific",
-            "specific": [{"name": settings.reservation}],
-        }
+    if uses_dranet(settings):
+        slice_tpu["acceleratorNetworkProfile"] = "auto"
+    spec: dict[str, Any] = {"nodePoolAutoCreation": {"enabled": True}}
+    if uses_dranet(settings):
+        spec["nodePoolConfig"] = {"dra": {"networking": {"enabled": True}}}
+    spec["priorities"] = [{**slice_tpu, **_capacity_priority(settings, choice)} for choice in settings.capacity]
+    spec["whenUnsatisfiable"] = "DoNotScaleUp"
     return {
         "apiVersion": "cloud.google.com/v1",
         "kind": "ComputeClass",
         "metadata": {"name": COMPUTE_CLASS_NAME},
-        "spec": {
-            "nodePoolAutoCreation": {"enabled": True},
-            "nodePoolConfig": {"dra": {"networking": {"enabled": True}}},
-            "priorities": [priority],
-        },
+        "spec": spec,
     }
 
 
@@ -162,12 +217,18 @@ _VOLUME_MOUNTS = [
     {"name": "dshm", "mountPath": "/dev/shm"},
 ]
 
-# The head coordinates the job: keep it off Spot capacity, whose preemption would end the run.
-_NOT_ON_SPOT = {
+# The head coordinates the job: keep it off Spot capacity, whose preemption would end the run, and
+# off flex-start capacity, whose nodes end after their maximum run duration (7 days at most).
+_HEAD_AFFINITY = {
     "nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [
-                {"matchExpressions": [{"key": "cloud.google.com/gke-spot", "operator": "DoesNotExist"}]}
+                {
+                    "matchExpressions": [
+                        {"key": SPOT_NODE_LABEL, "operator": "DoesNotExist"},
+                        {"key": FLEX_START_NODE_LABEL, "operator": "DoesNotExist"},
+                    ]
+                }
             ]
         }
     }
@@ -202,22 +263,28 @@ def _head_group(settings: StackSettings, bucket_name: Any, image: Any) -> dict[s
                 ],
                 "volumes": _checkpoint_volumes(bucket_name),
                 "nodeSelector": dict(METADATA_SERVER_SELECTOR),
-                "affinity": _NOT_ON_SPOT,
+                "affinity": _HEAD_AFFINITY,
             },
         },
     }
 
 
 def _worker_node_selector(settings: StackSettings) -> dict[str, str]:
+    """The TPU selectors stay on every stack: Ray's autoscaler reads them from the pod template to
+    know a replica is one slice (its TPU-<type>-head resource). Where a ComputeClass decides the
+    capacity, the pods select the class alone: a Spot or flex-start selector would refuse the
+    class's other priorities. A Standard pool has one provisioning model, selected as such."""
     selector = {
         **METADATA_SERVER_SELECTOR,
         "cloud.google.com/gke-tpu-accelerator": settings.accelerator.gke_accelerator,
         "cloud.google.com/gke-tpu-topology": settings.topology,
     }
-    if settings.is_autopilot and uses_dranet(settings):
+    if uses_compute_class(settings):
         selector["cloud.google.com/compute-class"] = COMPUTE_CLASS_NAME
-    elif settings.spot:
-        selector["cloud.google.com/gke-spot"] = "true"
+    elif settings.primary_capacity == SPOT:
+        selector[SPOT_NODE_LABEL] = "true"
+    elif settings.primary_capacity == FLEX_START:
+        selector[FLEX_START_NODE_LABEL] = "true"
     return selector
 
 
@@ -263,10 +330,11 @@ def _worker_group(settings: StackSettings, bucket_name: Any, image: Any) -> dict
     }
     if dranet:
         pod_spec["resourceClaims"] = [{"name": CLAIM_NAME, "resourceClaimTemplateName": CLAIM_TEMPLATE_NAME}]
-    return {
+    group: dict[str, Any] = {
         "groupName": WORKER_GROUP_NAME,
-        "replicas": settings.slices,
-        "minReplicas": settings.slices,
+        # One replica is one whole slice: numOfHosts pods, one per VM, which KubeRay creates and
+        # deletes together (its RayMultiHostIndexing, on by default in v1.7.0).
+        "minReplicas": settings.min_slices,
         "maxReplicas": settings.slices,
         "numOfHosts": shape.vms,
         "rayStartParams": {"metrics-export-port": "8082"},
@@ -275,10 +343,35 @@ def _worker_group(settings: StackSettings, bucket_name: Any, image: Any) -> dict
             "spec": pod_spec,
         },
     }
+    if not settings.autoscales:
+        # A fixed group: every slice, always.
+        group["replicas"] = settings.slices
+    # A scaling group leaves replicas to the autoscaler, which patches it: stated here, every
+    # `pulumi up` would set it back to minSlices and take the slices of a running job away. KubeRay
+    # starts the group at minReplicas (the CRD's default replicas 0, raised to minReplicas by
+    # utils.GetWorkerGroupDesiredReplicas).
+    return group
+
+
+def _autoscaling(settings: StackSettings) -> dict[str, Any]:
+    """The in-tree autoscaler for a stack that scales: Ray autoscaler v2 in a sidecar of the head,
+    removing a slice that has been idle for idleTimeoutSeconds."""
+    if not settings.autoscales:
+        return {}
+    return {
+        "enableInTreeAutoscaling": True,
+        "autoscalerOptions": {
+            "version": AUTOSCALER_VERSION,
+            "idleTimeoutSeconds": settings.idle_timeout_seconds,
+            "upscalingMode": AUTOSCALER_UPSCALING_MODE,
+            "resources": {key: dict(value) for key, value in AUTOSCALER_RESOURCES.items()},
+        },
+    }
 
 
 def ray_cluster(settings: StackSettings, bucket_name: Any, image: Any) -> dict[str, Any]:
-    """The RayCluster: one head on CPU nodes, one worker group replica per TPU slice, all running
+    """The RayCluster: one head on CPU nodes, one worker group replica per TPU slice (minSlices to
+    slices of them, scaled by the in-tree autoscaler, when the stack scales), all running
     `image` (the same Ray on head and workers, as Ray requires), with Ray token authentication on
     (the token is in the Secret `ray_auth_secret_name()`, key RAY_AUTH_TOKEN_KEY).
 
@@ -294,6 +387,7 @@ def ray_cluster(settings: StackSettings, bucket_name: Any, image: Any) -> dict[s
             # run it too, as the job client does). KubeRay needs it to accept authOptions.
             "rayVersion": RAY_VERSION,
             "authOptions": dict(AUTH_OPTIONS),
+            **_autoscaling(settings),
             "headGroupSpec": _head_group(settings, bucket_name, image),
             "workerGroupSpecs": [_worker_group(settings, bucket_name, image)],
         },

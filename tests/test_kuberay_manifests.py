@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 import yaml
 
-from domain import tpu_catalog
+from domain import kuberay, ray_head, tpu_catalog
+from domain import settings as settings_module
+from domain.settings import StackSettings, parse_settings
 from domain.tpu_catalog import ACCELERATORS
 from tests.conftest import run_infra
 from tests.support.k8s_conformance import (
@@ -27,7 +29,18 @@ VARIANTS = {
     "standard-1-slice": {"slices": 1},
     "standard-16-slices-spot": {"slices": 16, "capacity": ["spot"]},
     "standard-namespace": {"namespace": "training", "serviceAccount": "trainer"},
+    # Every slice always up (no autoscaler), one kept while idle, and flex-start's own pools.
+    "standard-fixed": {"minSlices": 2},
+    "standard-keep-one-reserved": {"minSlices": 1, "capacity": ["reservation"], "reservation": "v6e-res"},
+    "standard-flex-start": {"capacity": ["flex-start"]},
     "autopilot": {"mode": "autopilot"},
+    "autopilot-fixed": {"mode": "autopilot", "minSlices": 2},
+    "autopilot-fallback": {
+        "mode": "autopilot",
+        "capacity": ["reservation", "on-demand", "spot", "flex-start"],
+        "reservation": "v6e-res",
+    },
+    "autopilot-flex-start": {"mode": "autopilot", "capacity": ["flex-start"]},
     # Spot and a reservation are refused together (Spot VMs cannot consume reservations).
     "autopilot-spot": {"mode": "autopilot", "capacity": ["spot"]},
     "autopilot-reserved": {"mode": "autopilot", "capacity": ["reservation"], "reservation": "v6e-res"},
@@ -161,10 +174,19 @@ DELIBERATE_DIFFERENCES = {
     "the tag is pinned (and immutable in the stack's repository), so re-pulling on every pod "
     "start only adds latency",
     "RayCluster.spec.headGroupSpec.template.spec.affinity": "the head must not land on Spot "
-    "capacity, whose preemption would end the job",
-    "RayCluster.spec.workerGroupSpecs[0].minReplicas": "pinned to the slice count so the "
-    "autoscaler never scales a multi-host slice partially",
-    "RayCluster.spec.workerGroupSpecs[0].maxReplicas": "pinned to the slice count (see minReplicas)",
+    "capacity, whose preemption would end the job, nor on flex-start capacity, whose nodes end "
+    "after their maximum run duration",
+    "RayCluster.spec.enableInTreeAutoscaling": "the default stack scales to zero (minSlices 0): "
+    "KubeRay's in-tree autoscaler brings slices up for a job and removes idle ones",
+    "RayCluster.spec.autoscalerOptions": "Ray autoscaler v2 (the only one that reads the label "
+    "selectors of Ray's TPU slice placement groups), the stack's idleTimeoutSeconds, no upscaling "
+    "rate limit, and the sidecar's resources stated",
+    "RayCluster.spec.workerGroupSpecs[0].replicas": "left to the autoscaler on a scaling stack: "
+    "KubeRay starts the group at minReplicas, and a stated value would be re-applied by every "
+    "`pulumi up`, taking a running job's slices away",
+    "RayCluster.spec.workerGroupSpecs[0].minReplicas": "minSlices (0 by default): the slices kept while no job runs",
+    "RayCluster.spec.workerGroupSpecs[0].maxReplicas": "the stack's slices, the most the autoscaler "
+    "may bring up (one replica is one whole multi-host slice)",
     "RayCluster.spec.workerGroupSpecs[0].template.spec.containers[0].image": "the stack's worker "
     "image instead of the moving nightly tag (see the head's image): the TPU hosts start with "
     "MaxText installed",
@@ -263,3 +285,174 @@ def test_worker_flags_are_the_procedures_less_the_one_libtpu_refuses_plus_the_re
         *tpu_catalog.DATA_PARALLEL_OVERLAP,
         *tpu_catalog.HOST_OFFLOAD,
     ]
+
+
+# ---------------------------------------------------------------- capacity and scaling (issue 20)
+
+BASE_SETTINGS = {"gcp:project": "my-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b"}
+
+
+def settings_of(**overrides: Any) -> StackSettings:
+    return parse_settings({**BASE_SETTINGS, **overrides}, stack="dev", project_name="maxtext-tpu-infra")
+
+
+def ray_cluster_of(**overrides: Any) -> dict[str, Any]:
+    return kuberay.ray_cluster(settings_of(**overrides), "checkpoints-bucket", "example/ray:1")
+
+
+AUTOSCALER = {
+    "enableInTreeAutoscaling": True,
+    "autoscalerOptions": {
+        "version": "v2",
+        "idleTimeoutSeconds": 300,
+        "upscalingMode": "Default",
+        "resources": {
+            "requests": {"cpu": "500m", "memory": "512Mi"},
+            "limits": {"cpu": "500m", "memory": "512Mi"},
+        },
+    },
+}
+
+# (stack settings, the spec's autoscaling fields, the worker group's sizes)
+SCALING = {
+    # The default stack scales to zero: no replicas stated, KubeRay starts at minReplicas 0.
+    "scale-to-zero": ({}, AUTOSCALER, {"minReplicas": 0, "maxReplicas": 2, "numOfHosts": 4}),
+    "keep-one": (
+        {"minSlices": 1, "idleTimeoutSeconds": 900},
+        {**AUTOSCALER, "autoscalerOptions": {**AUTOSCALER["autoscalerOptions"], "idleTimeoutSeconds": 900}},
+        {"minReplicas": 1, "maxReplicas": 2, "numOfHosts": 4},
+    ),
+    "larger-slices": (
+        {"slices": 3, "topology": "4x8"},
+        AUTOSCALER,
+        {"minReplicas": 0, "maxReplicas": 3, "numOfHosts": 8},
+    ),
+    # Every slice always up: as before issue 20, no autoscaler.
+    "fixed": ({"minSlices": 2}, {}, {"replicas": 2, "minReplicas": 2, "maxReplicas": 2, "numOfHosts": 4}),
+}
+SIZES = ("replicas", "minReplicas", "maxReplicas", "numOfHosts")
+
+
+@pytest.mark.parametrize("shape", list(SCALING))
+def test_the_worker_group_scales_whole_slices_with_ray_autoscaler_v2(shape, monkeypatch):
+    # The shapes apart from the presets' meshes, which span 16 chips (tests/test_settings_refusals.py).
+    monkeypatch.setattr(settings_module, "_mesh_problems", lambda *args: [])
+    overrides, autoscaling, sizes = SCALING[shape]
+    spec = ray_cluster_of(**overrides)["spec"]
+    assert {key: spec[key] for key in ("enableInTreeAutoscaling", "autoscalerOptions") if key in spec} == autoscaling
+    [group] = spec["workerGroupSpecs"]
+    assert {key: group[key] for key in SIZES if key in group} == sizes
+    # JAX still waits for every slice: the autoscaler brings up maxReplicas of them for a job.
+    env = {item["name"]: item["value"] for item in group["template"]["spec"]["containers"][0]["env"]}
+    assert env["MEGASCALE_NUM_SLICES"] == str(sizes["maxReplicas"])
+
+
+def test_the_autoscaler_sidecar_asks_what_the_head_check_counts():
+    """The sidecar's resources are declared once (domain/ray_head.py) for the head's node check."""
+    options = ray_cluster_of()["spec"]["autoscalerOptions"]
+    assert options["resources"]["requests"] == {"cpu": ray_head.AUTOSCALER_CPU, "memory": ray_head.AUTOSCALER_MEMORY}
+
+
+def slice_priority(**capacity: Any) -> dict[str, Any]:
+    """A ComputeClass priority for the default stack's slice (v6e 4x4, 4 chips a VM, DRANET)."""
+    return {
+        "machineType": "ct6e-standard-4t",
+        "tpu": {"type": "tpu-v6e-slice", "count": 4, "topology": "4x4"},
+        "acceleratorNetworkProfile": "auto",
+        **capacity,
+    }
+
+
+RESERVED = {"reservations": {"affinity": "Specific", "specific": [{"name": "v6e-res"}]}}
+# capacity setting -> the ComputeClass's priorities, in order
+PRIORITIES = {
+    "on-demand": (["on-demand"], [slice_priority()]),
+    "spot": (["spot"], [slice_priority(spot=True)]),
+    "reservation": (["reservation"], [slice_priority(**RESERVED)]),
+    "flex-start": (["flex-start"], [slice_priority(flexStart={"enabled": True})]),
+    "fallback": (
+        ["reservation", "on-demand", "spot", "flex-start"],
+        [
+            slice_priority(**RESERVED),
+            slice_priority(),
+            slice_priority(spot=True),
+            slice_priority(flexStart={"enabled": True}),
+        ],
+    ),
+    "spot-then-on-demand": (["spot", "on-demand"], [slice_priority(spot=True), slice_priority()]),
+}
+
+
+def autopilot_settings(capacity: list[str]) -> StackSettings:
+    reservation = {"reservation": "v6e-res"} if "reservation" in capacity else {}
+    return settings_of(mode="autopilot", capacity=capacity, **reservation)
+
+
+@pytest.mark.parametrize("choice", list(PRIORITIES))
+def test_the_compute_class_tries_each_capacity_choice_in_order_and_nothing_else(choice):
+    capacity, priorities = PRIORITIES[choice]
+    assert kuberay.compute_class(autopilot_settings(capacity)) == {
+        "apiVersion": "cloud.google.com/v1",
+        "kind": "ComputeClass",
+        "metadata": {"name": "dranet-compute-class"},
+        "spec": {
+            "nodePoolAutoCreation": {"enabled": True},
+            "nodePoolConfig": {"dra": {"networking": {"enabled": True}}},
+            "priorities": priorities,
+            # Never a node the list does not describe (ScaleUpAnyway would fall back to one).
+            "whenUnsatisfiable": "DoNotScaleUp",
+        },
+    }
+
+
+@pytest.mark.parametrize("choice", list(PRIORITIES))
+def test_every_compute_class_matches_its_schema(choice):
+    schema = yaml.safe_load(require_schema("computeclass_v1.json").read_text())
+    assert validate_against_schema(kuberay.compute_class(autopilot_settings(PRIORITIES[choice][0])), schema) == []
+
+
+TPU_SELECTORS = {
+    "iam.gke.io/gke-metadata-server-enabled": "true",
+    "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+    "cloud.google.com/gke-tpu-topology": "4x4",
+}
+# stack settings -> the worker pods' node selector beyond the TPU ones
+WORKER_SELECTORS = {
+    "standard-on-demand": ({}, {}),
+    "standard-spot": ({"capacity": ["spot"]}, {"cloud.google.com/gke-spot": "true"}),
+    "standard-flex-start": ({"capacity": ["flex-start"]}, {"cloud.google.com/gke-flex-start": "true"}),
+    "standard-reservation": ({"capacity": ["reservation"], "reservation": "v6e-res"}, {}),
+    # On Autopilot the class decides: a Spot or flex-start selector would refuse its other priorities.
+    "autopilot-spot": (
+        {"mode": "autopilot", "capacity": ["spot"]},
+        {"cloud.google.com/compute-class": "dranet-compute-class"},
+    ),
+    "autopilot-fallback": (
+        {"mode": "autopilot", "capacity": ["on-demand", "spot", "flex-start"]},
+        {"cloud.google.com/compute-class": "dranet-compute-class"},
+    ),
+}
+
+
+@pytest.mark.parametrize("variant", list(WORKER_SELECTORS))
+def test_workers_select_their_capacity_and_the_head_avoids_spot_and_flex_start(variant):
+    overrides, capacity_selector = WORKER_SELECTORS[variant]
+    spec = ray_cluster_of(**overrides)["spec"]
+    # The TPU selectors stay: Ray's autoscaler reads them to count a replica as one slice.
+    assert spec["workerGroupSpecs"][0]["template"]["spec"]["nodeSelector"] == {**TPU_SELECTORS, **capacity_selector}
+    head = spec["headGroupSpec"]["template"]["spec"]
+    assert head["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
+        "nodeSelectorTerms": [
+            {
+                "matchExpressions": [
+                    {"key": "cloud.google.com/gke-spot", "operator": "DoesNotExist"},
+                    {"key": "cloud.google.com/gke-flex-start", "operator": "DoesNotExist"},
+                ]
+            }
+        ]
+    }
+
+
+def test_autopilot_uses_the_compute_class_exactly_when_it_decides_something():
+    assert kuberay.uses_compute_class(settings_of(mode="autopilot"))  # DRANET's NICs
+    assert not kuberay.uses_compute_class(settings_of(capacity=["spot"]))  # Standard: node pools
