@@ -28,7 +28,10 @@ Definitions (all from the log, none estimated):
   first step completed after it (the wait for the failure or the notice's deadline, the new
   group's start, the restore and the first, compiling step; a group stopped before its first
   step is inside that gap);
-- seconds to first step: from the job's start to the first step completed;
+- seconds queued: from the job's start to its first worker group's start (the first `attempt`
+  event): the wait for capacity (slices brought up, a placement found), before any step;
+- seconds to first step: from the job's start to the first step completed (the wait for
+  capacity included, then the group's start, the restore and the first, compiling step);
 - goodput: the step time that counts (MaxText's own seconds for each distinct step, its last
   run) over the job's wall time, as a percentage.
 """
@@ -69,6 +72,7 @@ OUTPUTS = (
     "failures",
     "steps_recomputed",
     "seconds_lost_to_restarts",
+    "seconds_queued",
     "seconds_to_first_step",
     "goodput_percent",
     # Lines that carried the event prefix but no event the summary could use (damaged JSON, a
@@ -285,6 +289,8 @@ class RunRecord:
             if before.last_step_at is not None and after.first_step_at is not None
         ]
         first = stepped[0].first_step_at if stepped else None
+        # None when the log's head (where the first `attempt` line is) was not read.
+        queued = self.attempts[0].started
         productive = sum(seconds for _, seconds, _ in self.steps.values())
         wall = end - start if start is not None and end is not None else None
         return {
@@ -293,6 +299,7 @@ class RunRecord:
             "failures": self.charged.get(FAILURE_SOURCE, 0),
             "steps_recomputed": sum(runs - 1 for runs, _, _ in self.steps.values()),
             "seconds_lost_to_restarts": finite(sum(gaps), 1) if stepped else None,
+            "seconds_queued": finite(queued - start, 1) if queued is not None and start is not None else None,
             "seconds_to_first_step": finite(first - start, 1) if first is not None and start is not None else None,
             # A job with no wall time (or an end before its start) has no goodput.
             "goodput_percent": finite(100 * productive / wall, 1)

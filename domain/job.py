@@ -92,6 +92,13 @@ class JobSpec:
         return self.slices * self.hosts_per_slice
 
     @property
+    def resources_per_worker(self) -> dict[str, float]:
+        """What one Ray Train worker holds: every chip of its TPU VM, or one CPU (Ray Train's
+        default for a CPU worker). The trainer asks for it; the workloads stack counts the nodes
+        that can hold it while the job waits for its slices (domain/queueing.py)."""
+        return {"TPU": float(self.chips_per_host)} if self.use_tpu else {"CPU": 1.0}
+
+    @property
     def num_workers(self) -> int | tuple[int, int]:
         """One Ray Train worker per TPU VM; elastic jobs run on any whole number of slices in
         [min_slices, slices]. A CPU job counts each slice as one worker, a JAX process of its

@@ -22,6 +22,7 @@ from domain import maxtext_config
 from domain.job import RUN_NAME_RULE, default_run_name, run_name_is_valid
 from domain.presets import PRESETS
 from domain.problems import ProblemsError
+from domain.queueing import WORKER_GROUP_START_TIMEOUT_ENV
 from domain.setting import read, setting, settings_of
 from domain.stack_identity import StackIdentity
 
@@ -40,6 +41,15 @@ _OPT_IN = (
     "the worker image already holds MaxText and the trainer; remove it, or opt in with "
     "allowRuntimeInstall: true (pulumi config set allowRuntimeInstall true)"
 )
+
+
+# The job's two deadlines (workloads/ray_job.py enforces them): the wait for its slices, from the
+# job's start until its first worker group starts, and the run, from then until the job ends.
+QUEUE_TIMEOUT_SECONDS = 60 * 60
+# At least what a driver needs to start Ray Train and place a worker group on slices that are up;
+# at most a week, which is no longer a wait for capacity but a job to submit again.
+QUEUE_TIMEOUT_RANGE = (30, 7 * 24 * 60 * 60)
+TIMEOUT_SECONDS = 6 * 60 * 60
 
 
 class WorkloadSettingsError(ProblemsError):
@@ -158,12 +168,25 @@ class WorkloadSettings:
         "first step); off, such a runtimeEnv is refused.",
         default=False,
     )
+    queue_timeout_seconds: int = setting(
+        "integer",
+        "How long the job may wait for its slices: from the job's start until its first worker group starts. "
+        "A job still waiting then is stopped and pulumi up fails, saying how many slices it asked for and how "
+        "many were up.",
+        default=QUEUE_TIMEOUT_SECONDS,
+        minimum=QUEUE_TIMEOUT_RANGE[0],
+        maximum=QUEUE_TIMEOUT_RANGE[1],
+        valid=f"use {QUEUE_TIMEOUT_RANGE[0]} to {QUEUE_TIMEOUT_RANGE[1]} seconds (7 days; default "
+        f"{QUEUE_TIMEOUT_SECONDS}, 1 hour): fewer would stop a job whose slices are up before its worker group "
+        "has started",
+    )
     timeout_seconds: int = setting(
         "integer",
-        "The job's own deadline; on timeout it is stopped and pulumi up fails.",
-        default=6 * 60 * 60,
+        "How long the job may run: from its first worker group's start until it ends (its wait for slices "
+        "before that is bounded by queueTimeoutSeconds). On timeout it is stopped and pulumi up fails.",
+        default=TIMEOUT_SECONDS,
         minimum=1,
-        valid="use 1 or more seconds (default 21600, 6 hours)",
+        valid=f"use 1 or more seconds (default {TIMEOUT_SECONDS}, 6 hours)",
     )
     checkpoint_root: str = setting(
         "string",
@@ -269,7 +292,13 @@ def _runtime_env_problems(runtime_env: Mapping[str, Any], *, allow_install: bool
         problems.append(f"{named('env_vars', env_vars)} is not a map; give names and their values as text")
     elif env_vars:
         for name, value in env_vars.items():
-            if not isinstance(value, str):
+            if name == WORKER_GROUP_START_TIMEOUT_ENV:
+                problems.append(
+                    f"{named(f'env_vars.{name}', value)} is the job's queue deadline, which queueTimeoutSeconds "
+                    "sets; remove it from runtimeEnv and set queueTimeoutSeconds instead (`pulumi config set "
+                    "queueTimeoutSeconds SECONDS`)"
+                )
+            elif not isinstance(value, str):
                 problems.append(
                     f"{named(f'env_vars.{name}', value)} is not text; quote it (Ray sets environment variables as text)"
                 )

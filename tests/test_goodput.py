@@ -59,6 +59,7 @@ def test_an_uninterrupted_run():
         "failures": 0,
         "steps_recomputed": 0,
         "seconds_lost_to_restarts": 0,
+        "seconds_queued": 10.0,
         "seconds_to_first_step": 40.0,
         "goodput_percent": round(100 * 10 * 1.5 / 70, 1),
         "event_lines_skipped": 0,
@@ -87,6 +88,8 @@ def test_a_preemption_saved_at_the_notice_then_a_failure_resumed_from_a_periodic
     # (170 - 136) + (210 - (170 + 7 * 2))
     assert summary["seconds_lost_to_restarts"] == 34.0 + 26.0
     assert summary["seconds_to_first_step"] == 15.0
+    # The wait for the first worker group only: the restarts' waits are seconds lost to restarts.
+    assert summary["seconds_queued"] == 5.0
     assert summary["goodput_percent"] == round(100 * 31 * 1.5 / 145, 1)
 
 
@@ -131,6 +134,9 @@ def test_what_the_log_cannot_say_is_none():
     summary = record.summary(None, None)
     assert summary["restarts"] == 0
     assert summary["goodput_percent"] is None and summary["seconds_to_first_step"] is None
+    assert summary["seconds_queued"] is None  # no job start to count from
+    # The first worker group started, but no step yet: the queue time is known all the same.
+    assert record.summary(90.0, None)["seconds_queued"] == 10.0
     # No step at all: nothing to measure the time lost from.
     assert (
         read([WORKER + event_line("attempt", time=100.0, workers=1)]).summary(90.0, 140.0)["seconds_lost_to_restarts"]
@@ -269,3 +275,13 @@ def test_every_summary_number_is_finite_or_none():
 )
 def test_a_job_without_wall_time_has_no_goodput(start, end):
     assert read(GOOD_RUN).summary(start, end)["goodput_percent"] is None
+
+
+def test_the_queue_time_is_none_when_the_log_head_was_not_read():
+    """A log read from its middle has steps but not the first `attempt` line: the first group's
+    start is unknown, and so is the wait for it (never taken from a later group or a step)."""
+    summary = read([*steps(5, 8, start=160.0), WORKER + event_line("attempt", time=170.0, workers=1)]).summary(
+        90.0, 200.0
+    )
+    assert summary["seconds_queued"] is None
+    assert summary["seconds_to_first_step"] == 70.0

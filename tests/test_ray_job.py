@@ -356,7 +356,7 @@ def test_the_wait_applies_the_lost_contact_rule_to_a_503():
             RayJobProvider()._wait(
                 api,
                 "pulumi-test-1",
-                600,
+                ray_job.Deadlines(run=600, queue=600),
                 ProgressReporter("j", None, io.StringIO()),
                 StepCollector(),
                 ray_job.RunClock(None),
@@ -534,7 +534,11 @@ NOW = {**FIRST_RELEASE_INPUTS, "organization": "acme", "project": "maxtext-tpu-w
 def first_release_state(**changes) -> dict:
     """A RayJob's state (its outputs) as the first releases wrote it, for a finished job."""
     return {
-        **{key: FIRST_RELEASE_INPUTS[key] for key in ("stack", "address", "gke", *ray_job.UPDATABLE)},
+        **{
+            key: FIRST_RELEASE_INPUTS[key]
+            for key in ("stack", "address", "gke", *ray_job.UPDATABLE)
+            if key in FIRST_RELEASE_INPUTS  # inputs added since were not in the first releases' state
+        },
         "input_digests": FIRST_RELEASE_DIGESTS,
         "submission_id": FIRST_RELEASE_ID,
         "status": "SUCCEEDED",

@@ -33,7 +33,7 @@ UNSET = object()  # removes a setting the stack file has
 TPU_PRESETS = "llama3-8b, llama3-70b"
 SETTINGS = (
     "infraStack, address, preset, runName, elastic, minSlices, maxFailures, maxPreemptions, maxtextOverrides, "
-    "runtimeEnv, allowRuntimeInstall, timeoutSeconds, checkpointRoot, assumedMfu, fitCheckResult"
+    "runtimeEnv, allowRuntimeInstall, queueTimeoutSeconds, timeoutSeconds, checkpointRoot, assumedMfu, fitCheckResult"
 )
 OPT_IN = (
     "at every job start, on every worker, before the first step (gigabytes for MaxText's "
@@ -647,7 +647,10 @@ DEV_JOB = {
     "metadata": {"preset": "llama3-8b", "run_name": DEV_RUN},
     "project": PROJECT,
     "stack": "dev",
+    "queue_timeout_seconds": 3600,
     "timeout_seconds": 21600,
+    # What the worker group asks for: two slices of four TPU VMs, each worker all four chips of its VM.
+    "worker_group": {"slices": 2, "min_slices": 2, "hosts_per_slice": 4, "resources_per_worker": {"TPU": 4}},
     "total_steps": 100,
 }
 LOCAL_ROOT = str(PROJECT_ROOT / ".runs")
@@ -670,7 +673,9 @@ LOCAL_JOB = {
     "metadata": {"preset": "tiny-cpu", "run_name": LOCAL_RUN},
     "project": PROJECT,
     "stack": "local",
+    "queue_timeout_seconds": 3600,
     "timeout_seconds": 21600,
+    "worker_group": {"slices": 1, "min_slices": 1, "hosts_per_slice": 1, "resources_per_worker": {"CPU": 1}},
     "total_steps": 6,
 }
 

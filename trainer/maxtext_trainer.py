@@ -48,6 +48,7 @@ def scaling_config(job: JobSpec):
         return ScalingConfig(
             num_workers=job.num_workers,
             use_tpu=False,
+            resources_per_worker=job.resources_per_worker,
             placement_strategy="SPREAD",
             elastic_resize_monitor_interval_s=job.resize_check_seconds,
         )
@@ -58,7 +59,7 @@ def scaling_config(job: JobSpec):
         use_tpu=True,
         topology=job.topology,
         accelerator_type=job.accelerator_type,
-        resources_per_worker={"TPU": job.chips_per_host},
+        resources_per_worker=job.resources_per_worker,
         placement_strategy="SPREAD",
         elastic_resize_monitor_interval_s=job.resize_check_seconds,
     )

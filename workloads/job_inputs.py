@@ -162,6 +162,17 @@ def gke_target(cluster: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in target.items() if value is not None}
 
 
+def worker_group(job: JobSpec) -> dict[str, Any]:
+    """What the job's worker group asks the cluster for: the RayJob counts the slices that are up
+    while the job waits for them, and names them when it could not get them."""
+    return {
+        "slices": job.slices,
+        "min_slices": job.min_slices,
+        "hosts_per_slice": job.hosts_per_slice,
+        "resources_per_worker": job.resources_per_worker,
+    }
+
+
 def ray_job_inputs(job: JobSpec, settings: WorkloadSettings) -> dict[str, Any]:
     """The RayJob's JOB_INPUTS for a resolved job. Refuses a job whose trainer program is
     missing here: the image is built from this tree, so a job naming a program that is not in it
@@ -177,7 +188,9 @@ def ray_job_inputs(job: JobSpec, settings: WorkloadSettings) -> dict[str, Any]:
         "entrypoint": job.entrypoint(),
         "runtime_env": dict(settings.runtime_env) or None,
         "metadata": {"preset": job.preset, "run_name": job.run_name},
+        "queue_timeout_seconds": settings.queue_timeout_seconds,
         "timeout_seconds": settings.timeout_seconds,
+        "worker_group": worker_group(job),
         "total_steps": job.total_steps,
         "checkpoint_dir": job.run_directory,
     }

@@ -46,6 +46,9 @@ REACH_TIMEOUT_SECONDS = 10
 # LOG_TAIL_MAX_BYTES, whatever the log's size (see `log_tail`).
 LOG_TAIL_LINES = 500
 LOG_TAIL_MAX_BYTES = 512 * 1024
+# The most nodes a node list asks for (Ray's state API answers at most this many): far more than
+# the hosts of any stack's slices.
+NODE_LIST_LIMIT = 10_000
 # The longest line a whole-log read keeps (the rest of a longer line is dropped).
 LOG_LINE_MAX_BYTES = 64 * 1024
 # The GKE API, as gcloud reaches it; gcloud's own override variable points both at another
@@ -447,6 +450,40 @@ class JobsApi:
             line += chunk[start : start + max(max_line_bytes - len(line), 0)]
         if line:
             yield line.decode("utf-8", errors="replace")
+
+    def nodes(self) -> list[dict[str, Any]]:
+        """The cluster's alive nodes as Ray's state API lists them (GET /api/v0/nodes, what
+        `ray list nodes` asks; each with its `resources_total` and `labels`), through the same
+        address and credentials as the Jobs API."""
+        self.client()  # fresh headers when due
+        what = "listing the cluster's nodes"
+        params = {
+            "limit": str(NODE_LIST_LIMIT),
+            "filter_keys": "state",
+            "filter_predicates": "=",
+            "filter_values": "ALIVE",
+        }
+        try:
+            response = requests.get(
+                f"{self.address}/api/v0/nodes",
+                params=params,
+                headers=self._headers,
+                verify=self._verify(),
+                timeout=REQUEST_TIMEOUT_SECONDS,
+            )
+        except OSError as error:
+            raise JobsApiError(ErrorKind.UNREACHABLE, f"{what}: {_first_line(error)}") from None
+        if response.status_code != 200:
+            kind = kind_of_status(response.status_code, response.text[:1000])
+            raise JobsApiError(kind, f"{what}: HTTP {response.status_code}", response.status_code)
+        try:
+            answer = response.json()
+            entries = answer["data"]["result"]["result"] if answer.get("result") else None
+        except (ValueError, KeyError, TypeError, AttributeError):
+            entries = None
+        if not isinstance(entries, list):
+            raise JobsApiError(ErrorKind.REJECTED, f"{what}: the answer is not Ray's node list")
+        return [entry for entry in entries if isinstance(entry, dict)]
 
     def _log_chunks(self, job_id: str, node_id: str, lines: int) -> Iterator[bytes]:
         self.client()  # fresh headers when due

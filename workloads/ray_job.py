@@ -24,6 +24,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
@@ -42,8 +43,10 @@ from pulumi.runtime import rpc
 
 from domain.goodput import OUTPUTS as GOODPUT_OUTPUTS
 from domain.goodput import RunRecord
+from domain.queueing import WORKER_GROUP_START_TIMEOUT_ENV, Node, slices_up, waiting_line
 from domain.stack_identity import digest
 from domain.stack_identity import integral as _integral
+from domain.workload_settings import TIMEOUT_SECONDS
 from stack_config import stack_identity
 from workloads.job_metrics import ENTRYPOINT_ECHO, StepCollector
 from workloads.jobs_api import LOST_CONTACT_KINDS, ErrorKind, JobsApi, JobsApiError
@@ -58,8 +61,10 @@ ADDED_TO_IDENTITY = ("organization", "project")
 # Inputs that define the job: changing one means another run (a new submission id). A failed
 # run's retry is a new attempt of the same job: `<id>-2`, `<id>-3`, ...
 JOB_DEFINING = (*IDENTITY, "entrypoint", "runtime_env", "metadata", "address", "gke")
-# Inputs that change without a new run.
-UPDATABLE = ("timeout_seconds", "total_steps", "checkpoint_dir")
+# Inputs that change without a new run. The two deadlines (see RayJobProvider._wait), and what
+# the job's worker group asks for (`slices`, `min_slices`, `hosts_per_slice`,
+# `resources_per_worker`: counted while the job waits for them).
+UPDATABLE = ("queue_timeout_seconds", "timeout_seconds", "worker_group", "total_steps", "checkpoint_dir")
 # The job's submission id under the earlier scheme, when the stack's guard recorded one (see
 # RayJobGuardProvider): create adopts a run still going (or finished) under that id.
 LEGACY_JOB_ID = "legacy_job_id"
@@ -91,7 +96,6 @@ OUTPUTS = (
 )
 EXPORTED = tuple(name for name in OUTPUTS if name not in ("message", "input_digests"))
 
-DEFAULT_TIMEOUT_SECONDS = 6 * 60 * 60
 LOG_TAIL_LINES = 50
 POLL_SECONDS = 2.0
 # How long the Jobs API may stay unreachable during a wait before the job is reported lost.
@@ -197,9 +201,16 @@ class ProgressReporter:
         self._last_print = 0.0
         self._last_line = ""
         self._first_seen: tuple[float, int] | None = None
+        self._waiting_for: tuple[int, int | None] | None = None
 
     def status(self, status: str) -> None:
         self._emit(f"RayJob {self.job_id}: {status}", force=True)
+
+    def waiting(self, asked: int, up: int | None) -> None:
+        """While the job waits for its slices: a line when the numbers change, none otherwise."""
+        if (asked, up) != self._waiting_for:
+            self._waiting_for = (asked, up)
+            self._emit(f"RayJob {self.job_id}: {waiting_line(asked, up)}", force=True)
 
     def update(self, steps: StepCollector) -> None:
         latest = steps.latest
@@ -226,6 +237,18 @@ class ProgressReporter:
             return
         print(line, file=self.stream, flush=True)
         self._last_print, self._last_line = now, line
+
+
+def submitted_runtime_env(props: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The runtime env the job is submitted with: the stack's, plus Ray Train's worker-group
+    start timeout set to the queue deadline (domain/queueing.py says why). Added at submission
+    only, so the deadline stays a setting that changes without a new run (it is not part of the
+    submission id); a job adopted after a change keeps the value it was submitted with."""
+    runtime_env = dict(props.get("runtime_env") or {})
+    queue = _integral(props.get("queue_timeout_seconds"))
+    if queue is not None:
+        runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), WORKER_GROUP_START_TIMEOUT_ENV: str(queue)}
+    return runtime_env or None
 
 
 def _api(props: Mapping[str, Any]) -> JobsApi:
@@ -282,12 +305,13 @@ def _teardown(api: JobsApi, job_ids: str, action: Callable[[], None]) -> None:
 
 
 class RunClock:
-    """How long a job has run, from its start_time (the cluster's clock), without ever comparing
-    the cluster's clock with this machine's: the cluster's time at one answer (its HTTP Date
-    header, whole seconds) plus this process's monotonic time since that answer. An offset
-    between the two clocks cancels out, so a cluster minutes ahead or behind times a job out as
-    late as one in step. Without a Date header, the job counts as started when this process
-    first saw it running (an adopted job then gets its whole timeout again, never less)."""
+    """How long ago an instant of the cluster's clock was (a job's start_time, its first worker
+    group's start), without ever comparing the cluster's clock with this machine's: the
+    cluster's time at one answer (its HTTP Date header, whole seconds) plus this process's
+    monotonic time since that answer. An offset between the two clocks cancels out, so a cluster
+    minutes ahead or behind times a job out as late as one in step. Without a Date header, an
+    instant counts as now when this process first asks about it (an adopted job then gets its
+    whole deadline again, never less)."""
 
     def __init__(self, date_header: str | None):
         self.anchored_at = time.monotonic()
@@ -297,15 +321,164 @@ class RunClock:
                 self.cluster_time = email.utils.parsedate_to_datetime(date_header).timestamp()
             except (TypeError, ValueError):
                 pass
-        self._first_seen: float | None = None
+        self._first_seen: dict[float, float] = {}
 
     def elapsed(self, start_time_ms: int) -> float:
+        """Seconds since a job's start_time (milliseconds, as Ray reports it)."""
+        return self.since(start_time_ms / 1000)
+
+    def since(self, instant: float) -> float:
+        """Seconds since `instant` (epoch seconds on the cluster's clock)."""
         now = time.monotonic()
-        if self._first_seen is None:
-            self._first_seen = now
+        first_seen = self._first_seen.setdefault(instant, now)
         if self.cluster_time is None:
-            return now - self._first_seen
-        return self.cluster_time + (now - self.anchored_at) - start_time_ms / 1000
+            return now - first_seen
+        return self.cluster_time + (now - self.anchored_at) - instant
+
+
+@dataclass(frozen=True)
+class Deadlines:
+    """A job's two deadlines, from its inputs.
+
+    `queue`: queue_timeout_seconds, how long the job may wait for its slices, from its start on
+    the cluster (Ray's start_time) until its first worker group starts (the trainer's first
+    `attempt` event, see domain/goodput.py). `run`: timeout_seconds, how long it may run from
+    then until it ends. Both count on the cluster's clock (RunClock). A job given no queue
+    deadline (state written before there was one, or a command that starts no worker group)
+    has no wait apart: its run deadline counts from its start, as it always did."""
+
+    run: float
+    queue: float | None = None
+    worker_group: Mapping[str, Any] | None = None
+
+    @classmethod
+    def of(cls, props: Mapping[str, Any]) -> Deadlines:
+        queue = props.get("queue_timeout_seconds")
+        return cls(
+            run=float(props.get("timeout_seconds") or TIMEOUT_SECONDS),
+            queue=float(queue) if queue is not None else None,
+            worker_group=_integral(props.get("worker_group")) or None,
+        )
+
+
+class QueueWatch:
+    """What a job's wait for its slices looks like, until its first worker group starts.
+
+    The trainer's rank 0 writes an `attempt` event when a worker group starts: a tail of the log
+    that holds one (or a step) means the group started, and the first group's start is then
+    read from the whole log (a tail may have lost it), once. While the job waits, the slices
+    that are up are counted from Ray's node list, and a line is printed when the numbers change.
+    At the queue deadline, the whole log is read again before anything is stopped: the group
+    may have started since the last look."""
+
+    def __init__(self, api: JobsApi, job_id: str, deadlines: Deadlines, progress: ProgressReporter, clock: RunClock):
+        self.api, self.job_id, self.deadlines, self.progress, self.clock = api, job_id, deadlines, progress, clock
+        group = deadlines.worker_group or {}
+        self.asked = int(group.get("slices") or 1)
+        self.needed = int(group.get("min_slices") or self.asked)
+        self.hosts_per_slice = int(group.get("hosts_per_slice") or 1)
+        self.resources_per_worker = {str(k): float(v) for k, v in (group.get("resources_per_worker") or {}).items()}
+        self.started_at: float | None = None  # the first group's start, epoch seconds (the cluster's clock)
+        self.up: int | None = None
+        self.up_problem: str | None = None
+        self._no_log_start = False  # the log could not be read: the run counts from the job's start
+
+    @property
+    def waiting(self) -> bool:
+        return self.deadlines.queue is not None and self.started_at is None and not self._no_log_start
+
+    def run_started_at(self, info) -> float | None:
+        """Where the run deadline counts from (epoch seconds, the cluster's clock), or None while
+        the job waits for its slices."""
+        if self.deadlines.queue is None or self._no_log_start:
+            return info.start_time / 1000 if info.start_time else None
+        return self.started_at
+
+    def read(self, info, tail: str) -> None:
+        """Looks for the first worker group in a tail of the log."""
+        if not self.waiting:
+            return
+        record = RunRecord()
+        record.add_text(tail)
+        if record.attempts:  # an `attempt` event, or a step (whose group's start the tail lost)
+            first = record.attempts[0]
+            seen = first.started if first.started is not None else first.first_step_at
+            whole, _ = self._first_group(info)
+            self._started(info, whole if whole is not None else seen)
+
+    def count(self) -> None:
+        """Counts the slices that are up, and says so when the numbers changed."""
+        if not self.waiting:
+            return
+        try:
+            nodes = [Node.from_state(entry) for entry in self.api.nodes()]
+        except JobsApiError as error:
+            self.up, problem = None, f"the slices that are up could not be counted ({error})"
+            if problem != self.up_problem:
+                self.progress.status(problem)
+            self.up_problem = problem
+            return
+        self.up_problem = None
+        self.up = slices_up(nodes, hosts_per_slice=self.hosts_per_slice, resources_per_worker=self.resources_per_worker)
+        self.progress.waiting(self.asked, self.up)
+
+    def at_deadline(self, info) -> None:
+        """The queue deadline has passed: reads the whole log before the job may be stopped. A
+        log that cannot be read cannot say the group did not start: the job is stopped then only
+        if the cluster has fewer slices up than it needs; otherwise its run counts from its start."""
+        self.count()
+        if not info.driver_node_id:
+            return  # no driver yet: no worker group either
+        first, problem = self._first_group(info)
+        if first is not None:
+            self._started(info, first)
+        elif problem is not None and (self.up is None or self.up >= self.needed):
+            self.progress.status(
+                f"{problem}; whether its worker group started cannot be told, so its run deadline "
+                "counts from the job's start"
+            )
+            self._no_log_start = True
+
+    def capacity_report(self) -> str:
+        """How many slices the job asked for, how many were up, and what to do."""
+        need = f"{self.asked} slice{'s' if self.asked != 1 else ''}"
+        if self.needed != self.asked:
+            need += f" (at least {self.needed} to start)"
+        hosts = f"{self.hosts_per_slice} host{'s' if self.hosts_per_slice != 1 else ''} each"
+        if self.up is None:
+            up = f"how many were up could not be counted ({self.up_problem})"
+        elif self.up >= self.needed:
+            up = (
+                f"{self.up} were up, yet its worker group did not start: see the log below for what held its "
+                "driver or its placement"
+            )
+        else:
+            up = f"{self.up} {'was' if self.up == 1 else 'were'} up"
+        return (
+            f"It asked for {need}, {hosts}; {up}. To wait longer for capacity, raise queueTimeoutSeconds "
+            "(`pulumi config set queueTimeoutSeconds SECONDS` in the workloads stack), or bring more slices "
+            "up (the infra stack's minSlices keeps slices up while idle)."
+        )
+
+    def _first_group(self, info) -> tuple[float | None, str | None]:
+        """The first worker group's start from the whole log, and why the log could not be read."""
+        record = RunRecord()
+        try:
+            for line in self.api.log_lines(info.submission_id, info.driver_node_id):
+                record.add_line(line)
+        except JobsApiError as error:
+            return None, f"the job's log could not be read ({error})"
+        if not record.attempts:
+            return None, None
+        first = record.attempts[0]
+        return (first.started if first.started is not None else first.first_step_at), None
+
+    def _started(self, info, at: float | None) -> None:
+        if at is None:
+            return
+        self.started_at = at
+        queued = f" {at - info.start_time / 1000:.0f} s after the job's start" if info.start_time else ""
+        self.progress.status(f"its first worker group started{queued}")
 
 
 class RayJobProvider(ResourceProvider):
@@ -323,9 +496,10 @@ class RayJobProvider(ResourceProvider):
                     "address", "give exactly one of address (a Ray dashboard URL) or gke (the infra stack's cluster)"
                 )
             )
-        timeout = news.get("timeout_seconds")
-        if isinstance(timeout, (int, float)) and timeout <= 0:
-            failures.append(CheckFailure("timeout_seconds", f"timeout_seconds = {timeout} must be positive"))
+        for deadline in ("timeout_seconds", "queue_timeout_seconds"):
+            seconds = news.get(deadline)
+            if isinstance(seconds, (int, float)) and seconds <= 0:
+                failures.append(CheckFailure(deadline, f"{deadline} = {seconds} must be positive"))
         return CheckResult(news, failures)
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
@@ -412,8 +586,8 @@ class RayJobProvider(ResourceProvider):
         else:
             progress.status(f"adopting the existing {existing} job with this id")
         steps = StepCollector()
-        timeout = float(props.get("timeout_seconds") or DEFAULT_TIMEOUT_SECONDS)
-        info = self._wait(api, job_id, timeout, progress, steps, clock)
+        deadlines = Deadlines.of(props)
+        info = self._wait(api, job_id, deadlines, progress, steps, clock)
         status = str(info.status)
         log, log_problem = self._read_log(api, info, steps)
         if status != "SUCCEEDED":
@@ -478,6 +652,7 @@ class RayJobProvider(ResourceProvider):
         seconds until its job agent registers, so that one answer is retried briefly."""
         deadline = time.monotonic() + AGENT_WAIT_SECONDS
         metadata = {str(k): str(v) for k, v in _integral(props.get("metadata") or {}).items()} or None
+        runtime_env = submitted_runtime_env(props)
         while True:
             try:
                 api.call(
@@ -485,7 +660,7 @@ class RayJobProvider(ResourceProvider):
                     lambda client: client.submit_job(
                         entrypoint=props["entrypoint"],
                         submission_id=job_id,
-                        runtime_env=props.get("runtime_env") or None,
+                        runtime_env=runtime_env,
                         metadata=metadata,
                     ),
                 )
@@ -512,18 +687,21 @@ class RayJobProvider(ResourceProvider):
         self,
         api: JobsApi,
         job_id: str,
-        timeout: float,
+        deadlines: Deadlines,
         progress: ProgressReporter,
         steps: StepCollector,
         clock: RunClock,
     ):
-        """Polls until the job ends. The deadline counts from the job's start on the cluster, so
-        an adopted job gets only the time it has left, measured by `clock` (never by comparing
-        the cluster's clock with this machine's). Any answer that says nothing about the job
+        """Polls until the job ends, or one of its deadlines passes (see Deadlines): while its
+        first worker group has not started, the queue deadline, counted from the job's start;
+        from then on, the run deadline, counted from that group's start. Both are measured by
+        `clock` on the cluster's clock (never by comparing it with this machine's), so an
+        adopted job gets only the time it has left. Any answer that says nothing about the job
         (unreachable, unauthorized, 5xx, no credentials) starts the lost-contact clock."""
         unreachable_since: float | None = None
         last_logs_at = 0.0
         log_problem_shown = False
+        queue = QueueWatch(api, job_id, deadlines, progress, clock)
         while True:
             try:
                 info = api.call(f"asking for {job_id}", lambda client: client.get_job_info(job_id))
@@ -544,24 +722,53 @@ class RayJobProvider(ResourceProvider):
             status = str(info.status)
             if status in TERMINAL:
                 return info
-            if info.driver_node_id and time.monotonic() - last_logs_at >= PROGRESS_EVERY_SECONDS:
-                _, problem = self._read_log(api, info, steps)
-                if problem is not None and not log_problem_shown:
-                    progress.status(problem)
-                    log_problem_shown = True
-                progress.update(steps)
+            if time.monotonic() - last_logs_at >= PROGRESS_EVERY_SECONDS:
+                if info.driver_node_id:
+                    log, problem = self._read_log(api, info, steps)
+                    if problem is not None and not log_problem_shown:
+                        progress.status(problem)
+                        log_problem_shown = True
+                    queue.read(info, log)
+                    progress.update(steps)
+                queue.count()
                 last_logs_at = time.monotonic()
-            if info.start_time and clock.elapsed(info.start_time) > timeout:
+            if queue.waiting and info.start_time and clock.elapsed(info.start_time) > (deadlines.queue or 0):
+                queue.at_deadline(info)
+                if queue.waiting:
+                    self._stop_for_capacity(api, job_id, deadlines, queue, steps)
+            run_from = queue.run_started_at(info)
+            if run_from is not None and clock.since(run_from) > deadlines.run:
                 final = stop_and_confirm(api, job_id)
                 info = api.call(f"asking for {job_id}", lambda client: client.get_job_info(job_id))
                 log, problem = self._read_log(api, info, steps)
                 shown = f"--- last {LOG_TAIL_LINES} log lines ---\n{_tail(log)}" if problem is None else problem
+                since = (
+                    f"of its first worker group's start ({_iso(int(run_from * 1000))})"
+                    if deadlines.queue is not None
+                    else f"of its start ({_iso(info.start_time)})"
+                )
                 raise RayJobError(
-                    f"RayJob {job_id} did not finish within timeout_seconds={timeout:.0f} of its start "
-                    f"({_iso(info.start_time)}); it was stopped\n{shown}\n"
-                    f"status: {final} (timeout after {timeout:.0f} s)"
+                    f"RayJob {job_id} did not finish within timeout_seconds={deadlines.run:.0f} {since}; "
+                    f"it was stopped\n{shown}\n"
+                    f"status: {final} (timeout after {deadlines.run:.0f} s)"
                 )
             time.sleep(POLL_SECONDS)
+
+    def _stop_for_capacity(
+        self, api: JobsApi, job_id: str, deadlines: Deadlines, queue: QueueWatch, steps: StepCollector
+    ) -> None:
+        """Stops a job whose first worker group did not start before its queue deadline, once Ray
+        shows it stopped, and raises saying it could not get its slices."""
+        final = stop_and_confirm(api, job_id)
+        info = api.call(f"asking for {job_id}", lambda client: client.get_job_info(job_id))
+        log, problem = self._read_log(api, info, steps)
+        shown = f"--- last {LOG_TAIL_LINES} log lines ---\n{_tail(log)}" if problem is None else problem
+        raise RayJobError(
+            f"RayJob {job_id} could not get capacity: its first worker group did not start within "
+            f"queueTimeoutSeconds = {deadlines.queue:.0f} of the job's start ({_iso(info.start_time)}), so it "
+            f"was stopped. {queue.capacity_report()}\n{shown}\n"
+            f"status: {final} (queue timeout after {deadlines.queue:.0f} s)"
+        )
 
     @staticmethod
     def _info_outputs(info) -> dict[str, Any]:
