@@ -242,9 +242,9 @@ class StackCost:
         """How the figures were priced, or why there are none: what the stack exports next to them."""
         if self.price is None:
             return self.unpriced or ""
-        said = (
-            f"{self.price.capacity} in {self.price.region} at ${self.price.usd:g} per chip-hour ({self.price.source})"
-        )
+        usd = self.price.usd
+        shown = f"{usd:.2f}" if round(usd, 2) == usd else f"{usd:g}"  # $2.70; $0.7803 as listed
+        said = f"{self.price.capacity} in {self.price.region} at ${shown} per chip-hour ({self.price.source})"
         return f"{said}; {self.price.assumption}" if self.price.assumption else said
 
 

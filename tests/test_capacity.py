@@ -165,7 +165,7 @@ def test_flex_start_has_no_dollar_figure_unless_the_price_is_set():
     )
     priced = default_stack_cost(capacity="flex-start", pricePerChipHour="1.5")
     assert priced.training_dollars_per_hour == 48.0
-    assert priced.basis == "flex-start in us-east5 at $1.5 per chip-hour (the pricePerChipHour setting)"
+    assert priced.basis == "flex-start in us-east5 at $1.50 per chip-hour (the pricePerChipHour setting)"
 
 
 def test_price_per_chip_hour_overrides_the_first_choices_price():
@@ -186,3 +186,15 @@ def test_a_region_without_a_price_gives_no_figure():
 def test_min_slices_beyond_slices_is_refused():
     with pytest.raises(ValueError, match=r"min_slices = 3 must be within 0..slices \(2\)"):
         stack_cost(accelerator=V6E, region="us-east5", capacity="on-demand", chips_per_slice=16, slices=2, min_slices=3)
+
+
+def test_the_idle_cost_table_comes_from_the_cost_model():
+    """benchmarks/idle_cost.py: the README's table, before and after scale to zero."""
+    from benchmarks.idle_cost import table
+
+    lines = table("dev").splitlines()
+    assert "| before: every slice always up (minSlices 2) | $86.40 | $86.40 | $2,073.60 |" in lines
+    assert "| after: the default, scale to zero (minSlices 0) | $86.40 | $0.00 | $0.00 |" in lines
+    assert "| capacity spot, scale to zero | $34.56 | $0.00 | $0.00 |" in lines
+    assert "| capacity flex-start, scale to zero | no figure (set pricePerChipHour) | $0.00 | $0.00 |" in lines
+    assert "TPU chips only: 32 chips, 2 slices of v6e-16, in us-east5. Priced at:" in lines
