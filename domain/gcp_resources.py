@@ -190,8 +190,8 @@ def tpu_pool_name(settings: StackSettings, index: int) -> str:
 # with `--flex-start --enable-autoscaling --location-policy=ANY --reservation-affinity=none
 # --no-enable-autorepair --num-nodes=0 --max-nodes=<VMs>` (src/xpk/core/capacity.py and
 # nodepool.py in github.com/AI-Hypercomputer/xpk): nodes come only through the cluster
-# autoscaler, from any zone that has the capacity, never from a reservation, and a node GKE
-# would auto-repair is instead given back (a flex-start VM cannot be recreated in place).
+# autoscaler (which provisions the slice's VMs together once capacity is there), from any zone
+# that has it, never from a reservation, and without auto-repair.
 # tests/test_gcloud_node_pool_requests.py compares these args with what gcloud sends.
 FLEX_START_LOCATION_POLICY = "ANY"
 FLEX_START_RESERVATION_AFFINITY = {"consume_reservation_type": "NO_RESERVATION"}
