@@ -66,6 +66,15 @@ AUTH_OPTIONS = ("spec", "authOptions")
 # without its mode, as authentication disabled, so deleting them must fire (see
 # test_an_absent_auth_setting_is_read_as_disabled), not stay quiet like other missing properties.
 DECIDED_WHEN_MISSING = {(RAY_CLUSTER, AUTH_OPTIONS), (RAY_CLUSTER, (*AUTH_OPTIONS, "mode"))}
+# KubeRay reads a RayCluster without enableInTreeAutoscaling as running no autoscaler, and one
+# without autoscalerOptions.version as Ray autoscaler v1: for a group that scales, both are decided
+# (see test_an_absent_autoscaler_setting_is_read_as_none_or_v1).
+AUTOSCALER_OPTIONS = ("spec", "autoscalerOptions")
+DECIDED_WHEN_MISSING |= {
+    (RAY_CLUSTER, ("spec", "enableInTreeAutoscaling")),
+    (RAY_CLUSTER, AUTOSCALER_OPTIONS),
+    (RAY_CLUSTER, (*AUTOSCALER_OPTIONS, "version")),
+}
 ADVISORY_POLICIES = {
     "raycluster-privileged-only-for-tpu",
     "rayjob-hbm-headroom",
@@ -305,6 +314,33 @@ CASES = [
         "true",
     ),
     Case(
+        "raycluster-head-not-on-spot",
+        AUTO,
+        "ray-cluster",
+        (*HEAD_POD, "nodeSelector", "cloud.google.com/gke-flex-start"),
+        "true",
+        label="flex-start",
+    ),
+    # The shipped worker group scales (minReplicas 0 < maxReplicas 2): without its autoscaler, or
+    # under v1, no slice comes up. An absent maxReplicas leaves the rule unable to tell.
+    Case(
+        "raycluster-autoscaler-v2",
+        STD,
+        "ray-cluster",
+        ("spec", "enableInTreeAutoscaling"),
+        False,
+        unknown_path=(*WORKER, "maxReplicas"),
+    ),
+    Case(
+        "raycluster-autoscaler-v2",
+        AUTO,
+        "ray-cluster",
+        (*AUTOSCALER_OPTIONS, "version"),
+        "v1",
+        unknown_path=(*WORKER, "maxReplicas"),
+        label="v1",
+    ),
+    Case(
         "raycluster-head-service-cluster-ip",
         AUTO,
         "ray-cluster",
@@ -330,7 +366,8 @@ CASES = [
         "3x3",
         label="autopilot",
     ),
-    Case("raycluster-replicas-match-slices", STD, "ray-cluster", (*WORKER, "replicas"), change=without("tpu-1")),
+    # A job gets maxReplicas slices from the autoscaler: one pool less leaves one pending.
+    Case("raycluster-replicas-match-slices", STD, "ray-cluster", (*WORKER, "maxReplicas"), change=without("tpu-1")),
     Case("rayjob-maxtext-mesh", WDEV, "training", ("entrypoint",), job_edit({"dcn_data_parallelism": "3"})),
     Case("rayjob-fits-hbm", WDEV, "training", ("entrypoint",), job_edit(PROCEDURE_70B, preset="llama3-70b")),
     Case("rayjob-hbm-headroom", WDEV, "training", ("entrypoint",), job_edit(BF16_FULL_REMAT_70B, preset="llama3-70b")),
@@ -738,3 +775,92 @@ def test_the_memory_rules_defer_to_a_fit_check_of_exactly_the_job(shipped):
     # A compile that says it does not fit leaves the estimate's rules to speak.
     cached.write_text(dataclasses.replace(recorded_fit_check(job), fits=False).to_json())
     assert {v.policy_name for v in evaluate(resources, {})} == {"rayjob-hbm-headroom"}
+
+
+# ---------------------------------------------------------------- worker groups that scale (issue 20)
+
+
+def infra_stack(**settings: Any) -> list[dict[str, Any]]:
+    config = stack_config("dev")
+    config.update({f"maxtext-tpu-infra:{key}": value for key, value in settings.items()})
+    return resources_of(run_infra(config))
+
+
+RAYCLUSTER_POLICIES = {
+    "raycluster-hosts-per-slice",
+    "raycluster-megascale-slices",
+    "raycluster-autoscaler-v2",
+    "raycluster-replicas-match-slices",
+    "raycluster-head-not-on-spot",
+}
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"minSlices": 2},
+        {"minSlices": 1},
+        {"capacity": ["flex-start"]},
+        {"mode": "autopilot", "capacity": ["on-demand", "spot", "flex-start"]},
+    ],
+    ids=["fixed", "keep-one", "flex-start", "autopilot-fallback"],
+)
+def test_every_scaling_shape_the_stack_builds_passes_the_raycluster_rules(settings):
+    violations = evaluate(infra_stack(**settings))
+    assert [v for v in violations if v.policy_name in RAYCLUSTER_POLICIES] == []
+
+
+def test_an_autoscaled_group_must_scale_to_the_stacks_slices_in_whole_slices(shipped):
+    resources = copy.deepcopy(shipped[STD])
+    group = get_at(named(resources, "ray-cluster")["props"], WORKER)
+    group["maxReplicas"] = 3
+    group["numOfHosts"] = 2
+    messages = {v.policy_name: v.message for v in evaluate(resources) if v.policy_name in RAYCLUSTER_POLICIES}
+    assert set(messages) == {
+        "raycluster-replicas-match-slices",
+        "raycluster-megascale-slices",
+        "raycluster-hosts-per-slice",
+    }
+    assert "gives a job 3 slices (maxReplicas), but the stack has 2" in messages["raycluster-replicas-match-slices"]
+    assert messages["raycluster-replicas-match-slices"].endswith("Set maxReplicas to 2.")
+    assert (
+        "scales to at most 3 slices (maxReplicas) but sets MEGASCALE_NUM_SLICES=2"
+        in messages["raycluster-megascale-slices"]
+    )
+    assert "has numOfHosts 2, but a 4x4 slice of TPU v6e has 4 VMs" in messages["raycluster-hosts-per-slice"]
+
+
+def test_a_fixed_group_gives_a_job_its_replicas_within_min_and_max():
+    """Without the autoscaler KubeRay keeps replicas, held within minReplicas and maxReplicas."""
+    resources = infra_stack(minSlices=2)
+    group = get_at(named(resources, "ray-cluster")["props"], WORKER)
+    group["maxReplicas"] = 1  # KubeRay then runs 1 slice of the 2 the pools and JAX expect
+    messages = {v.policy_name: v.message for v in evaluate(resources) if v.policy_name in RAYCLUSTER_POLICIES}
+    assert set(messages) == {"raycluster-replicas-match-slices", "raycluster-megascale-slices"}
+    assert "gives a job 1 slices (maxReplicas)" in messages["raycluster-replicas-match-slices"]
+    assert messages["raycluster-replicas-match-slices"].endswith("Set replicas (and minReplicas, maxReplicas) to 2.")
+
+
+def test_an_absent_autoscaler_setting_is_read_as_none_or_v1(shipped):
+    resources = copy.deepcopy(shipped[STD])
+    spec = named(resources, "ray-cluster")["props"]["spec"]
+    del spec["enableInTreeAutoscaling"]
+    [violation] = evaluate(resources)
+    assert violation.policy_name == "raycluster-autoscaler-v2"
+    assert "may run 0 to 2 slices, but spec.enableInTreeAutoscaling is not true" in violation.message
+    for absent in (("autoscalerOptions", "version"), ("autoscalerOptions",)):
+        resources = copy.deepcopy(shipped[STD])
+        delete_at(named(resources, "ray-cluster")["props"]["spec"], absent)
+        [violation] = evaluate(resources)
+        assert "is scaled by Ray autoscaler v1" in violation.message
+    # The head's own switch, as KubeRay before 1.4 took it, still means v2.
+    head = get_at(named(resources, "ray-cluster")["props"], HEAD_CONTAINER)
+    head["env"].append({"name": "RAY_enable_autoscaler_v2", "value": "true"})
+    assert evaluate(resources) == []
+
+
+def test_a_fixed_size_group_needs_no_autoscaler():
+    resources = infra_stack(minSlices=2)
+    spec = named(resources, "ray-cluster")["props"]["spec"]
+    assert "enableInTreeAutoscaling" not in spec
+    assert [v for v in evaluate(resources) if v.policy_name == "raycluster-autoscaler-v2"] == []

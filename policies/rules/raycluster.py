@@ -3,7 +3,9 @@ head.
 
 A worker group is a TPU worker group when its pods select a TPU accelerator
 (`cloud.google.com/gke-tpu-accelerator`). Its shape must be the slices' shape: one replica per
-slice, one host per VM, the VM's chips per host. A mismatch leaves pods pending or JAX waiting
+slice, one host per VM, the VM's chips per host. A group that scales (minReplicas < maxReplicas)
+needs KubeRay's in-tree autoscaler with Ray autoscaler v2, and then maxReplicas is the number of
+slices a job gets. A mismatch leaves pods pending or JAX waiting
 for peers that never come, on TPU nodes billed by the hour. The head runs the Jobs API, which
 executes any command it is sent: it must never be reachable from outside the cluster, and inside
 it only with Ray's auth token.
@@ -23,12 +25,13 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from domain.kuberay import MIN_RAY_VERSION_FOR_TOKEN_AUTH
+from domain.kuberay import AUTOSCALER_VERSION, FLEX_START_NODE_LABEL, MIN_RAY_VERSION_FOR_TOKEN_AUTH
 from domain.tpu_catalog import ACCELERATORS
 from policies.rules.common import (
     K8S_SERVICE,
     RAY_CLUSTER,
     SPOT_LABEL,
+    UNKNOWN,
     StackView,
     TpuWorkerGroup,
     at,
@@ -76,6 +79,66 @@ def _container_name(container: dict[str, Any]) -> str:
     return f"container '{name}'" if isinstance(name, str) else "a container"
 
 
+# The head's environment variable that turns Ray autoscaler v2 on without autoscalerOptions.version
+# (KubeRay before 1.4; v1.7.0 still honours it and sets it itself for version v2).
+AUTOSCALER_V2_ENV = "RAY_enable_autoscaler_v2"
+
+
+def _decided(spec: Any, key: str, absent: Any) -> Any:
+    """spec[key], or `absent` (what KubeRay reads) when the key is not there; UNKNOWN when the
+    spec itself is not known yet."""
+    if not isinstance(spec, dict):
+        return UNKNOWN
+    return spec[key] if key in spec else absent
+
+
+def in_tree_autoscaling(cluster_spec: Any) -> Any:
+    """Whether KubeRay runs its autoscaler for the cluster (an absent flag is off), or UNKNOWN."""
+    enabled = _decided(cluster_spec, "enableInTreeAutoscaling", False)
+    return enabled if isinstance(enabled, bool) else UNKNOWN
+
+
+def _autoscaler_version(cluster_spec: dict[str, Any]) -> Any:
+    """The Ray autoscaler KubeRay runs: autoscalerOptions.version, else v2 when the head sets
+    RAY_enable_autoscaler_v2 to 1 or true (as KubeRay v1.7.0 reads it), else v1; UNKNOWN in preview."""
+    options = _decided(cluster_spec, "autoscalerOptions", {})
+    version = _decided(options, "version", None)
+    if version is not None:
+        return version if isinstance(version, str) else UNKNOWN
+    env = _decided(at(cluster_spec, "headGroupSpec", "template", "spec", "containers", 0), "env", [])
+    if not isinstance(env, list):
+        return UNKNOWN
+    for variable in env:
+        if isinstance(variable, dict) and at(variable, "name") == AUTOSCALER_V2_ENV:
+            value = at(variable, "value")
+            if not known(value):
+                return UNKNOWN
+            return "v2" if value in ("1", "true") else "v1"
+    return "v1"
+
+
+def slices_for_a_job(cluster_spec: Any, group_spec: Any) -> tuple[Any, str]:
+    """How many slices (replicas) a TPU worker group gives a job, and the field that says it: with
+    the in-tree autoscaler, maxReplicas (it brings them up on demand); without, replicas as KubeRay
+    keeps it, within minReplicas and maxReplicas (utils.GetWorkerGroupDesiredReplicas). UNKNOWN
+    when that cannot be told yet."""
+    autoscaling = in_tree_autoscaling(cluster_spec)
+    if autoscaling is UNKNOWN:
+        return UNKNOWN, "replicas"
+    most = whole_number(at(group_spec, "maxReplicas"))
+    if autoscaling:
+        return most, "maxReplicas"
+    replicas = whole_number(at(group_spec, "replicas"))
+    least = whole_number(at(group_spec, "minReplicas"))
+    if not known(replicas):
+        return UNKNOWN, "replicas"
+    if known(least) and replicas < least:
+        return least, "minReplicas"
+    if known(most) and replicas > most:
+        return most, "maxReplicas"
+    return replicas, "replicas"
+
+
 def hosts_per_slice(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
     """One Ray worker per TPU VM: numOfHosts is the VM count of the selected topology."""
     cluster = _ray_cluster(args)
@@ -117,15 +180,17 @@ def chips_per_host(args: ResourceValidationArgs, report_violation: ReportViolati
 
 
 def megascale_slices(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
-    """JAX multi-slice waits for MEGASCALE_NUM_SLICES slices; KubeRay starts `replicas` of them."""
+    """JAX multi-slice waits for MEGASCALE_NUM_SLICES slices; KubeRay starts `replicas` of them, or
+    the autoscaler up to `maxReplicas`."""
     cluster = _ray_cluster(args)
     if cluster is None:
         return
     props, label = cluster
     for group in tpu_worker_groups(props):
-        replicas = whole_number(at(group.spec, "replicas"))
+        replicas, source = slices_for_a_job(at(props, "spec"), group.spec)
         if not known(replicas):
             continue
+        gives = f"scales to at most {replicas} slices" if source == "maxReplicas" else f"starts {replicas} slices"
         for container in group.containers:
             env = at(container, "env")
             for variable in env if isinstance(env, list) else []:
@@ -134,11 +199,49 @@ def megascale_slices(args: ResourceValidationArgs, report_violation: ReportViola
                 slices = whole_number(at(variable, "value"))
                 if known(slices) and slices != replicas:
                     report_violation(
-                        f"{label}: worker group '{group.name}' starts {replicas} slices but sets "
+                        f"{label}: worker group '{group.name}' {gives} ({source}) but sets "
                         f"MEGASCALE_NUM_SLICES={slices}: JAX would wait for slices that never "
                         f'come, or leave some out. Set MEGASCALE_NUM_SLICES to "{replicas}".',
                         args.urn,
                     )
+
+
+def autoscaler_for_scaling_groups(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+    """A TPU group that may scale (minReplicas < maxReplicas) only scales with KubeRay's in-tree
+    autoscaler, and only Ray autoscaler v2 reads the label selectors of Ray's TPU slice placement
+    groups (ray.util.tpu): under v1, or with no autoscaler, a job's slices never come up."""
+    cluster = _ray_cluster(args)
+    if cluster is None:
+        return
+    props, label = cluster
+    spec = at(props, "spec")
+    for group in tpu_worker_groups(props):
+        least = whole_number(at(group.spec, "minReplicas"))
+        most = whole_number(at(group.spec, "maxReplicas"))
+        if not known(least, most) or least >= most:
+            continue
+        autoscaling = in_tree_autoscaling(spec)
+        if autoscaling is UNKNOWN:
+            continue
+        if not autoscaling:
+            report_violation(
+                f"{label}: worker group '{group.name}' may run {least} to {most} slices, but "
+                "spec.enableInTreeAutoscaling is not true, so nothing scales it: KubeRay keeps its "
+                "replicas, and a job waits for slices that never come. Set "
+                f'spec.enableInTreeAutoscaling to true with spec.autoscalerOptions.version "{AUTOSCALER_VERSION}", '
+                "or give the group a fixed size (minReplicas = maxReplicas = replicas).",
+                args.urn,
+            )
+            continue
+        version = _autoscaler_version(spec)
+        if known(version) and version != AUTOSCALER_VERSION:
+            report_violation(
+                f"{label}: worker group '{group.name}' is scaled by Ray autoscaler {version}, which "
+                "ignores the label selectors of Ray's TPU slice placement groups, so it never brings "
+                "a slice up for a Ray Train job. Set spec.autoscalerOptions.version to "
+                f'"{AUTOSCALER_VERSION}".',
+                args.urn,
+            )
 
 
 def _image_problem(image: str) -> str | None:
@@ -191,8 +294,9 @@ def privileged_only_for_tpu(args: ResourceValidationArgs, report_violation: Repo
                 )
 
 
-def _requires_spot(pod_spec: dict[str, Any]) -> bool:
-    if at(pod_spec, "nodeSelector", SPOT_LABEL) == "true":
+def _requires_label(pod_spec: dict[str, Any], label: str) -> bool:
+    """Whether the pod can only run on nodes labelled `label`=true."""
+    if at(pod_spec, "nodeSelector", label) == "true":
         return True
     terms = at(
         pod_spec, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms"
@@ -202,7 +306,7 @@ def _requires_spot(pod_spec: dict[str, Any]) -> bool:
         for expression in expressions if isinstance(expressions, list) else []:
             values = at(expression, "values")
             if (
-                at(expression, "key") == SPOT_LABEL
+                at(expression, "key") == label
                 and at(expression, "operator") == "In"
                 and isinstance(values, list)
                 and "true" in values
@@ -211,20 +315,31 @@ def _requires_spot(pod_spec: dict[str, Any]) -> bool:
     return False
 
 
+# Capacity the head must not run on, and what happens to the job there.
+_HEAD_REFUSED_CAPACITY = {
+    SPOT_LABEL: ("Spot nodes", "a preemption ends the whole job"),
+    FLEX_START_NODE_LABEL: ("flex-start nodes", "the node ends after its maximum run duration, and the job with it"),
+}
+
+
 def head_not_on_spot(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
-    """A preempted head ends the job and every worker's progress since the last checkpoint."""
+    """A preempted head (or one on a flex-start node at its end) ends the job and every worker's
+    progress since the last checkpoint."""
     cluster = _ray_cluster(args)
     if cluster is None:
         return
     props, label = cluster
     head = at(props, "spec", "headGroupSpec", "template", "spec")
-    if isinstance(head, dict) and _requires_spot(head):
-        report_violation(
-            f"{label} schedules its head on Spot nodes ({SPOT_LABEL}=true): a preemption ends "
-            "the whole job while the TPU slices keep billing. Remove the Spot node selector "
-            "from the head and keep it on the on-demand CPU pool.",
-            args.urn,
-        )
+    if not isinstance(head, dict):
+        return
+    for node_label, (nodes, effect) in _HEAD_REFUSED_CAPACITY.items():
+        if _requires_label(head, node_label):
+            report_violation(
+                f"{label} schedules its head on {nodes} ({node_label}=true): {effect} while the "
+                "TPU slices keep billing. Remove that node selector from the head and keep it on "
+                "the on-demand CPU pool.",
+                args.urn,
+            )
 
 
 def head_service_cluster_ip(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
@@ -350,13 +465,14 @@ def tpu_selectors(args: StackValidationArgs, report_violation: ReportViolation) 
 
 
 def replicas_match_slices(args: StackValidationArgs, report_violation: ReportViolation) -> None:
-    """One worker-group replica per slice: the stack's TPU node pools of that shape."""
+    """One worker-group replica per slice: the stack's TPU node pools of that shape (with the
+    autoscaler, the most it may bring up: maxReplicas)."""
     stack = StackView(args.resources)
     pools = stack.tpu_pools()
     if not stack.pools_decided() or not all(isinstance(f.topology, str) for _, f in pools):
         return
     for cluster, label, group in _ray_clusters(stack):
-        replicas = whole_number(at(group.spec, "replicas"))
+        replicas, source = slices_for_a_job(at(cluster.props, "spec"), group.spec)
         if group.accelerator is None or not known(replicas):
             continue
         slices = sum(
@@ -367,10 +483,15 @@ def replicas_match_slices(args: StackValidationArgs, report_violation: ReportVio
         if not slices or replicas == slices:
             continue
         effect = "replicas stay pending" if replicas > slices else "slices sit idle, billed"
+        fix = (
+            f"Set maxReplicas to {slices}"
+            if source == "maxReplicas" and in_tree_autoscaling(at(cluster.props, "spec")) is True
+            else f"Set replicas (and minReplicas, maxReplicas) to {slices}"
+        )
         report_violation(
-            f"{label}: worker group '{group.name}' has {replicas} replicas, but the stack has "
-            f"{slices} TPU slice(s) (node pools) of {group.accelerator.name} {group.topology}, so "
-            f"{effect}. Set replicas (and minReplicas, maxReplicas) to {slices}.",
+            f"{label}: worker group '{group.name}' gives a job {replicas} slices ({source}), but the "
+            f"stack has {slices} TPU slice(s) (node pools) of {group.accelerator.name} {group.topology}, "
+            f"so {effect}. {fix}.",
             cluster.urn,
         )
 
@@ -390,8 +511,14 @@ ALL = [
     ),
     ResourceValidationPolicy(
         name="raycluster-megascale-slices",
-        description="MEGASCALE_NUM_SLICES equals the TPU worker group's replicas.",
+        description="MEGASCALE_NUM_SLICES equals the slices the TPU worker group gives a job (replicas, or maxReplicas when autoscaled).",
         validate=megascale_slices,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    ResourceValidationPolicy(
+        name="raycluster-autoscaler-v2",
+        description="A TPU worker group that scales (minReplicas < maxReplicas) has KubeRay's in-tree autoscaler with Ray autoscaler v2.",
+        validate=autoscaler_for_scaling_groups,
         enforcement_level=EnforcementLevel.MANDATORY,
     ),
     ResourceValidationPolicy(
@@ -408,7 +535,7 @@ ALL = [
     ),
     ResourceValidationPolicy(
         name="raycluster-head-not-on-spot",
-        description="The Ray head is never scheduled on Spot nodes.",
+        description="The Ray head is never scheduled on Spot or flex-start nodes.",
         validate=head_not_on_spot,
         enforcement_level=EnforcementLevel.MANDATORY,
     ),
@@ -438,7 +565,7 @@ ALL = [
     ),
     StackValidationPolicy(
         name="raycluster-replicas-match-slices",
-        description="TPU worker groups have one replica per TPU slice (node pool) of their shape.",
+        description="TPU worker groups give a job one replica per TPU slice (node pool) of their shape.",
         validate=replicas_match_slices,
         enforcement_level=EnforcementLevel.MANDATORY,
     ),
