@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from domain import kuberay
 from domain import settings as settings_module
 from domain.settings import SettingsError
 from infra.config import read_settings
@@ -249,7 +250,8 @@ def test_standard_scales_one_pool_and_one_replica_per_slice(slices):
     assert tpu_pools == sorted(f"v6e-16-{index}" for index in range(slices))
     assert all(find(run, POOL, name).inputs["autoscaling"]["totalMaxNodeCount"] == 4 for name in tpu_pools)
     group = run.one(RAY_CLUSTER).inputs["spec"]["workerGroupSpecs"][0]
-    assert (group["replicas"], group["numOfHosts"]) == (slices, 4)
+    # Up to one replica per slice: the autoscaler brings them up for a job (minSlices 0 by default).
+    assert (group["maxReplicas"], group["numOfHosts"]) == (slices, 4)
     env = {item["name"]: item["value"] for item in group["template"]["spec"]["containers"][0]["env"]}
     assert env["MEGASCALE_NUM_SLICES"] == str(slices)
     assert run.outputs["totalChips"] == 16 * slices
@@ -264,7 +266,7 @@ def test_autopilot_scales_replicas_without_pools(slices):
     config.update({"maxtext-tpu-infra:mode": "autopilot", "maxtext-tpu-infra:slices": slices})
     run = run_infra(config)
     assert run.of_type(POOL) == []
-    assert run.one(RAY_CLUSTER).inputs["spec"]["workerGroupSpecs"][0]["replicas"] == slices
+    assert run.one(RAY_CLUSTER).inputs["spec"]["workerGroupSpecs"][0]["maxReplicas"] == slices
 
 
 def test_larger_topology_changes_hosts_per_slice(monkeypatch):
@@ -567,3 +569,62 @@ def test_capacity_gke_cannot_build_on_standard_stops_before_any_resource(overrid
     with pytest.raises(SettingsError):
         run_program(lambda: build(read_settings()), config, monitor=monitor)
     assert monitor.registrations == []
+
+
+# ---------------------------------------------------------------- scaling and capacity (issue 20)
+
+
+def infra_run(**settings: Any):
+    config = stack_config("dev")
+    config.update({f"maxtext-tpu-infra:{key}": value for key, value in settings.items()})
+    return run_infra(config)
+
+
+@pytest.mark.parametrize("mode", ["standard", "autopilot"])
+def test_the_ray_cluster_scales_slices_from_min_slices_with_ray_autoscaler_v2(mode):
+    spec = infra_run(mode=mode, minSlices=1, idleTimeoutSeconds=600).one(RAY_CLUSTER).inputs["spec"]
+    assert spec["enableInTreeAutoscaling"] is True
+    options = spec["autoscalerOptions"]
+    assert (options["version"], options["idleTimeoutSeconds"], options["upscalingMode"]) == ("v2", 600, "Default")
+    group = spec["workerGroupSpecs"][0]
+    assert (group["minReplicas"], group["maxReplicas"], group["numOfHosts"]) == (1, 2, 4)
+    # Left to the autoscaler: a stated count would be re-applied by every `pulumi up`.
+    assert "replicas" not in group
+
+
+def test_a_stack_keeping_every_slice_up_runs_no_autoscaler():
+    spec = infra_run(minSlices=2).one(RAY_CLUSTER).inputs["spec"]
+    assert "enableInTreeAutoscaling" not in spec and "autoscalerOptions" not in spec
+    group = spec["workerGroupSpecs"][0]
+    assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (2, 2, 2)
+
+
+def test_the_autopilot_compute_class_carries_the_capacity_order_to_the_engine():
+    run = infra_run(mode="autopilot", capacity=["reservation", "spot", "flex-start"], reservation="v6e-res")
+    spec = run.one(COMPUTE_CLASS).inputs["spec"]
+    assert spec["whenUnsatisfiable"] == "DoNotScaleUp"
+    assert [{key: p[key] for key in ("reservations", "spot", "flexStart") if key in p} for p in spec["priorities"]] == [
+        {"reservations": {"affinity": "Specific", "specific": [{"name": "v6e-res"}]}},
+        {"spot": True},
+        {"flexStart": {"enabled": True}},
+    ]
+    assert all(p["tpu"] == {"type": "tpu-v6e-slice", "count": 4, "topology": "4x4"} for p in spec["priorities"])
+    worker = run.one(RAY_CLUSTER).inputs["spec"]["workerGroupSpecs"][0]["template"]["spec"]
+    assert worker["nodeSelector"]["cloud.google.com/compute-class"] == "dranet-compute-class"
+    assert "cloud.google.com/gke-spot" not in worker["nodeSelector"]
+
+
+def test_standard_flex_start_workers_select_flex_start_nodes():
+    worker = infra_run(capacity=["flex-start"]).one(RAY_CLUSTER).inputs["spec"]["workerGroupSpecs"][0]
+    assert worker["template"]["spec"]["nodeSelector"]["cloud.google.com/gke-flex-start"] == "true"
+
+
+@pytest.mark.parametrize(("capacity", "has_class"), [(["spot"], True), (["on-demand"], False)])
+def test_the_compute_class_exists_exactly_when_the_workers_select_it(monkeypatch, capacity, has_class):
+    # An accelerator without DCN networks (no DRANET; none of the shipped presets): only the
+    # capacity choices call for the class, and the pods must not select one that is not there.
+    monkeypatch.setattr(kuberay, "uses_dranet", lambda settings: False)
+    run = infra_run(mode="autopilot", capacity=capacity)
+    selector = run.one(RAY_CLUSTER).inputs["spec"]["workerGroupSpecs"][0]["template"]["spec"]["nodeSelector"]
+    assert len(run.of_type(COMPUTE_CLASS)) == int(has_class)
+    assert ("cloud.google.com/compute-class" in selector) is has_class

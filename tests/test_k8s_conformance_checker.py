@@ -372,3 +372,61 @@ def test_schemas_dir_follows_environment(monkeypatch, tmp_path):
     assert schemas_dir() == tmp_path
     with pytest.raises(pytest.skip.Exception, match=r"not found at .*; set SHARED_SCHEMAS_DIR"):
         require_schema("ray.io_rayclusters.yaml")
+
+
+# --------------------------------------------------------------------------- capacity and scaling (issue 20)
+# The checks the generated manifests rely on (tests/test_kuberay_manifests.py) bite on the fields
+# issue 20 added: a wrong value there is rejected at its path, as the API server would.
+
+
+def test_flex_start_with_spot_in_one_priority_fails_its_cel_rule(compute_class, computeclass_schema):
+    compute_class["spec"]["priorities"][0].update({"flexStart": {"enabled": True}, "spot": True})
+    errors = validate_against_schema(compute_class, computeclass_schema)
+    assert errors == ["spec.priorities[0]: Flex Start provisioning model is incompatible with Spot"]
+
+
+def test_a_specific_reservation_needs_its_name_and_affinity(compute_class, computeclass_schema):
+    compute_class["spec"]["priorities"][0]["reservations"] = {"affinity": "Specific"}
+    errors = validate_against_schema(compute_class, computeclass_schema)
+    assert errors == ["spec.priorities[0].reservations: At least 1 specific reservation required for specific affinity"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "path"),
+    [
+        ("whenUnsatisfiable", "FallBack", "spec.whenUnsatisfiable"),
+        ("tpu", {"type": "tpu-v6e-slice", "chips": 4}, "spec.priorities[0].tpu.chips"),
+        ("tpu", {"type": "tpu-v6e-slice", "count": "4"}, "spec.priorities[0].tpu.count"),
+    ],
+    ids=["when-unsatisfiable", "tpu-misspelt-count", "tpu-count-as-string"],
+)
+def test_compute_class_capacity_fields_are_checked(compute_class, computeclass_schema, field, value, path):
+    target = compute_class["spec"] if field == "whenUnsatisfiable" else compute_class["spec"]["priorities"][0]
+    target[field] = value
+    assert_one_error(validate_against_schema(compute_class, computeclass_schema), path)
+
+
+@pytest.mark.parametrize(
+    ("options", "path"),
+    [
+        ({"version": "v3"}, "spec.autoscalerOptions.version"),
+        ({"upscalingMode": "Fast"}, "spec.autoscalerOptions.upscalingMode"),
+        ({"idleTimeoutSeconds": "300"}, "spec.autoscalerOptions.idleTimeoutSeconds"),
+        ({"idleTimeout": 300}, "spec.autoscalerOptions.idleTimeout"),
+    ],
+    ids=["version", "upscaling-mode", "idle-timeout-as-string", "idle-timeout-misspelt"],
+)
+def test_autoscaler_options_are_checked(raycluster, raycluster_crd, options, path):
+    raycluster["spec"]["enableInTreeAutoscaling"] = True
+    raycluster["spec"]["autoscalerOptions"] = {"version": "v2", **options}
+    assert_one_error(validate_custom_resource(raycluster, raycluster_crd), path)
+
+
+def test_an_autoscaled_reference_cluster_is_valid(raycluster, raycluster_crd):
+    """The reference's worker group as the stack scales it: no replicas, 0 to 2 slices."""
+    raycluster["spec"]["enableInTreeAutoscaling"] = True
+    raycluster["spec"]["autoscalerOptions"] = {"version": "v2", "idleTimeoutSeconds": 300, "upscalingMode": "Default"}
+    group = raycluster["spec"]["workerGroupSpecs"][0]
+    del group["replicas"]
+    group.update({"minReplicas": 0, "maxReplicas": 2})
+    assert validate_custom_resource(raycluster, raycluster_crd) == []

@@ -1,5 +1,6 @@
 """TPU capacity: one multi-host node pool per slice on Standard; on Autopilot, where there are no
-node pools, a ComputeClass that lets GKE create DRANET-enabled TPU nodes for the worker pods."""
+node pools, a ComputeClass that lets GKE create TPU nodes for the worker pods, with DRANET and
+from the stack's capacity choices in order."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ class TpuSlices(pulumi.ComponentResource):
         super().__init__("maxtext-tpu:tpu:TpuSlices", name, None, opts)
         self.capacity = []
         if settings.is_autopilot:
-            if kuberay.uses_dranet(settings):
+            # Exactly when the worker pods select it (domain/kuberay.py).
+            if kuberay.uses_compute_class(settings):
                 manifest = kuberay.compute_class(settings)
                 self.capacity.append(
                     k8s.apiextensions.CustomResource(
