@@ -27,11 +27,14 @@ from ray.util.state import list_nodes, list_placement_groups
 
 from domain.job import resolve_job
 from tests.support.provider_run import ProviderRun
-from workloads import ray_job
+from workloads import job_inputs, ray_job
 from workloads.local_ray import HEAD_NODE_TYPE, LocalRayError, LocalRayHead, WorkerSlices
 
 IDLE_TIMEOUT_SECONDS = 5
 MAX_SLICES = 2
+# The job's queue deadline (queueTimeoutSeconds): far more than its scale-up and its worker group's
+# start take here (~35 s in all on 2 cores).
+QUEUE_TIMEOUT_SECONDS = 120
 # Ray Train gives a worker group's placement 60 s in Ray 2.60 (RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S)
 # before it tears the request down and retries: a scale-up must come well within that.
 SCALE_UP_BOUND_SECONDS = 60
@@ -138,7 +141,9 @@ def look(head: LocalRayHead) -> Sample:
 
 
 @pytest.mark.slow
-def test_a_job_brings_its_slice_up_from_zero_succeeds_and_the_idle_slice_goes_back_to_zero(tmp_path, monkeypatch):
+def test_a_job_brings_its_slice_up_from_zero_succeeds_and_the_idle_slice_goes_back_to_zero(
+    tmp_path, monkeypatch, capsys
+):
     monkeypatch.setattr(ray_job, "POLL_SECONDS", 0.5)
     job = resolve_job("tiny-cpu", run_name="autoscale-run", checkpoint_root=str(tmp_path))
     slices = WorkerSlices(max_slices=MAX_SLICES, idle_timeout_seconds=IDLE_TIMEOUT_SECONDS)
@@ -153,7 +158,12 @@ def test_a_job_brings_its_slice_up_from_zero_succeeds_and_the_idle_slice_goes_ba
         assert head.slice_nodes() == [], "the group must start at 0"
         client = JobSubmissionClient(head.address)
 
-        run = ProviderRun(head, job, timeout_seconds=300).start()
+        run = ProviderRun(head, job, timeout_seconds=300)
+        # What the workloads stack adds for a job that may wait for its slices (job_inputs): the
+        # queue deadline and what the worker group asks for. Neither changes the job's id.
+        run.props.update(queue_timeout_seconds=QUEUE_TIMEOUT_SECONDS, worker_group=job_inputs.worker_group(job))
+        assert ray_job.submission_id(run.props) == run.job_id
+        run.start()
         samples: list[Sample] = []
         node_processes: dict[int, int] = {}  # the added node's, once it is up
         status = None
@@ -212,14 +222,22 @@ def test_a_job_brings_its_slice_up_from_zero_succeeds_and_the_idle_slice_goes_ba
         idle = removed.end_time_ms / 1000 - samples[seen].after  # at most `looks` short of the node's idle time
         assert IDLE_TIMEOUT_SECONDS - looks <= idle < IDLE_TIMEOUT_SECONDS + SCALE_DOWN_MARGIN_SECONDS, (idle, looks)
         scale_down = removed.end_time_ms / 1000 - info.end_time / 1000
+        # The queue time the job reports covers the scale-up: its first worker group started on
+        # the node the autoscaler added (the output is rounded to 0.1 s), before its first step.
+        queued = outs["seconds_queued"]
+        assert queued is not None and scale_up - 0.1 <= queued <= outs["seconds_to_first_step"], (queued, scale_up)
+        progress = capsys.readouterr().err
+        # While it waited, it said so: one slice asked, none up (the group at 0).
+        assert f"RayJob {run.job_id}: waiting for slices: 1 asked, 0 up" in progress, progress
         # And the provider ended the node's processes.
         assert node_processes, "the node's processes were never seen"
         left = [pid for pid, started in node_processes.items() if process_start(pid) == started]
         assert left == [], f"the removed node's processes {left} still run"
     took = time.monotonic() - began
-    print(
-        f"\njob {(info.end_time - info.start_time) / 1000:.1f} s; scale-up: job start -> node alive {scale_up:.1f} s "
-        f"(placement request -> node alive {reaction:.1f} s); scale-down: job end -> node gone {scale_down:.1f} s, "
-        f"idle -> node gone {idle:.1f} s (idle timeout {IDLE_TIMEOUT_SECONDS} s, removal seen within {looks:.1f} s); "
-        f"whole test {took:.0f} s"
-    )
+    with capsys.disabled():  # shown with -s
+        print(
+            f"\njob {(info.end_time - info.start_time) / 1000:.1f} s, secondsQueued {queued} s; scale-up: job start "
+            f"-> node alive {scale_up:.1f} s (placement request -> node alive {reaction:.1f} s); scale-down: job end "
+            f"-> node gone {scale_down:.1f} s, idle -> node gone {idle:.1f} s (idle timeout {IDLE_TIMEOUT_SECONDS} s, "
+            f"removal seen within {looks:.1f} s); whole test {took:.0f} s"
+        )
