@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
 import shlex
 from collections.abc import Callable
@@ -192,6 +193,33 @@ def add_head_service(resources: list[dict[str, Any]]) -> None:
     )
 
 
+# Cases that keep TPU nodes up while idle, for a rule other than the idle budget's.
+KEPT_UP_IS_PAID_FOR = {"tpu-idle-budget": {"enforcementLevel": "disabled"}}
+
+
+@functools.cache
+def _flex_start_pool_props() -> dict[str, dict[str, Any]]:
+    """The TPU node pools of the dev stack with capacity = flex-start, as the program builds them."""
+    config = {**stack_config("dev"), "maxtext-tpu-infra:capacity": ["flex-start"]}
+    return {
+        r["name"]: r["props"]
+        for r in resources_of(run_infra(config))
+        if r["type"] == "gcp:container/nodePool:NodePool" and r["props"]["nodeConfig"].get("flexStart")
+    }
+
+
+def flex_start_pools(resources: list[dict[str, Any]]) -> None:
+    """The shipped Standard stack with flex-start TPU pools."""
+    for name, props in _flex_start_pool_props().items():
+        named(resources, name)["props"] = copy.deepcopy(props)
+
+
+def held_flex_start_pool(resources: list[dict[str, Any]]) -> None:
+    """A flex-start pool without autoscaling, as if it could hold its slice."""
+    flex_start_pools(resources)
+    del named(resources, "tpu-1")["props"]["autoscaling"]
+
+
 @dataclass(frozen=True)
 class Case:
     """One rule broken on one shipped stack: `resource`'s property at `path` set to `value`
@@ -246,6 +274,60 @@ CASES = [
     Case("tpu-pool-catalog-shape", STD, "tpu-0", ("nodeCount",), 3),
     Case("tpu-pool-catalog-shape", STD, "tpu-1", ("nodeConfig", "machineType"), "ct6e-standard-8t", label="machine"),
     Case("tpu-pool-compact-placement", STD, "tpu-1", ("placementPolicy", "type"), "TYPE_UNSPECIFIED"),
+    # The shipped Standard stack scales each slice from zero (minSlices = 0).
+    Case("tpu-pool-catalog-shape", STD, "tpu-1", ("autoscaling", "totalMaxNodeCount"), 3, label="autoscaling-max"),
+    Case(
+        "tpu-pool-catalog-shape",
+        STD,
+        "tpu-0",
+        ("autoscaling", "totalMinNodeCount"),
+        2,
+        config=KEPT_UP_IS_PAID_FOR,
+        label="autoscaling-min",
+    ),
+    Case("tpu-pool-catalog-shape", STD, "tpu-1", ("nodeCount",), 4, label="count-beside-autoscaling"),
+    Case("tpu-pool-flex-start", STD, "tpu-0", ("nodeConfig", "spot"), True, change=flex_start_pools, label="spot"),
+    Case(
+        "tpu-pool-flex-start", STD, "tpu-1", ("management", "autoRepair"), True, change=flex_start_pools, label="repair"
+    ),
+    Case(
+        "tpu-pool-flex-start",
+        STD,
+        "tpu-0",
+        ("nodeConfig", "reservationAffinity", "consumeReservationType"),
+        "SPECIFIC_RESERVATION",
+        change=flex_start_pools,
+        label="reservation",
+    ),
+    Case(
+        "tpu-pool-flex-start",
+        STD,
+        "tpu-1",
+        ("autoscaling", "locationPolicy"),
+        "BALANCED",
+        change=flex_start_pools,
+        label="location-policy",
+    ),
+    Case(
+        "tpu-pool-flex-start",
+        STD,
+        "tpu-0",
+        ("autoscaling", "totalMinNodeCount"),
+        4,
+        config=KEPT_UP_IS_PAID_FOR,
+        change=flex_start_pools,
+        label="kept-up",
+    ),
+    Case(
+        "tpu-pool-flex-start",
+        STD,
+        "tpu-1",
+        ("nodeCount",),
+        4,
+        config=KEPT_UP_IS_PAID_FOR,
+        change=held_flex_start_pool,
+        label="held",
+    ),
     Case("tpu-pool-dranet-networks", STD, "tpu-0", ("nodeConfig", "labels"), {}),
     Case(
         "tpu-pool-dranet-networks",
@@ -864,3 +946,23 @@ def test_a_fixed_size_group_needs_no_autoscaler():
     spec = named(resources, "ray-cluster")["props"]["spec"]
     assert "enableInTreeAutoscaling" not in spec
     assert [v for v in evaluate(resources) if v.policy_name == "raycluster-autoscaler-v2"] == []
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{"capacity": ["flex-start"]}, {"minSlices": 2}, {"minSlices": 1}, {"capacity": ["spot"], "minSlices": 1}],
+    ids=["flex-start", "held", "one-held-one-scaling", "spot-one-held"],
+)
+def test_every_standard_capacity_shape_passes(overrides):
+    """The pools the program builds for each capacity choice and minSlices pass every rule."""
+    config = {**stack_config("dev"), **{f"maxtext-tpu-infra:{k}": v for k, v in overrides.items()}}
+    assert evaluate(resources_of(run_infra(config)), KEPT_UP_IS_PAID_FOR) == []
+
+
+def test_flex_start_cases_break_a_real_flex_start_pool(shipped):
+    """The flex-start cases start from pools the program built with capacity = flex-start."""
+    resources = copy.deepcopy(shipped["infra-standard"])
+    flex_start_pools(resources)
+    pools = [named(resources, name)["props"] for name in ("tpu-0", "tpu-1")]
+    assert all(p["nodeConfig"]["flexStart"] is True and p["management"]["autoRepair"] is False for p in pools)
+    assert evaluate(resources) == []

@@ -1,7 +1,9 @@
 """TPU node pools: a node pool whose machine type is a TPU machine of the catalog.
 
 A multi-host slice only becomes usable when every VM of its topology is there, placed together
-and wired to the DCN networks; anything less is billed by the chip-hour and trains nothing.
+and wired to the DCN networks; anything less is billed by the chip-hour and trains nothing. A pool
+either holds its slice (a node count) or scales it as one unit through GKE's autoscaling, from 0
+to every VM (domain/gcp_resources.py); a flex-start pool is built as GKE requires of it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pulumi_policy import (
     ResourceValidationPolicy,
 )
 
-from domain.gcp_resources import DRANET_NODE_LABEL
+from domain.gcp_resources import DRANET_NODE_LABEL, FLEX_START_LOCATION_POLICY, FLEX_START_RESERVATION_AFFINITY
 from policies.rules.common import (
     NODE_POOL,
     UNKNOWN,
@@ -25,9 +27,11 @@ from policies.rules.common import (
     known,
     plain,
     pool_slice,
+    whole_number,
 )
 
 [(DRANET_LABEL, DRANET_VALUE)] = DRANET_NODE_LABEL.items()
+NO_RESERVATION = FLEX_START_RESERVATION_AFFINITY["consume_reservation_type"]
 
 
 def _tpu_pool(args: ResourceValidationArgs) -> tuple[dict[str, Any], PoolSlice, str] | None:
@@ -45,7 +49,7 @@ def catalog_shape(args: ResourceValidationArgs, report_violation: ReportViolatio
     pool = _tpu_pool(args)
     if pool is None:
         return
-    _, found, label = pool
+    props, found, label = pool
     accelerator, topology = found.accelerator, found.topology
     if not isinstance(topology, str):
         return
@@ -67,12 +71,43 @@ def catalog_shape(args: ResourceValidationArgs, report_violation: ReportViolatio
             args.urn,
         )
         return
-    if known(found.node_count) and found.node_count != found.shape.vms:
+    vms = found.shape.vms
+    if known(found.node_count) and found.node_count != vms:
         report_violation(
             f"{label} has {found.node_count} nodes, but a {topology} slice of TPU "
-            f"{accelerator.name} is {found.shape.vms} VMs of {found.shape.chips_per_vm} chips: "
+            f"{accelerator.name} is {vms} VMs of {found.shape.chips_per_vm} chips: "
             "a partial slice never becomes ready and extra VMs sit idle, both billed. Set "
-            f"node_count={found.shape.vms}.",
+            f"node_count={vms}.",
+            args.urn,
+        )
+    autoscaling = at(props, "autoscaling")
+    if not isinstance(autoscaling, dict):
+        return
+    whole = f"a {topology} slice of TPU {accelerator.name} is {vms} VMs and GKE scales it as one unit"
+    for key in ("totalMaxNodeCount", "maxNodeCount"):
+        most = whole_number(at(autoscaling, key))
+        if known(most) and most != vms:
+            report_violation(
+                f"{label} autoscales up to {most} nodes ({key}), but {whole}: with fewer VMs "
+                "the slice never becomes ready, and more are never used. Set "
+                f"autoscaling.total_max_node_count={vms}.",
+                args.urn,
+            )
+    for key in ("totalMinNodeCount", "minNodeCount"):
+        fewest = whole_number(at(autoscaling, key))
+        if known(fewest) and fewest not in (0, vms):
+            report_violation(
+                f"{label} keeps at least {fewest} nodes ({key}), but {whole}: a slice is up or "
+                f"not, so its pool holds 0 or {vms} nodes. Set autoscaling.total_min_node_count=0 "
+                f"(or hold the slice with node_count={vms} and no autoscaling).",
+                args.urn,
+            )
+    count = whole_number(at(props, "nodeCount"))
+    if known(count):
+        report_violation(
+            f"{label} sets node_count={count} beside autoscaling: every update would resize the "
+            "pool back to that count, fighting the cluster autoscaler. Remove node_count, or "
+            "remove autoscaling to hold the slice.",
             args.urn,
         )
 
@@ -156,10 +191,72 @@ def gke_metadata_server(args: ResourceValidationArgs, report_violation: ReportVi
         )
 
 
+def flex_start(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+    """A flex-start pool as GKE builds one: its nodes come only through the cluster autoscaler,
+    from any zone with capacity, never from a reservation and never Spot, and are not
+    auto-repaired (GKE's flex-start documentation and xpk, cited in domain/gcp_resources.py)."""
+    pool = _tpu_pool(args)
+    if pool is None:
+        return
+    props, _, label = pool
+    if at(props, "nodeConfig", "flexStart") is not True:
+        return
+    fix = "Build the pool from the stack's capacity = flex-start setting, or set "
+    if at(props, "nodeConfig", "spot") is True:
+        report_violation(
+            f"{label} is both flex-start and Spot: they are two provisioning models and GKE "
+            f"takes one per node pool. {fix}node_config.spot=False.",
+            args.urn,
+        )
+    affinity = at(props, "nodeConfig", "reservationAffinity", "consumeReservationType")
+    if known(affinity) and affinity != NO_RESERVATION:
+        report_violation(
+            f"{label} is flex-start with reservation affinity {affinity!r}: flex-start capacity "
+            f"comes from the Dynamic Workload Scheduler, not from a reservation. {fix}"
+            f"node_config.reservation_affinity={{'consume_reservation_type': '{NO_RESERVATION}'}}.",
+            args.urn,
+        )
+    if at(props, "management", "autoRepair") is True:
+        report_violation(
+            f"{label} is flex-start with auto-repair on: flex-start TPU pools are created with "
+            f"auto-repair off (--no-enable-autorepair). {fix}management.auto_repair=False.",
+            args.urn,
+        )
+    count = whole_number(at(props, "nodeCount"))
+    if known(count) and count > 0:
+        report_violation(
+            f"{label} is flex-start with node_count={count}: flex-start nodes come only through "
+            f"the cluster autoscaler, from zero. {fix}autoscaling from 0 and no node_count.",
+            args.urn,
+        )
+    autoscaling = at(props, "autoscaling")
+    if not isinstance(autoscaling, dict):
+        return
+    fewest = whole_number(at(autoscaling, "totalMinNodeCount"))
+    if known(fewest) and fewest > 0:
+        report_violation(
+            f"{label} is flex-start and keeps at least {fewest} nodes: flex-start pools scale "
+            f"from zero, and a slice kept up would end when its VMs reach their run limit. {fix}"
+            "autoscaling.total_min_node_count=0.",
+            args.urn,
+        )
+    policy = at(autoscaling, "locationPolicy")
+    if known(policy) and policy != FLEX_START_LOCATION_POLICY:
+        report_violation(
+            f"{label} is flex-start with location policy {policy!r}: GKE requires "
+            f"{FLEX_START_LOCATION_POLICY!r} for flex-start, so the autoscaler takes capacity "
+            f"wherever it is found. {fix}autoscaling.location_policy='{FLEX_START_LOCATION_POLICY}'.",
+            args.urn,
+        )
+
+
 ALL = [
     ResourceValidationPolicy(
         name="tpu-pool-catalog-shape",
-        description="TPU node pools use the catalog's machine type and node count for their topology.",
+        description=(
+            "TPU node pools use the catalog's machine type and node count for their topology, "
+            "or autoscale from 0 to that count."
+        ),
         validate=catalog_shape,
         enforcement_level=EnforcementLevel.MANDATORY,
     ),
@@ -185,6 +282,15 @@ ALL = [
         name="tpu-pool-gke-metadata",
         description="TPU node pools run the GKE metadata server (Workload Identity for pods).",
         validate=gke_metadata_server,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    ResourceValidationPolicy(
+        name="tpu-pool-flex-start",
+        description=(
+            "Flex-start TPU node pools autoscale from 0 with location policy ANY, no reservation, "
+            "no Spot and no auto-repair."
+        ),
+        validate=flex_start,
         enforcement_level=EnforcementLevel.MANDATORY,
     ),
 ]
