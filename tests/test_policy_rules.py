@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
 import shlex
 from collections.abc import Callable
@@ -193,6 +194,33 @@ def add_head_service(resources: list[dict[str, Any]]) -> None:
     )
 
 
+# Cases that keep TPU nodes up while idle, for a rule other than the idle budget's.
+KEPT_UP_IS_PAID_FOR = {"tpu-idle-budget": {"enforcementLevel": "disabled"}}
+
+
+@functools.cache
+def _flex_start_pool_props() -> dict[str, dict[str, Any]]:
+    """The TPU node pools of the dev stack with capacity = flex-start, as the program builds them."""
+    config = {**stack_config("dev"), "maxtext-tpu-infra:capacity": ["flex-start"]}
+    return {
+        r["name"]: r["props"]
+        for r in resources_of(run_infra(config))
+        if r["type"] == "gcp:container/nodePool:NodePool" and r["props"]["nodeConfig"].get("flexStart")
+    }
+
+
+def flex_start_pools(resources: list[dict[str, Any]]) -> None:
+    """The shipped Standard stack with flex-start TPU pools."""
+    for name, props in _flex_start_pool_props().items():
+        named(resources, name)["props"] = copy.deepcopy(props)
+
+
+def held_flex_start_pool(resources: list[dict[str, Any]]) -> None:
+    """A flex-start pool without autoscaling, as if it could hold its slice."""
+    flex_start_pools(resources)
+    del named(resources, "tpu-1")["props"]["autoscaling"]
+
+
 @dataclass(frozen=True)
 class Case:
     """One rule broken on one shipped stack: `resource`'s property at `path` set to `value`
@@ -247,6 +275,60 @@ CASES = [
     Case("tpu-pool-catalog-shape", STD, "tpu-0", ("nodeCount",), 3),
     Case("tpu-pool-catalog-shape", STD, "tpu-1", ("nodeConfig", "machineType"), "ct6e-standard-8t", label="machine"),
     Case("tpu-pool-compact-placement", STD, "tpu-1", ("placementPolicy", "type"), "TYPE_UNSPECIFIED"),
+    # The shipped Standard stack scales each slice from zero (minSlices = 0).
+    Case("tpu-pool-catalog-shape", STD, "tpu-1", ("autoscaling", "totalMaxNodeCount"), 3, label="autoscaling-max"),
+    Case(
+        "tpu-pool-catalog-shape",
+        STD,
+        "tpu-0",
+        ("autoscaling", "totalMinNodeCount"),
+        2,
+        config=KEPT_UP_IS_PAID_FOR,
+        label="autoscaling-min",
+    ),
+    Case("tpu-pool-catalog-shape", STD, "tpu-1", ("nodeCount",), 4, label="count-beside-autoscaling"),
+    Case("tpu-pool-flex-start", STD, "tpu-0", ("nodeConfig", "spot"), True, change=flex_start_pools, label="spot"),
+    Case(
+        "tpu-pool-flex-start", STD, "tpu-1", ("management", "autoRepair"), True, change=flex_start_pools, label="repair"
+    ),
+    Case(
+        "tpu-pool-flex-start",
+        STD,
+        "tpu-0",
+        ("nodeConfig", "reservationAffinity", "consumeReservationType"),
+        "SPECIFIC_RESERVATION",
+        change=flex_start_pools,
+        label="reservation",
+    ),
+    Case(
+        "tpu-pool-flex-start",
+        STD,
+        "tpu-1",
+        ("autoscaling", "locationPolicy"),
+        "BALANCED",
+        change=flex_start_pools,
+        label="location-policy",
+    ),
+    Case(
+        "tpu-pool-flex-start",
+        STD,
+        "tpu-0",
+        ("autoscaling", "totalMinNodeCount"),
+        4,
+        config=KEPT_UP_IS_PAID_FOR,
+        change=flex_start_pools,
+        label="kept-up",
+    ),
+    Case(
+        "tpu-pool-flex-start",
+        STD,
+        "tpu-1",
+        ("nodeCount",),
+        4,
+        config=KEPT_UP_IS_PAID_FOR,
+        change=held_flex_start_pool,
+        label="held",
+    ),
     Case("tpu-pool-dranet-networks", STD, "tpu-0", ("nodeConfig", "labels"), {}),
     Case(
         "tpu-pool-dranet-networks",
@@ -789,6 +871,81 @@ def test_the_memory_rules_defer_to_a_fit_check_of_exactly_the_job(shipped):
     assert {v.policy_name for v in evaluate(resources, {})} == {"rayjob-hbm-headroom"}
 
 
+def infra_with(**settings: Any) -> list[dict[str, Any]]:
+    config = stack_config("dev")
+    config.update({f"maxtext-tpu-infra:{key}": value for key, value in settings.items()})
+    return resources_of(run_infra(config))
+
+
+def test_the_idle_budget_passes_a_stack_that_scales_to_zero_and_flags_slices_kept_up(shipped):
+    """By default (idleBudgetDollarsPerDay 0) a stack may keep nothing up while idle: the shipped
+    stacks scale to zero; the one of before issue 20, every slice always up, pays all day."""
+    for stack in ("infra-standard", "infra-autopilot"):
+        assert [v for v in evaluate(shipped[stack]) if v.policy_name == "tpu-idle-budget"] == []
+    always_up = infra_with(minSlices=2)
+    [violation] = [v for v in evaluate(always_up) if v.policy_name == "tpu-idle-budget"]
+    assert violation.message.startswith(
+        "While no job runs, the stack keeps 32 TPU chips up (16 in node pool 'tpu-0', 16 in node pool 'tpu-1'): "
+        "about $86.40 an hour, $2,073.60 a day ($2.70 per chip-hour, the on-demand list price in us-east5), over "
+        "the idle budget of $0.00 a day. Lower minSlices"
+    )
+    assert evaluate(always_up, {"tpu-idle-budget": {"idleBudgetDollarsPerDay": 2073.60}}) == []
+
+
+def test_a_training_hour_and_an_idle_hour_are_priced_at_the_pools_capacity():
+    """Spot pools at us-east5's Spot price: all 32 chips while training, the one slice kept up idle."""
+    resources = infra_with(capacity=["spot"], minSlices=1)
+    config = {"tpu-hourly-budget": {"budgetDollarsPerHour": 34}, "tpu-idle-budget": {"idleBudgetDollarsPerDay": 414}}
+    training, idle = sorted(evaluate(resources, config), key=lambda v: v.policy_name)
+    assert training.policy_name == "tpu-hourly-budget" and idle.policy_name == "tpu-idle-budget"
+    assert "the stack's 32 TPU chips" in training.message and "about $34.56 an hour ($1.08 per chip-hour, the spot" in (
+        training.message
+    )
+    assert "keeps 16 TPU chips up (16 in node pool 'tpu-0')" in idle.message
+    assert "about $17.28 an hour, $414.72 a day ($1.08 per chip-hour, the spot list price in us-east5)" in idle.message
+    config = {
+        "tpu-hourly-budget": {"budgetDollarsPerHour": 34.56},
+        "tpu-idle-budget": {"idleBudgetDollarsPerDay": 414.72},
+    }
+    assert evaluate(resources, config) == []
+
+
+def test_capacity_without_a_catalog_price_is_bounded_by_on_demand():
+    """Flex-start has no list price in the catalog; no capacity choice costs more than on demand,
+    so the budget still holds the stack to that bound, and says so."""
+    resources = infra_with(capacity=["flex-start"])
+    [violation] = evaluate(resources, {"tpu-hourly-budget": {"budgetDollarsPerHour": 86}})
+    assert "about $86.40 an hour ($2.70 per chip-hour, at most the on-demand list price in us-east5 (the catalog " in (
+        violation.message
+    )
+    assert "has no flex-start price there))" in violation.message
+
+
+def test_the_idle_budget_defaults_to_nothing_kept_up():
+    settings = reconcile_config(ALL, None)
+    assert settings["tpu-idle-budget"] == (EnforcementLevel.ADVISORY, {"idleBudgetDollarsPerDay": 0})
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{"capacity": ["flex-start"]}, {"minSlices": 2}, {"minSlices": 1}, {"capacity": ["spot"], "minSlices": 1}],
+    ids=["flex-start", "held", "one-held-one-scaling", "spot-one-held"],
+)
+def test_every_standard_capacity_shape_passes(overrides):
+    """The pools the program builds for each capacity choice and minSlices pass every rule."""
+    config = {**stack_config("dev"), **{f"maxtext-tpu-infra:{k}": v for k, v in overrides.items()}}
+    assert evaluate(resources_of(run_infra(config)), KEPT_UP_IS_PAID_FOR) == []
+
+
+def test_flex_start_cases_break_a_real_flex_start_pool(shipped):
+    """The flex-start cases start from pools the program built with capacity = flex-start."""
+    resources = copy.deepcopy(shipped["infra-standard"])
+    flex_start_pools(resources)
+    pools = [named(resources, name)["props"] for name in ("tpu-0", "tpu-1")]
+    assert all(p["nodeConfig"]["flexStart"] is True and p["management"]["autoRepair"] is False for p in pools)
+    assert evaluate(resources) == []
+
+
 # ---------------------------------------------------------------- worker groups that scale (issue 20)
 
 
@@ -876,58 +1033,3 @@ def test_a_fixed_size_group_needs_no_autoscaler():
     spec = named(resources, "ray-cluster")["props"]["spec"]
     assert "enableInTreeAutoscaling" not in spec
     assert [v for v in evaluate(resources) if v.policy_name == "raycluster-autoscaler-v2"] == []
-
-
-def infra_with(**settings: Any) -> list[dict[str, Any]]:
-    config = stack_config("dev")
-    config.update({f"maxtext-tpu-infra:{key}": value for key, value in settings.items()})
-    return resources_of(run_infra(config))
-
-
-def test_the_idle_budget_passes_a_stack_that_scales_to_zero_and_flags_slices_kept_up(shipped):
-    """By default (idleBudgetDollarsPerDay 0) a stack may keep nothing up while idle: the shipped
-    stacks scale to zero; the one of before issue 20, every slice always up, pays all day."""
-    for stack in ("infra-standard", "infra-autopilot"):
-        assert [v for v in evaluate(shipped[stack]) if v.policy_name == "tpu-idle-budget"] == []
-    always_up = infra_with(minSlices=2)
-    [violation] = [v for v in evaluate(always_up) if v.policy_name == "tpu-idle-budget"]
-    assert violation.message.startswith(
-        "While no job runs, the stack keeps 32 TPU chips up (16 in node pool 'tpu-0', 16 in node pool 'tpu-1'): "
-        "about $86.40 an hour, $2,073.60 a day ($2.70 per chip-hour, the on-demand list price in us-east5), over "
-        "the idle budget of $0.00 a day. Lower minSlices"
-    )
-    assert evaluate(always_up, {"tpu-idle-budget": {"idleBudgetDollarsPerDay": 2073.60}}) == []
-
-
-def test_a_training_hour_and_an_idle_hour_are_priced_at_the_pools_capacity():
-    """Spot pools at us-east5's Spot price: all 32 chips while training, the one slice kept up idle."""
-    resources = infra_with(capacity=["spot"], minSlices=1)
-    config = {"tpu-hourly-budget": {"budgetDollarsPerHour": 34}, "tpu-idle-budget": {"idleBudgetDollarsPerDay": 414}}
-    training, idle = sorted(evaluate(resources, config), key=lambda v: v.policy_name)
-    assert training.policy_name == "tpu-hourly-budget" and idle.policy_name == "tpu-idle-budget"
-    assert "the stack's 32 TPU chips" in training.message and "about $34.56 an hour ($1.08 per chip-hour, the spot" in (
-        training.message
-    )
-    assert "keeps 16 TPU chips up (16 in node pool 'tpu-0')" in idle.message
-    assert "about $17.28 an hour, $414.72 a day ($1.08 per chip-hour, the spot list price in us-east5)" in idle.message
-    config = {
-        "tpu-hourly-budget": {"budgetDollarsPerHour": 34.56},
-        "tpu-idle-budget": {"idleBudgetDollarsPerDay": 414.72},
-    }
-    assert evaluate(resources, config) == []
-
-
-def test_capacity_without_a_catalog_price_is_bounded_by_on_demand():
-    """Flex-start has no list price in the catalog; no capacity choice costs more than on demand,
-    so the budget still holds the stack to that bound, and says so."""
-    resources = infra_with(capacity=["flex-start"])
-    [violation] = evaluate(resources, {"tpu-hourly-budget": {"budgetDollarsPerHour": 86}})
-    assert "about $86.40 an hour ($2.70 per chip-hour, at most the on-demand list price in us-east5 (the catalog " in (
-        violation.message
-    )
-    assert "has no flex-start price there))" in violation.message
-
-
-def test_the_idle_budget_defaults_to_nothing_kept_up():
-    settings = reconcile_config(ALL, None)
-    assert settings["tpu-idle-budget"] == (EnforcementLevel.ADVISORY, {"idleBudgetDollarsPerDay": 0})
