@@ -15,14 +15,13 @@ from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass
 from typing import Any
 
-from domain import dcn, gcp_names, gke, k8s_names, resource_names
+from domain import dcn, gcp_names, gke, k8s_names, ray_head, resource_names
 from domain.capacity_choices import CAPACITY_CHOICES, DEFAULT_CAPACITY, FLEX_START, RESERVATION, SPOT
 from domain.images import IMAGE_RULE, image_reference_problems, ray_version_of
 from domain.job import JobError, resolve_job
 from domain.machine_types import machine_size
 from domain.presets import PRESETS, Preset
 from domain.problems import ProblemsError
-from domain.ray_head import HEAD_CPUS, HEAD_MEMORY_GIB
 from domain.ray_version import MIN_RAY_VERSION_FOR_TOKEN_AUTH, RAY_VERSION, version_key
 from domain.setting import Reading, read, setting, settings_of
 from domain.tpu_catalog import TPU_ZONES_SOURCE, Accelerator, SliceShape
@@ -503,7 +502,8 @@ def parse_settings(
 
     head_machine_type = values["head_machine_type"]
     if mode == "standard" and head_machine_type and reading.ok("head_machine_type"):
-        problems += _head_machine_problems(head_machine_type)
+        autoscales = slices is not None and values["min_slices"] is not None and values["min_slices"] < slices
+        problems += _head_machine_problems(head_machine_type, autoscales=autoscales)
     ray_image = values["ray_image"]
     if ray_image and reading.ok("ray_image"):
         problems += _ray_image_version_problems(reading.shown("rayImage"), ray_version_of(ray_image))
@@ -620,20 +620,22 @@ def _capacity_problems(reading: Reading, *, mode: str | None, slices: int | None
     return problems
 
 
-def _head_machine_problems(machine_type: str) -> list[str]:
-    """The Ray head pod's requests against what GKE leaves pods on a node of `machine_type`
-    (domain/gke.py); a size the name does not say is not checked (domain/machine_types.py)."""
+def _head_machine_problems(machine_type: str, *, autoscales: bool) -> list[str]:
+    """The Ray head pod's requests (with the autoscaler's sidecar on a stack that scales) against
+    what GKE leaves pods on a node of `machine_type` (domain/gke.py); a size the name does not say
+    is not checked (domain/machine_types.py)."""
     size = machine_size(machine_type)
+    cpus, memory_gib = ray_head.head_pod_cpus(autoscales), ray_head.head_pod_memory_gib(autoscales)
+    whose = "the head's and its autoscaler's requests" if autoscales else "the head's request"
     short = []
-    if size.vcpus is not None and gke.allocatable_cpu(size.vcpus) < HEAD_CPUS:
+    if size.vcpus is not None and gke.allocatable_cpu(size.vcpus) < cpus:
         short.append(
-            f"{gke.allocatable_cpu(size.vcpus):.2f} allocatable CPUs of its {size.vcpus:g} vCPUs for the head's "
-            f"request of {HEAD_CPUS}"
+            f"{gke.allocatable_cpu(size.vcpus):.2f} allocatable CPUs of its {size.vcpus:g} vCPUs for {whose} of {cpus:g}"
         )
-    if size.memory_gib is not None and gke.allocatable_memory_gib(size.memory_gib) < HEAD_MEMORY_GIB:
+    if size.memory_gib is not None and gke.allocatable_memory_gib(size.memory_gib) < memory_gib:
         short.append(
             f"{gke.allocatable_memory_gib(size.memory_gib):.2f} GiB of allocatable memory of its "
-            f"{size.memory_gib:g} GiB for the head's request of {HEAD_MEMORY_GIB} GiB"
+            f"{size.memory_gib:g} GiB for {whose} of {memory_gib:g} GiB"
         )
     if not short:
         return []

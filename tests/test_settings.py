@@ -144,3 +144,11 @@ def test_other_accelerator_topologies_are_checked_against_their_catalog():
 def test_an_unknown_preset_is_one_problem_without_a_wrong_hint_about_dcn_subnets():
     problems = problems_of(preset="gpt")
     assert len(problems) == 1 and problems[0].startswith("preset = 'gpt' is not valid")
+
+
+def test_a_head_machine_with_room_for_the_head_alone_fits_a_stack_that_does_not_scale():
+    """The autoscaler's sidecar runs in the head pod only where slices scale (minSlices < slices)."""
+    fixed = parse(headMachineType="n2-custom-16-19456", minSlices="2")
+    assert fixed.head_machine_type == "n2-custom-16-19456" and not fixed.autoscales
+    with pytest.raises(SettingsError, match=r"head's and its autoscaler's requests of 16\.5 GiB"):
+        parse(headMachineType="n2-custom-16-19456", minSlices="1")

@@ -336,7 +336,7 @@ ROWS = [
     # ---------------------------------------------------------------- arithmetic the program has the numbers for
     row(
         "head-machine-8-vcpus",
-        {"headMachineType": "n1-standard-8"},
+        {"headMachineType": "n1-standard-8", "minSlices": 2},
         "headMachineType = 'n1-standard-8' is too small for the Ray head: a GKE node of it offers 7.91 allocatable "
         "CPUs of its 8 vCPUs for the head's request of 8",
         "use a machine type with more, for example n1-standard-16",
@@ -344,7 +344,14 @@ ROWS = [
     row(
         "head-machine-memory",
         {"headMachineType": "n2-highcpu-16"},
-        "offers 13.30 GiB of allocatable memory of its 16 GiB for the head's request of 16 GiB",
+        "offers 13.30 GiB of allocatable memory of its 16 GiB for the head's and its autoscaler's requests of 16.5 GiB",
+        "use a machine type with more",
+    ),
+    row(
+        # Room for the head (16 GiB) but not for the autoscaler's sidecar beside it (0.5 GiB more).
+        "head-machine-without-room-for-the-autoscaler",
+        {"headMachineType": "n2-custom-16-19456"},
+        "offers 16.12 GiB of allocatable memory of its 19 GiB for the head's and its autoscaler's requests of 16.5 GiB",
         "use a machine type with more",
     ),
     row(
