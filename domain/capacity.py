@@ -272,6 +272,12 @@ def stack_cost(
     if not 0 <= min_slices <= slices:
         raise ValueError(f"min_slices = {min_slices} must be within 0..slices ({slices})")
     price: ChipHourPrice | None
+    if price_override is not None and not math.isfinite(price_override * slices * chips_per_slice * HOURS_PER_DAY):
+        raise ValueError(
+            f"pricePerChipHour = {price_override:g} is out of range: times the stack's {slices * chips_per_slice} "
+            f"chips and {HOURS_PER_DAY} hours it is more dollars per day than a number holds; use a price in US "
+            "dollars, for example 2.70"
+        )
     if price_override is not None:
         price = ChipHourPrice(
             usd=price_override, capacity=capacity, region=region, source="the pricePerChipHour setting"

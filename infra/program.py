@@ -27,6 +27,10 @@ from infra.components.worker_image import WorkerImage
 
 def build(settings: StackSettings) -> dict[str, Any]:
     """Creates every resource of the procedure; returns the stack outputs by their stable names."""
+    # Priced first: a price no number can hold stops the program before any resource exists.
+    cost = settings_cost(settings)
+    if cost.price is None:
+        pulumi.log.warn(f"TPU cost: {cost.basis}")
     apis = ProjectApis("apis", settings)
     networks = DcnNetworks("dcn", settings, apis) if settings.uses_dcn_networks else None
     cluster = GkeCluster(settings.cluster_name, settings, apis)
@@ -40,9 +44,6 @@ def build(settings: StackSettings) -> dict[str, Any]:
         image = settings.ray_image
     ray = KubeRay("ray", settings, cluster, storage, slices, image)
     shape = settings.slice_shape
-    cost = settings_cost(settings)
-    if cost.price is None:
-        pulumi.log.warn(f"TPU cost: {cost.basis}")
     return {
         "clusterName": cluster.name,
         # projects/P/locations/L/clusters/N: the GKE API's name for the cluster.

@@ -198,3 +198,19 @@ def test_the_idle_cost_table_comes_from_the_cost_model():
     assert "| capacity spot, scale to zero | $34.56 | $0.00 | $0.00 |" in lines
     assert "| capacity flex-start, scale to zero | no figure (set pricePerChipHour) | $0.00 | $0.00 |" in lines
     assert "TPU chips only: 32 chips, 2 slices of v6e-16, in us-east5. Priced at:" in lines
+
+
+def test_a_price_whose_day_no_number_holds_is_refused():
+    """32 chips x 5e306 fits a float; a day of it (x 24) does not, and would export inf."""
+    with pytest.raises(
+        ValueError, match=r"pricePerChipHour = 5e\+306 is out of range: times the stack's 32 chips and 24"
+    ):
+        stack_cost(
+            accelerator=V6E,
+            region="us-east5",
+            capacity="on-demand",
+            chips_per_slice=16,
+            slices=2,
+            min_slices=0,
+            price_override=5e306,
+        )
