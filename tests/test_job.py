@@ -66,6 +66,14 @@ def test_cpu_job_has_one_worker():
     assert (job.use_tpu, job.num_workers, job.topology) == (False, 1, None)
 
 
+def test_a_worker_holds_all_the_chips_of_its_tpu_vm_or_one_cpu():
+    """What the trainer asks Ray for per worker, and what the workloads stack counts the slices
+    that are up by; not part of the job's JSON (so no job id changed with it)."""
+    assert resolve().resources_per_worker == {"TPU": 4.0}
+    assert resolve("tiny-cpu", checkpoint_root="/tmp/out").resources_per_worker == {"CPU": 1.0}
+    assert "resources_per_worker" not in json.loads(resolve().to_json())
+
+
 def test_json_round_trip():
     job = resolve("llama3-70b", slices=4, elastic=True, min_slices=2, max_failures=5, max_preemptions=9)
     assert JobSpec.from_json(job.to_json()) == job

@@ -47,6 +47,10 @@ MAX_PREEMPTIONS = (
     "maxFailures)"
 )
 TIMEOUT = "use 1 or more seconds (default 21600, 6 hours)"
+QUEUE_TIMEOUT = (
+    "use 30 to 604800 seconds (7 days; default 3600, 1 hour): fewer would stop a job whose slices are up before its "
+    "worker group has started"
+)
 FUSE_ALL_GATHER = "--xla_tpu_enable_async_collective_fusion_fuse_all_gather=true"
 IN_CLEAR = "so it would appear in clear there; set it without --secret (`pulumi config set {key} VALUE`), or keep the value out of this stack"
 
@@ -292,6 +296,24 @@ ROWS = [
         ("timeoutSeconds", "'1h'", "use 1 or more seconds")),
     Bad("timeout-fraction", {"timeoutSeconds": 0.5}, f"timeoutSeconds = 0.5 is not a whole number; {TIMEOUT}",
         ("timeoutSeconds", "0.5", "use 1 or more seconds")),
+    Bad("queue-timeout-below-range", {"queueTimeoutSeconds": 29},
+        f"queueTimeoutSeconds = 29 is out of range; {QUEUE_TIMEOUT}",
+        ("queueTimeoutSeconds", "= 29", "use 30 to 604800 seconds")),
+    Bad("queue-timeout-above-range-local", {"queueTimeoutSeconds": 604801},
+        f"queueTimeoutSeconds = 604801 is out of range; {QUEUE_TIMEOUT}",
+        ("queueTimeoutSeconds", "= 604801", "use 30 to 604800 seconds"), stack="local"),
+    Bad("queue-timeout-text", {"queueTimeoutSeconds": "1h"},
+        f"queueTimeoutSeconds = '1h' is not a whole number; {QUEUE_TIMEOUT}",
+        ("queueTimeoutSeconds", "'1h'", "use 30 to 604800 seconds")),
+    Bad("queue-timeout-fraction", {"queueTimeoutSeconds": 60.5},
+        f"queueTimeoutSeconds = 60.5 is not a whole number; {QUEUE_TIMEOUT}",
+        ("queueTimeoutSeconds", "60.5", "use 30 to 604800 seconds")),
+    # Ray Train's worker-group start timeout is the queue deadline's (domain/queueing.py).
+    Bad("runtime-env-ray-train-start-timeout", {"runtimeEnv": {"env_vars": {"RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": "30"}}},
+        "runtimeEnv.env_vars.RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S = 30 is the job's queue deadline, which "
+        "queueTimeoutSeconds sets; remove it from runtimeEnv and set queueTimeoutSeconds instead (`pulumi config set "
+        "queueTimeoutSeconds SECONDS`)",
+        ("runtimeEnv.env_vars.RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "= 30", "set queueTimeoutSeconds")),
     # Runtime envs that install at every job start.
     Bad("runtime-pip", {"runtimeEnv": {"pip": ["torch"]}},
         f"runtimeEnv.pip = ['torch'] installs Python packages with pip {OPT_IN}",
@@ -595,14 +617,28 @@ def test_a_secret_override_value_stays_out_of_the_message():
         },
         {"maxtextOverrides": {"weight_sparsity_n": "2"}},  # null in base.yml: MaxText checks it
         {"elastic": True, "minSlices": 2, "maxFailures": 0, "timeoutSeconds": 1},
+        {"queueTimeoutSeconds": 30},
+        {"queueTimeoutSeconds": "604800"},
     ],
-    ids=["pip-opted-in", "env-vars", "local-working-dir", "typed-text", "typed-values", "null-default", "ranges-edges"],
+    ids=[
+        "pip-opted-in",
+        "env-vars",
+        "local-working-dir",
+        "typed-text",
+        "typed-values",
+        "null-default",
+        "ranges-edges",
+        "queue-timeout-lowest",
+        "queue-timeout-highest",
+    ],
 )
 def test_settings_within_range_register_the_job(settings):
     run, inputs = run_workloads("dev", **settings)
     assert len(run.of_type(RAY_JOB_GUARD)) == 1
     if "runtimeEnv" in settings:
         assert inputs["runtime_env"] == settings["runtimeEnv"]
+    if "queueTimeoutSeconds" in settings:
+        assert inputs["queue_timeout_seconds"] == int(settings["queueTimeoutSeconds"])
 
 
 def test_a_cpu_preset_and_a_local_head_still_run_elastic():
@@ -622,6 +658,8 @@ def test_a_cpu_preset_and_a_local_head_still_run_elastic():
 #   (llama3-8b-dev-154078, was llama3-8b-dev), which changes the entrypoint, metadata and
 #   checkpoint_dir, and so both ids. An existing stack that pins `runName: llama3-8b-dev` still
 #   registers the first releases' job (tests/test_run_names.py).
+# Issue 20 added the inputs queue_timeout_seconds and worker_group: they are updatable (a change is
+# no new run), so the ids below stayed what they were.
 
 DEV_GKE = {
     "ca_certificate": "Q0VSVA==",

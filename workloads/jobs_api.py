@@ -455,8 +455,8 @@ class JobsApi:
         """The cluster's alive nodes as Ray's state API lists them (GET /api/v0/nodes, what
         `ray list nodes` asks; each with its `resources_total` and `labels`), through the same
         address and credentials as the Jobs API."""
-        self.client()  # fresh headers when due
         what = "listing the cluster's nodes"
+        self._fresh_headers(what)
         params = {
             "limit": str(NODE_LIST_LIMIT),
             "filter_keys": "state",
@@ -485,11 +485,17 @@ class JobsApi:
             raise JobsApiError(ErrorKind.REJECTED, f"{what}: the answer is not Ray's node list")
         return [entry for entry in entries if isinstance(entry, dict)]
 
+    def _fresh_headers(self, what: str) -> None:
+        """Mints the client (and so this target's headers) when due, for a request sent with
+        `requests` itself; a failure to do so is a JobsApiError like any other, never the raw
+        error of the SDK's version check or of the auth plugin."""
+        self.call(what, lambda _client: None)
+
     def _log_chunks(self, job_id: str, node_id: str, lines: int) -> Iterator[bytes]:
-        self.client()  # fresh headers when due
         url = f"{self.address}/api/v0/logs/file"
         params = {"submission_id": job_id, "node_id": node_id, "lines": str(lines)}
         what = f"reading the log of {job_id}"
+        self._fresh_headers(what)
         try:
             with requests.get(
                 url,

@@ -449,8 +449,8 @@ class QueueWatch:
             up = f"how many were up could not be counted ({self.up_problem})"
         elif self.up >= self.needed:
             up = (
-                f"{self.up} were up, yet its worker group did not start: see the log below for what held its "
-                "driver or its placement"
+                f"{self.up} {'was' if self.up == 1 else 'were'} up, yet its worker group did not start: see the "
+                "log below for what held its driver or its placement"
             )
         else:
             up = f"{self.up} {'was' if self.up == 1 else 'were'} up"
