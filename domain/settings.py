@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from domain import dcn, gcp_names, gke, k8s_names, ray_head, resource_names
+from domain.capacity import HOURS_PER_DAY
 from domain.capacity_choices import CAPACITY_CHOICES, DEFAULT_CAPACITY, FLEX_START, RESERVATION, SPOT
 from domain.images import IMAGE_RULE, image_reference_problems, ray_version_of
 from domain.job import JobError, resolve_job
@@ -333,11 +334,16 @@ class StackSettings:
     )
     price_per_chip_hour: float | None = setting(
         "number",
-        "On-demand US dollars per TPU chip-hour for the cost outputs; defaults to the list price (v6e 2.70).",
-        unset="the accelerator's list price",
+        "US dollars per TPU chip-hour of the first capacity choice, for the cost outputs; defaults to the "
+        "catalog's list price for that choice in gcp:region (v6e on demand 2.70 in US regions; flex-start has "
+        "none: set this for dollar figures).",
+        unset="the catalog's list price",
         above=0,
         valid="use a positive number of US dollars, for example 2.70",
-        in_clear="it is exported as the pricePerChipHourUsd and onDemandDollarsPerHour outputs",
+        in_clear=(
+            "it is exported as the pricePerChipHourUsd output and prices trainingDollarsPerHour, "
+            "idleDollarsPerHour and idleDollarsPerDay"
+        ),
     )
 
     @property
@@ -347,12 +353,6 @@ class StackSettings:
     @property
     def slice_shape(self) -> SliceShape:
         return self.accelerator.shape(self.topology)
-
-    @property
-    def chip_hour_price(self) -> float:
-        if self.price_per_chip_hour is not None:
-            return self.price_per_chip_hour
-        return self.accelerator.price_per_chip_hour_usd
 
     @property
     def primary_capacity(self) -> str:
@@ -510,10 +510,11 @@ def parse_settings(
     price = values["price_per_chip_hour"]
     if price is not None and chosen is not None and topology_ok and slices is not None:
         chips = slices * chosen.accelerator.shape(topology).chips
-        if not math.isfinite(price * chips):
+        if not math.isfinite(price * chips * HOURS_PER_DAY):
             problems.append(
                 f"pricePerChipHour = {reading.shown('pricePerChipHour')} is out of range: times the stack's {chips} "
-                "chips it is more dollars per hour than a number holds; use a price in US dollars, for example 2.70"
+                f"chips and {HOURS_PER_DAY} hours it is more dollars per day than a number holds; use a price in US "
+                "dollars, for example 2.70"
             )
 
     reservation = values["reservation"]

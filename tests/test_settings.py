@@ -2,6 +2,7 @@
 
 import pytest
 
+from domain.capacity import settings_cost
 from domain.settings import MAX_SLICES, SettingsError, parse_settings
 
 PROJECT = "maxtext-tpu-infra"
@@ -115,8 +116,9 @@ def test_bad_input_names_setting_value_and_fix(overrides, expected):
 
 
 def test_chip_hour_price_defaults_to_the_catalog_and_can_be_overridden():
-    assert parse().chip_hour_price == 2.70
-    assert parse(pricePerChipHour="1.89").chip_hour_price == 1.89
+    assert settings_cost(parse()).price_per_chip_hour == 2.70
+    assert settings_cost(parse(capacity="spot")).price_per_chip_hour == 1.08  # us-east5's Spot price
+    assert settings_cost(parse(pricePerChipHour="1.89")).price_per_chip_hour == 1.89
 
 
 def test_standard_minimum_version_is_accepted():

@@ -422,6 +422,13 @@ ROWS = [
         "pricePerChipHour = 1e308 is out of range: times the stack's 32 chips",
         "use a price in US dollars, for example 2.70",
     ),
+    row(
+        # 32 chips' hour holds a number; their day does not.
+        "price-overflows-the-cost-of-a-day",
+        {"pricePerChipHour": "5e306"},
+        "pricePerChipHour = 5e306 is out of range: times the stack's 32 chips and 24 hours",
+        "use a price in US dollars, for example 2.70",
+    ),
     row("price-ten-thousand-digits", {"pricePerChipHour": "1" * 10_000}, "pricePerChipHour = '111", "is out of range"),
     row("slices-ten-thousand-digits", {"slices": "1" * 10_000}, "slices = '111", "is out of range; use 1 to 64"),
     row(
