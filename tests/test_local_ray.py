@@ -410,3 +410,20 @@ def test_an_autoscaling_head_adds_a_loopback_node_for_a_job_and_stop_ends_it_all
     assert [pid for pid in node_processes if process_start(pid) == session[pid]] == [], "the node outlived stop()"
     assert [pid for pid, start in session.items() if process_start(pid) == start] == []
     assert group_members(group) == []
+
+
+def test_an_autoscaler_that_cannot_start_fails_the_heads_start_and_leaves_no_process(monkeypatch):
+    """A config the autoscaler refuses ends it, and `ray start` with it, right after the head's
+    dashboard is up: start() must fail saying why rather than return a head that is going away,
+    and none of the processes `ray start` left behind may outlive it."""
+    config = WorkerSlices.autoscaling_config
+    monkeypatch.setattr(
+        WorkerSlices, "autoscaling_config", lambda self, gcs_address: {**config(self, gcs_address), "not_a_key": 1}
+    )
+    head = LocalRayHead(worker_slices=WorkerSlices())
+    started = time.monotonic()
+    with pytest.raises(LocalRayError, match="ray start exited with") as error:
+        head.start()
+    print(f"start() failed after {time.monotonic() - started:.1f} s")
+    assert "'not_a_key': 1" in str(error.value), "the message should show the autoscaler's error"
+    assert group_members(head.process.pid) == [], "processes of the failed head were left running"

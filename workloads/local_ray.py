@@ -302,7 +302,7 @@ class _RayStart:
         assert self.process is not None
         deadline = time.monotonic() + self.start_timeout
         while not ready():
-            if self.process.poll() is not None:
+            if self._exited():
                 self.stop()  # whatever it left behind
                 raise LocalRayError(f"ray start exited with {self.process.returncode}:\n{self._log_tail()}")
             reason = failed()
@@ -313,6 +313,20 @@ class _RayStart:
                 self.stop()
                 raise LocalRayError(f"{what} did not come up within {self.start_timeout:.0f} s:\n{self._log_tail()}")
             time.sleep(0.5)
+
+    def _exited(self) -> bool:
+        """Whether `ray start` has exited, without reaping it. Unreaped, its pid, and so its
+        process group's id, cannot go to another process, so stop() still finds the processes it
+        left in its group: when one of Ray's processes dies, `ray start` exits and ends the
+        others, but not always all (dashboard modules and agents were seen to outlive it), and
+        those retitle themselves, which can wipe the session marker from their environment."""
+        assert self.process is not None
+        if self.process.returncode is not None:
+            return True
+        try:
+            return os.waitid(os.P_PID, self.process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:  # reaped elsewhere
+            return True
 
     def _log(self) -> str:
         if self.log_path is None or not self.log_path.exists():
