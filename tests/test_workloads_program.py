@@ -86,6 +86,15 @@ def test_the_job_cost_is_estimated_before_it_runs():
     assert outputs["estimatedJobDollars"] == pytest.approx(expected, abs=0.01)
 
 
+def test_a_capacity_without_a_price_gives_the_job_no_dollar_figure_and_says_why():
+    """A flex-start infra stack without pricePerChipHour exports no price (domain/capacity.py)."""
+    basis = "no dollar figure: the catalog has no flex-start list price for TPU v6e in us-east5"
+    run, _ = run_workloads("dev", infra_outputs={**INFRA_OUTPUTS, "pricePerChipHourUsd": None, "costBasis": basis})
+    outputs = run.outputs
+    assert outputs["estimatedJobDollars"] is None and outputs["costBasis"] == basis
+    assert 2.0 < outputs["estimatedStepSeconds"] < 2.6 and outputs["estimatedJobHours"] > 0
+
+
 def recorded_fit_check(job):
     """A fit check of exactly `job`'s configuration, with the 8B anchor's recorded profile."""
     from domain.speed_anchors import V6E_ANCHORS

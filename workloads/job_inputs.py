@@ -30,9 +30,10 @@ INFRA_OUTPUTS = (
     "accelerator",
     "slices",
     "topology",
-    "pricePerChipHourUsd",
 )
-OPTIONAL_INFRA_OUTPUTS = ("clusterId", "rayAuthSecret")
+# pricePerChipHourUsd is None where the infra stack has no price for its capacity (flex-start
+# without pricePerChipHour); costBasis says why. The job then has no dollar figure.
+OPTIONAL_INFRA_OUTPUTS = ("clusterId", "rayAuthSecret", "pricePerChipHourUsd", "costBasis")
 
 
 def local_checkpoint_root(settings: WorkloadSettings) -> str:
@@ -205,6 +206,7 @@ COST_OUTPUTS = (
     "estimatedStepSeconds",
     "estimatedJobHours",
     "estimatedJobDollars",
+    "costBasis",
 )
 PREDICTION, ASSUMED_MFU = "prediction", "assumedMfu"
 
@@ -242,8 +244,11 @@ def fit_check_result(job: JobSpec, settings: WorkloadSettings) -> FitResult | No
     return result
 
 
-def cost_estimate(job: JobSpec, settings: WorkloadSettings, price_per_chip_hour: float) -> dict[str, Any]:
-    """What the job should cost: its steps x an estimated step time, at the chips' hourly price.
+def cost_estimate(
+    job: JobSpec, settings: WorkloadSettings, price_per_chip_hour: float | None, cost_basis: str | None = None
+) -> dict[str, Any]:
+    """What the job should cost: its steps x an estimated step time, at the chips' hourly price
+    (None when the infra stack has none: `cost_basis`, its costBasis output, says why).
     The step time is the fit check's prediction for this exact configuration when there is one
     (estimateSource `prediction`), else model FLOPs per step over what the chips deliver at the
     assumed MFU (`assumedMfu`). None for CPU jobs."""
@@ -259,7 +264,7 @@ def cost_estimate(job: JobSpec, settings: WorkloadSettings, price_per_chip_hour:
         chips=chips,
         peak_tflops_per_chip=accelerator_by_ray_type(job.accelerator_type or "").peak_bf16_tflops_per_chip,
         assumed_mfu=settings.assumed_mfu,
-        price_per_chip_hour_usd=price_per_chip_hour,
+        price_per_chip_hour_usd=price_per_chip_hour or 0.0,
         step_seconds=prediction.step_seconds if prediction else None,
     )
     return {
@@ -269,5 +274,6 @@ def cost_estimate(job: JobSpec, settings: WorkloadSettings, price_per_chip_hour:
         "predictedMfu": round(prediction.mfu, 4) if prediction else None,
         "estimatedStepSeconds": round(estimate.step_seconds or 0, 3),
         "estimatedJobHours": round(estimate.job_hours or 0, 3),
-        "estimatedJobDollars": estimate.job_dollars,
+        "estimatedJobDollars": estimate.job_dollars if price_per_chip_hour is not None else None,
+        "costBasis": cost_basis,
     }

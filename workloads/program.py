@@ -26,6 +26,11 @@ from workloads.ray_job import (
     submission_id,
 )
 
+
+def _price(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
 __all__ = ["COST_OUTPUTS", "INFRA_OUTPUTS", "OPTIONAL_INFRA_OUTPUTS", "build"]
 
 
@@ -56,7 +61,9 @@ async def build(settings: WorkloadSettings) -> dict[str, Any]:
         inputs = job.apply(lambda resolved: job_inputs.ray_job_inputs(resolved, settings))
         target = {"gke": cluster.apply(job_inputs.gke_target)}
         cost = pulumi.Output.all(job, cluster).apply(
-            lambda values: job_inputs.cost_estimate(values[0], settings, float(values[1]["pricePerChipHourUsd"]))
+            lambda values: job_inputs.cost_estimate(
+                values[0], settings, _price(values[1].get("pricePerChipHourUsd")), values[1].get("costBasis")
+            )
         )
     else:
         resolved = job_inputs.resolve_local(settings)
