@@ -549,9 +549,9 @@ class LocalRayHead(_RayStart):
 
     With `worker_slices`, Ray's autoscaler (v2) runs on the head and adds and removes the
     group's nodes itself, through Ray's fake multi-node provider: each node is a raylet and its
-    agents started on this machine by the autoscaler, on loopback too (they are not `ray start`
-    nodes, so single-machine mode does not stop them), in this head's session and temp dir, and
-    stop() ends them with the rest of the session. The head then has no CPUs: a job's workers
+    agents started on this machine by the autoscaler, on loopback too (Ray's single-machine mode
+    refuses only `ray start` nodes, and gives these 127.0.0.1), in this head's session and temp
+    dir, and stop() ends them with the rest of the session. The head then has no CPUs: a job's workers
     run only once the autoscaler has added a node."""
 
     def __init__(
@@ -727,7 +727,7 @@ class LocalRayHead(_RayStart):
         self.temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
         self._write_token()  # in the temp dir, before Ray makes it world-writable
         env = self.environment()
-        autoscaling = []
+        autoscaling: list[str] = []
         if self.worker_slices is not None:
             config_path = Path(self.temp_dir) / "autoscaling-config.json"
             # JSON is YAML, which is what the autoscaler reads.
