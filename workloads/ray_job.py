@@ -65,6 +65,9 @@ JOB_DEFINING = (*IDENTITY, "entrypoint", "runtime_env", "metadata", "address", "
 # the job's worker group asks for (`slices`, `min_slices`, `hosts_per_slice`,
 # `resources_per_worker`: counted while the job waits for them).
 UPDATABLE = ("queue_timeout_seconds", "timeout_seconds", "worker_group", "total_steps", "checkpoint_dir")
+# Updatable inputs of later releases: state written before them records a job submitted without
+# them, and they only act on a submission or a wait, so their absence there is no change.
+ADDED_TO_UPDATABLE = ("queue_timeout_seconds", "worker_group")
 # The job's submission id under the earlier scheme, when the stack's guard recorded one (see
 # RayJobGuardProvider): create adopts a run still going (or finished) under that id.
 LEGACY_JOB_ID = "legacy_job_id"
@@ -520,7 +523,12 @@ class RayJobProvider(ResourceProvider):
             return digests.get(key) != new_digests[key]
 
         replaces = [key for key in JOB_DEFINING if changed(key)]
-        updates = [key for key in UPDATABLE if _integral(olds.get(key)) != _integral(news.get(key))]
+        updates = [
+            key
+            for key in UPDATABLE
+            if _integral(olds.get(key)) != _integral(news.get(key))
+            and not (key in ADDED_TO_UPDATABLE and key not in olds)
+        ]
         return DiffResult(changes=bool(replaces or updates), replaces=replaces)
 
     def create(self, props: dict[str, Any]) -> CreateResult:
