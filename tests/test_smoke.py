@@ -37,6 +37,7 @@ def test_smoke_trains_the_tiny_preset_and_ends_with_the_result_as_json(arguments
     assert (result["restarts"], result["preemptions"], result["failures"], result["steps_recomputed"]) == (0, 0, 0, 0)
     assert result["seconds_lost_to_restarts"] == 0
     assert 0 < result["seconds_to_first_step"] < result["duration_seconds"]
+    assert 0 <= result["seconds_queued"] <= result["seconds_to_first_step"]  # the wait for the worker group, apart
     assert 0 < result["goodput_percent"] < 100
 
 
