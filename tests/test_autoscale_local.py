@@ -26,6 +26,7 @@ from ray.job_submission import JobSubmissionClient
 from ray.util.state import list_nodes, list_placement_groups
 
 from domain.job import resolve_job
+from tests.support.processes import process_start
 from tests.support.provider_run import ProviderRun
 from workloads import job_inputs, ray_job
 from workloads.local_ray import HEAD_NODE_TYPE, LocalRayError, LocalRayHead, WorkerSlices
@@ -109,16 +110,6 @@ def environ_has(pid: int, entry: str) -> bool:
         return entry.encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     except OSError:
         return False
-
-
-def process_start(pid: int) -> int | None:
-    """The start time of a live (not zombie) process, None if there is none with this pid."""
-    try:
-        data = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    fields = data[data.rindex(b")") + 2 :].split()
-    return None if fields[0] in (b"Z", b"X") else int(fields[19])
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from ray.job_submission import JobStatus, JobSubmissionClient
 
 from tests.support.listeners import listeners, not_on_loopback
 from tests.support.port_holder import PortHolder
+from tests.support.processes import process_start
 from workloads import local_ray
 from workloads.local_ray import (
     AUTOSCALER_METRIC_PORT_ENV,
@@ -51,16 +52,6 @@ def status_of(url: str, headers: dict[str, str] | None = None) -> int:
             return response.status
     except urllib.error.HTTPError as error:
         return error.code
-
-
-def process_start(pid: int) -> int | None:
-    """The start time of a live (not zombie) process, None if there is none with this pid."""
-    try:
-        data = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    fields = data[data.rindex(b")") + 2 :].split()
-    return None if fields[0] in (b"Z", b"X") else int(fields[19])
 
 
 def group_members(group_id: int) -> list[int]:
@@ -264,18 +255,9 @@ def test_the_holder_of_a_port_is_named_with_its_command_line():
     assert not local_ray.port_in_use(holder.port)
 
 
-def test_every_port_a_head_passes_to_ray_start_is_its_own(monkeypatch, tmp_path):
-    """Ray refuses to start when two of its components get one port; ports probed and closed
-    one at a time can come back from the kernel twice (CI saw node_manager == gcs_server)."""
-    launched: list[list[str]] = []
-
-    class Recorded:
-        def __init__(self, command, **_):
-            launched.append(command)
-
-    monkeypatch.setattr(local_ray.subprocess, "Popen", Recorded)
-    # Make collisions likely: the kernel hands out ports from a range of just a few.
-    pool = iter([41001, 41001, 41002, 41001, 41002, 41003, *range(41003, 41100)])
+def _sockets_bound_to(ports):
+    """A stand-in for socket.socket whose bind to port 0 gets the next of `ports`: a kernel
+    handing out ports from a range of just a few, so collisions are likely."""
 
     class FewPorts:
         def __init__(self, *_):
@@ -288,12 +270,27 @@ def test_every_port_a_head_passes_to_ray_start_is_its_own(monkeypatch, tmp_path)
             return False
 
         def bind(self, _address):
-            self.port = next(pool)
+            self.port = next(ports)
 
         def getsockname(self):
             return ("127.0.0.1", self.port)
 
-    monkeypatch.setattr(local_ray.socket, "socket", FewPorts)
+    return FewPorts
+
+
+def test_every_port_a_head_passes_to_ray_start_is_its_own(monkeypatch, tmp_path):
+    """Ray refuses to start when two of its components get one port; ports probed and closed
+    one at a time can come back from the kernel twice (CI saw node_manager == gcs_server)."""
+    launched: list[list[str]] = []
+
+    class Recorded:
+        def __init__(self, command, **_):
+            launched.append(command)
+
+    monkeypatch.setattr(local_ray.subprocess, "Popen", Recorded)
+    # Make collisions likely: the kernel hands out ports from a range of just a few.
+    pool = iter([41001, 41001, 41002, 41001, 41002, 41003, *range(41003, 41100)])
+    monkeypatch.setattr(local_ray.socket, "socket", _sockets_bound_to(pool))
     head = LocalRayHead()
     head.temp_dir = str(tmp_path)
     head._launch(
@@ -324,24 +321,7 @@ def test_an_autoscaling_heads_ports_are_all_its_own_the_autoscalers_included(mon
     # The kernel hands out 41001, 41002 (dashboard, GCS), 41003, 41004 (client server, the
     # autoscaler's metrics), then those two again first.
     pool = iter([41001, 41002, 41003, 41004, 41003, 41004, *range(41005, 41100)])
-
-    class FewPorts:
-        def __init__(self, *_):
-            self.port = None
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *_):
-            return False
-
-        def bind(self, _address):
-            self.port = next(pool)
-
-        def getsockname(self):
-            return ("127.0.0.1", self.port)
-
-    monkeypatch.setattr(local_ray.socket, "socket", FewPorts)
+    monkeypatch.setattr(local_ray.socket, "socket", _sockets_bound_to(pool))
     head = LocalRayHead(worker_slices=WorkerSlices(max_slices=3, idle_timeout_seconds=7))
     try:
         head.start()
