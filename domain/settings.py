@@ -25,7 +25,14 @@ from domain.presets import PRESETS, Preset
 from domain.problems import ProblemsError
 from domain.ray_version import MIN_RAY_VERSION_FOR_TOKEN_AUTH, RAY_VERSION, version_key
 from domain.setting import Reading, read, setting, settings_of
-from domain.tpu_catalog import TPU_ZONES_SOURCE, Accelerator, SliceShape
+from domain.tpu_catalog import (
+    FLEX_START_ZONES,
+    FLEX_START_ZONES_SOURCE,
+    TPU_ZONES_SOURCE,
+    Accelerator,
+    SliceShape,
+    zone_region,
+)
 
 MAX_SLICES = 64
 
@@ -526,6 +533,9 @@ def parse_settings(
                 "reservation of this project, or mode = standard"
             )
     problems += _capacity_problems(reading, mode=mode, slices=slices)
+    if chosen is not None and mode is not None and reading.ok("capacity", "region", "zone") and region and zone:
+        if values["capacity"] is not None and FLEX_START in values["capacity"]:
+            problems += _flex_start_zone_problems(chosen.accelerator.name, mode, region, zone)
     if values["production"] and values["deletion_protection"] is False:
         problems.append(
             "production = true but deletionProtection is false: a production cluster must survive a "
@@ -619,6 +629,27 @@ def _capacity_problems(reading: Reading, *, mode: str | None, slices: int | None
             "rm idleTimeoutSeconds`"
         )
     return problems
+
+
+def _flex_start_zone_problems(accelerator: str, mode: str, region: str, zone: str) -> list[str]:
+    """Flex-start TPUs exist in a few zones only: a pool elsewhere would wait for ever."""
+    zones = FLEX_START_ZONES.get(accelerator)
+    if zones is None:
+        return []  # no list for this generation: not checked (domain/tpu_catalog.py)
+    if mode == "standard" and zone not in zones:
+        return [
+            f"gcp:zone = {zone!r} with capacity = flex-start: GKE offers flex-start TPU {accelerator} only in "
+            f"{', '.join(zones)}, so the node pools would never get a slice; use one of those zones, or another "
+            f"capacity choice. Zones as listed by {FLEX_START_ZONES_SOURCE}"
+        ]
+    regions = sorted({zone_region(candidate) for candidate in zones})
+    if mode == "autopilot" and region not in regions:
+        return [
+            f"gcp:region = {region!r} with capacity including flex-start: GKE offers flex-start TPU {accelerator} "
+            f"only in {', '.join(zones)}, none of them in this region; use {' or '.join(regions)}, or drop "
+            f"flex-start from capacity. Zones as listed by {FLEX_START_ZONES_SOURCE}"
+        ]
+    return []
 
 
 def _head_machine_problems(machine_type: str, *, autoscales: bool) -> list[str]:

@@ -474,6 +474,21 @@ TPU_ZONES_SOURCE = (
 )
 
 
+# Where GKE offers flex-start (Dynamic Workload Scheduler) TPUs. Source: Google Cloud, "About
+# GPU and TPU provisioning with flex-start", https://cloud.google.com/kubernetes-engine/docs/concepts/dws
+# (also at /kubernetes-engine/docs/concepts/provisioning-model), read 2026-12-04 from a stored
+# copy: TPUs need GKE 1.33.0-gke.1712000 or later, and TPU v6e is offered in the three zones below.
+# Only v6e is listed here (the copy's lines for other generations were not legible); a stack of
+# another generation is not checked.
+FLEX_START_ZONES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {"v6e": ("asia-northeast1-b", "us-east5-a", "us-east5-b")}
+)
+FLEX_START_ZONES_SOURCE = (
+    "https://cloud.google.com/kubernetes-engine/docs/concepts/dws (as read 2026-12-04; FLEX_START_ZONES in "
+    "domain/tpu_catalog.py)"
+)
+
+
 def zone_region(zone: str) -> str:
     """`us-east5-b` -> `us-east5`; AI zones too (`us-south1-ai1b` -> `us-south1`)."""
     return zone.rsplit("-", 1)[0]

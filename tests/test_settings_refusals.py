@@ -259,6 +259,24 @@ ROWS = [
         "set minSlices to 0",
     ),
     row(
+        "flex-start-in-a-zone-without-it",
+        {"gcp:zone": "us-east5-c", "capacity": ["flex-start"]},
+        "gcp:zone = 'us-east5-c' with capacity = flex-start: GKE offers flex-start TPU v6e only in "
+        "asia-northeast1-b, us-east5-a, us-east5-b",
+        "use one of those zones, or another capacity choice",
+    ),
+    row(
+        "flex-start-in-a-region-without-it-autopilot",
+        {
+            "mode": "autopilot",
+            "gcp:region": "us-central1",
+            "gcp:zone": "us-central1-b",
+            "capacity": ["on-demand", "flex-start"],
+        },
+        "gcp:region = 'us-central1' with capacity including flex-start",
+        "use asia-northeast1 or us-east5, or drop flex-start from capacity",
+    ),
+    row(
         "idle-timeout-without-autoscaling",
         {"minSlices": 2, "idleTimeoutSeconds": 600},
         "idleTimeoutSeconds = 600 does nothing while minSlices = slices (2)",
