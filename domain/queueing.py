@@ -76,5 +76,8 @@ def slices_up(nodes: Iterable[Node], *, hosts_per_slice: int, resources_per_work
 
 
 def waiting_line(asked: int, up: int | None) -> str:
-    """The progress line of a job whose first worker group has not started."""
+    """The progress line of a job whose first worker group has not started: once every slice it
+    asked for is up, what it waits for is the group itself (its processes, the JAX setup)."""
+    if up is not None and up >= asked:
+        return f"slices up: {up} of {asked} asked; waiting for the worker group to start"
     return f"waiting for slices: {asked} asked, {'?' if up is None else up} up"

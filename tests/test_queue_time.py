@@ -99,6 +99,7 @@ def test_the_waiting_line_is_printed_only_when_the_numbers_change():
         progress.waiting(2, up)
     assert stream.getvalue().splitlines() == [f"RayJob job: {waiting_line(2, up)}" for up in (0, 1, None, 1, 2)]
     assert waiting_line(2, 1) == "waiting for slices: 2 asked, 1 up"
+    assert waiting_line(2, 2) == "slices up: 2 of 2 asked; waiting for the worker group to start"
     assert waiting_line(2, None) == "waiting for slices: 2 asked, ? up"
 
 
