@@ -142,14 +142,63 @@ def estimate_memory(overrides: Mapping[str, Any], *, chips_per_slice: int, slice
     )
 
 
-def train_flops_per_step(overrides: Mapping[str, Any], *, chips: int) -> float:
-    """Model FLOPs of one step on all chips: 6 per parameter per token (forward and backward)
-    plus attention's score and value products; rematerialization is not counted, as in MFU."""
+# Where a step's model FLOPs and tokens come from (the `flopsSource` of the workloads stack and
+# the fit check's result): MaxText's own count for the resolved configuration, the one it logs
+# TFLOP/s/device and Tokens/s/device with; or, where MaxText cannot be asked (a policy run
+# without the trainer environment), the Llama formula below, which is only right for Llama-shaped
+# dense models.
+MAXTEXT_FLOPS = "maxtext"
+LLAMA_FORMULA = "llamaFormula"
+FLOPS_SOURCES = {
+    MAXTEXT_FLOPS: "MaxText's count for this configuration (calculate_tflops_training_per_device)",
+    LLAMA_FORMULA: "the Llama formula (6 x parameters x tokens + attention; wrong for MoE and GPT-style models)",
+}
+
+
+@dataclass(frozen=True)
+class ModelFlops:
+    """One training step's model FLOPs and tokens on all `chips` (rematerialization not counted,
+    as in MFU), and their source: MAXTEXT_FLOPS, or LLAMA_FORMULA with `fallback_reason`."""
+
+    per_step: float
+    tokens_per_step: float
+    chips: int
+    source: str
+    fallback_reason: str | None = None
+
+    @property
+    def per_chip(self) -> float:
+        return self.per_step / self.chips
+
+    @property
+    def tokens_per_chip(self) -> float:
+        return self.tokens_per_step / self.chips
+
+    @property
+    def described(self) -> str:
+        """The source in words, for reports and policy messages."""
+        why = f": {self.fallback_reason}" if self.fallback_reason else ""
+        return f"{FLOPS_SOURCES[self.source]}{why}"
+
+
+def llama_formula_flops(overrides: Mapping[str, Any], *, chips: int, fallback_reason: str | None = None) -> ModelFlops:
+    """The fallback where MaxText cannot count: 6 FLOPs per parameter per token (forward and
+    backward) plus attention's score and value products, halved for the causal mask, for a
+    Llama-shaped model (gated MLP, untied embeddings). MaxText counts the unembedding only and
+    each architecture's own layers: this is about 1.07x its count for llama3-8b, 0.59x for
+    mixtral-8x7b (one expert counted, two run) and 1.34x for gpt3-6b (tests/test_model_flops.py)."""
     values = {**base_config(), **overrides}
     shape = model_shape(overrides)
-    tokens = float(values["per_device_batch_size"]) * int(values["max_target_length"]) * chips
-    attention = 12 * shape.layers * shape.heads * shape.head_dim * int(values["max_target_length"]) / 2
-    return tokens * (6 * shape.params + attention)
+    length = int(values["max_target_length"])
+    tokens = float(values["per_device_batch_size"]) * length * int(values["gradient_accumulation_steps"]) * chips
+    attention = 12 * shape.layers * shape.heads * shape.head_dim * length / 2
+    return ModelFlops(
+        per_step=tokens * (6 * shape.params + attention),
+        tokens_per_step=tokens,
+        chips=chips,
+        source=LLAMA_FORMULA,
+        fallback_reason=fallback_reason,
+    )
 
 
 @dataclass(frozen=True)

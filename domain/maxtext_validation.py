@@ -18,13 +18,15 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from domain.capacity import MAXTEXT_FLOPS, ModelFlops
 from domain.job import JobSpec, preset_maxtext_overrides
 from domain.maxtext_config import shown
 from domain.tpu_catalog import accelerator_by_ray_type
 
 SETTING = "maxtextOverrides"
 # Bumped when a request or an answer changes shape: older cached answers are then not read.
-FORMAT = 1
+# 2: an accepted configuration's answer carries MaxText's count of a step's FLOPs and tokens.
+FORMAT = 2
 # The run name every check uses: the job's own is checked apart (domain/job.py), and with it in
 # the key every run of the smoke (a new run name each) would ask MaxText again.
 CHECK_RUN_NAME = "config-check"
@@ -34,6 +36,10 @@ LISTED_AT_MOST = 12
 # sequences one training step trains on (its per_device_batch_size x devices, rounded down) and
 # the devices it counted.
 DERIVED = ("micro_batch_size_to_train_on", "num_target_devices")
+# And one training step's work per device as MaxText counts it when it logs TFLOP/s/device and
+# Tokens/s/device (maxtext_utils.calculate_tflops_training_per_device and
+# calculate_tokens_training_per_device), or why it could not count it.
+MODEL_TFLOPS, TOKENS, FLOPS_ERROR = "model_tflops_per_device", "tokens_per_device", "model_flops_error"
 BATCH_KEY = "per_device_batch_size"
 _QUOTED = re.compile(r"'([^']*)'")
 _PREFIXES = ("Value error, ", "Assertion failed, ")
@@ -92,6 +98,38 @@ def requests(job: JobSpec, user_overrides: Mapping[str, Any]) -> list[dict[str, 
             without[key] = _args(others)
         asked.append({"target": target, "args": _args(settings), "without": without})
     return asked
+
+
+def flops_request(job: JobSpec) -> dict[str, Any]:
+    """What to ask MaxText for the FLOPs of `job` on all its slices (the last target: the most
+    slices), without the alternatives (only a refusal needs them)."""
+    return requests(job, {})[-1]
+
+
+def without_alternatives(request: Mapping[str, Any], answer: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The request without its alternatives when its answer is also that request's answer (no
+    override blamed: the alternatives changed nothing), else None. An answer cached under both
+    keys lets a FLOPs count reuse the config check's process."""
+    if answer.get("blamed") or not request.get("without"):
+        return None
+    return {**request, "without": {}}
+
+
+def model_flops(answer: Mapping[str, Any]) -> ModelFlops | str:
+    """MaxText's count of one step's FLOPs and tokens on all the target's devices (MaxText's
+    per-device figures times the devices it counted), or why there is none."""
+    derived = answer.get("derived") or {}
+    if answer.get("errors"):
+        return "MaxText's config refuses this configuration"
+    tflops, tokens, devices = derived.get(MODEL_TFLOPS), derived.get(TOKENS), derived.get(DERIVED[1])
+    if tflops is None or tokens is None or not devices:
+        return f"MaxText could not count its FLOPs ({derived.get(FLOPS_ERROR) or 'no count in its answer'})"
+    return ModelFlops(
+        per_step=float(tflops) * 1e12 * int(devices),
+        tokens_per_step=float(tokens) * int(devices),
+        chips=int(devices),
+        source=MAXTEXT_FLOPS,
+    )
 
 
 def cache_key(request: Mapping[str, Any], lock_digest: str) -> str:

@@ -84,7 +84,7 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
                 }
             ),
             compiled_gib=25.92,
-            predicted_mfu=0.439,
+            predicted_mfu=0.412,
         ),
         "llama3-70b": Preset(
             name="llama3-70b",
@@ -121,7 +121,7 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
                 }
             ),
             compiled_gib=23.71,
-            predicted_mfu=0.488,
+            predicted_mfu=0.481,
         ),
         "tiny-cpu": Preset(
             name="tiny-cpu",

@@ -7,13 +7,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from domain.capacity import (
+    LLAMA_FORMULA,
     cost_per_hour,
     estimate_memory,
     job_cost,
+    llama_formula_flops,
     model_shape,
     settings_cost,
     stack_cost,
-    train_flops_per_step,
 )
 from domain.presets import PROCEDURE_OVERRIDES, maxtext_overrides, preset
 from domain.settings import parse_settings
@@ -79,11 +80,16 @@ def test_bf16_halves_weight_bytes(model, slices):
     assert bf16.state_gib == pytest.approx(fp32.state_gib / 2)
 
 
-def test_flops_per_step_is_six_per_parameter_per_token_plus_attention():
+def test_the_fallback_flops_are_six_per_parameter_per_token_plus_attention_and_say_so():
     o = overrides("llama3-8b")
     tokens = 4 * 4096 * 32
-    flops = train_flops_per_step(o, chips=32)
-    assert 6 * model_shape(o).params * tokens < flops < 1.2 * 6 * model_shape(o).params * tokens
+    flops = llama_formula_flops(o, chips=32, fallback_reason="no trainer environment")
+    assert 6 * model_shape(o).params * tokens < flops.per_step < 1.2 * 6 * model_shape(o).params * tokens
+    assert (flops.tokens_per_step, flops.tokens_per_chip, flops.source) == (tokens, 4 * 4096, LLAMA_FORMULA)
+    assert flops.described.startswith("the Llama formula (") and flops.described.endswith(": no trainer environment")
+    # Gradient accumulation runs that many micro-batches in one step, as MaxText counts it.
+    accumulated = llama_formula_flops({**o, "gradient_accumulation_steps": "2"}, chips=32)
+    assert (accumulated.per_step, accumulated.tokens_per_step) == (2 * flops.per_step, 2 * tokens)
 
 
 def test_hourly_cost_of_the_default_stack():

@@ -42,10 +42,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from domain.capacity import train_flops_per_step
+from domain.capacity import FLOPS_SOURCES, MAXTEXT_FLOPS, ModelFlops
 from domain.hlo_profile import HloError, StepProfile, buffer_memory, profile
 from domain.job import JobError, JobSpec, resolve_job
-from domain.maxtext_config import base_config, base_config_path
+from domain.maxtext_config import base_config_path
 from domain.paths import PROJECT_ROOT
 from domain.presets import PRESETS
 from domain.speed_anchors import speed_model
@@ -119,6 +119,7 @@ class FitResult:
     generation: str | None = None
     tokens_per_chip: float | None = None
     model_flops_per_chip: float | None = None
+    model_flops_source: str | None = None  # domain/capacity.py: MAXTEXT_FLOPS, or the fallback's
     profile: dict[str, Any] | None = None
     unreadable_step: str | None = None  # why the optimized step could not be read, if it could not
     # What the result was compiled for (configuration()): the workloads stack matches on it.
@@ -176,6 +177,8 @@ class FitResult:
             prediction = self.prediction
             if prediction is not None:
                 lines += prediction.lines()
+                source = FLOPS_SOURCES.get(self.model_flops_source or "", "a count this result does not name")
+                lines.append(f"(MFU and tokens/s from the model FLOPs and tokens of {source})")
                 lines.append("(a compiler-model estimate, not a TPU measurement: docs/capacity.md gives its error)")
             elif speed_model(self.generation or "") is None:
                 lines.append(f"predicted step time: none (no calibrated speed model for TPU {self.generation})")
@@ -305,7 +308,7 @@ def recorded_result(job: JobSpec, flags: str | None = None) -> FitResult | None:
     """The cached fit check of exactly this configuration (with the workers' flags unless told
     otherwise), or None when it has not been run here."""
     cached = CACHE_DIR / f"{cache_key(job, libtpu_flags(job) if flags is None else flags)}.json"
-    return FitResult.from_json(cached.read_text()) if cached.exists() else None
+    return counted_by_maxtext(job, FitResult.from_json(cached.read_text())) if cached.exists() else None
 
 
 def compile_environment(flags: str, dump_dir: Path | None = None) -> dict[str, str]:
@@ -359,11 +362,28 @@ def compile_step(command: list[str], *, cwd: str, env: dict[str, str], dump_dir:
     return log_path.read_text(errors="replace"), stopped
 
 
-def per_chip_work(job: JobSpec, chips: int) -> tuple[float, float]:
-    """(tokens, model FLOPs) one chip processes per step."""
-    values = {**base_config(), **job.maxtext_overrides}
-    tokens = float(values["per_device_batch_size"]) * int(values["max_target_length"])
-    return tokens, train_flops_per_step(job.maxtext_overrides, chips=chips) / chips
+def model_work(job: JobSpec, python: Path | None = None) -> ModelFlops:
+    """A step's tokens and model FLOPs as MaxText counts them (trainer/validate_config.py)."""
+    from trainer.validate_config import model_flops  # it imports this module's constants
+
+    return model_flops(job, python=python)
+
+
+def counted_by_maxtext(job: JobSpec, result: FitResult, python: Path | None = None) -> FitResult:
+    """`result` with MaxText's count of the step's tokens and FLOPs, for one recorded with
+    another count (before MaxText counted them, or where it could not be asked): recounted, not
+    recompiled. Unchanged when MaxText still cannot count them."""
+    if not result.fits or result.model_flops_source == MAXTEXT_FLOPS:
+        return result
+    work = model_work(job, python)
+    if work.source != MAXTEXT_FLOPS and result.model_flops_source is not None:
+        return result
+    return dataclasses.replace(
+        result,
+        tokens_per_chip=work.tokens_per_chip,
+        model_flops_per_chip=work.per_chip,
+        model_flops_source=work.source,
+    )
 
 
 def run_fit_check(
@@ -382,7 +402,7 @@ def run_fit_check(
     flags = libtpu_flags(job, extra_flags)
     cached = CACHE_DIR / f"{cache_key(job, flags)}.json"
     if use_cache and not full_compile and cached.exists():
-        return FitResult.from_json(cached.read_text())
+        return counted_by_maxtext(job, FitResult.from_json(cached.read_text()), python)
     acc = accelerator_by_ray_type(job.accelerator_type or "")
     with tempfile.TemporaryDirectory(prefix="fit-check-") as output_dir:
         command = [
@@ -408,7 +428,7 @@ def run_fit_check(
         else:
             result = parse_output(output, job)
         if result.fits:
-            tokens, model_flops = per_chip_work(job, result.chips)
+            work = model_work(job, python)
             try:
                 step, unreadable = step_profile(dump_dir, acc.name, acc.shape(job.topology or "").chips), None
             except HloError as error:  # the memory answer stands; only the prediction is missing
@@ -416,8 +436,9 @@ def run_fit_check(
             result = dataclasses.replace(
                 result,
                 generation=acc.name,
-                tokens_per_chip=tokens,
-                model_flops_per_chip=model_flops,
+                tokens_per_chip=work.tokens_per_chip,
+                model_flops_per_chip=work.per_chip,
+                model_flops_source=work.source,
                 profile=step,
                 unreadable_step=unreadable,
             )
@@ -487,8 +508,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(result.report())
     if args.output:
         args.output.write_text(result.to_json())
-    model_flops = train_flops_per_step(job.maxtext_overrides, chips=result.chips)
-    print(f"model FLOPs per step (all chips; 6 x parameters x tokens + attention): {model_flops:.4g}")
+    work = model_work(job)
+    print(f"model FLOPs per step (all chips; {work.described}): {work.per_step:.4g}")
     return 0 if result.fits else 1
 
 

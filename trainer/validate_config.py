@@ -11,9 +11,13 @@ compiling without the devices: `compile_topology` (its TPU table) for a TPU job,
 `internal_compile_num_devices` for CPU workers. Importing MaxText takes most of the time, so one
 process validates a whole batch; each answer is cached by its request and the trainer lock.
 
-The other half, `maxtext_problems`, runs in the project's environment: it builds the requests
-for a job, answers from the cache or runs this module in the trainer environment, and returns
-the problems in the product's words.
+For an accepted configuration the answer also carries MaxText's own count of a training step's
+FLOPs and tokens per device (the figures MaxText logs TFLOP/s/device and Tokens/s/device with).
+
+The other half runs in the project's environment: `maxtext_problems` builds the requests for a
+job, answers from the cache or runs this module in the trainer environment, and returns the
+problems in the product's words; `model_flops` gives a job's FLOPs per step for MFU, tokens/s
+and cost, from the same answers.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from domain import maxtext_validation
+from domain.capacity import ModelFlops, llama_formula_flops
 from domain.job import JobError, JobSpec
 from domain.maxtext_config import base_config_path
 from domain.paths import PROJECT_ROOT
@@ -106,13 +111,22 @@ def run_requests(requests: Sequence[Mapping[str, Any]], *, python: Path | None =
         fresh = _ask([requests[index] for index in missing], python)
         CACHE_DIR.mkdir(parents=True, exist_ok=True)
         for index, answer in zip(missing, fresh, strict=True):
-            # Written whole, then renamed: another check reading the cache meanwhile sees the
-            # answer or none, never part of one.
-            partial = paths[index].with_suffix(f".{os.getpid()}.tmp")
-            partial.write_text(json.dumps(answer, sort_keys=True, indent=1) + "\n")
-            partial.replace(paths[index])
+            _record(paths[index], answer)
+            # Also the answer to the same configuration asked without alternatives (a FLOPs
+            # count, `model_flops`): the job's check then answers it without another process.
+            bare = maxtext_validation.without_alternatives(requests[index], answer)
+            if bare is not None:
+                _record(CACHE_DIR / f"{maxtext_validation.cache_key(bare, lock)}.json", answer)
             answers[index] = answer
     return [answer for answer in answers if answer is not None]
+
+
+def _record(path: Path, answer: Mapping[str, Any]) -> None:
+    # Written whole, then renamed: another check reading the cache meanwhile sees the answer or
+    # none, never part of one.
+    partial = path.with_suffix(f".{os.getpid()}.tmp")
+    partial.write_text(json.dumps(answer, sort_keys=True, indent=1) + "\n")
+    partial.replace(path)
 
 
 def maxtext_problems(
@@ -132,6 +146,24 @@ def maxtext_problems(
             ]
         ) from None
     return maxtext_validation.problems(requests, results, user_overrides, secret=secret)
+
+
+def model_flops(job: JobSpec, *, python: Path | None = None) -> ModelFlops:
+    """One training step of `job` on all its slices: its model FLOPs and tokens as MaxText
+    counts them for the resolved configuration (cached with MaxText's config check: asked of
+    MaxText only for a configuration not yet checked here). Where MaxText cannot be asked (no
+    trainer environment) or does not count it, the Llama formula, its source and reason said
+    in the result: never one in place of the other silently."""
+    chips = job.max_workers * job.chips_per_host if job.use_tpu else job.max_workers
+    try:
+        (answer,) = run_requests([maxtext_validation.flops_request(job)], python=python)
+    except (RuntimeError, OSError, ValueError) as error:
+        reason = f"MaxText could not be asked ({error}); ./scripts/setup installs the trainer environment"
+        return llama_formula_flops(job.maxtext_overrides, chips=chips, fallback_reason=reason)
+    counted = maxtext_validation.model_flops(answer)
+    if isinstance(counted, str):
+        return llama_formula_flops(job.maxtext_overrides, chips=chips, fallback_reason=counted)
+    return counted
 
 
 # --- in the trainer environment ---------------------------------------------------------------
@@ -166,14 +198,29 @@ def _errors(error: BaseException) -> list[dict[str, Any]]:
     return [{"loc": [], "type": type(error).__name__, "msg": str(error), "input": None, "ctx": {}}]
 
 
+def _work(config: Any) -> dict[str, Any]:
+    """One training step's FLOPs (in TFLOPs) and tokens per device, counted by the functions
+    MaxText logs TFLOP/s/device and Tokens/s/device with; or why they could not count them (not a
+    refusal of the configuration: MaxText would train it and only its log line would lack them)."""
+    from maxtext.utils import maxtext_utils
+
+    try:
+        tflops, _, _ = maxtext_utils.calculate_tflops_training_per_device(config, log=False)
+        tokens = maxtext_utils.calculate_tokens_training_per_device(config)
+    except Exception as error:  # any failure to count is reported, not raised
+        return {maxtext_validation.FLOPS_ERROR: f"{type(error).__name__}: {error}"}
+    return {maxtext_validation.MODEL_TFLOPS: float(tflops), maxtext_validation.TOKENS: float(tokens)}
+
+
 def _validate(pyconfig: Any, base: str, args: Sequence[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """MaxText's errors for one configuration (empty when it accepts it) and, when it accepts
-    it, the batch it derives for the target: sequences per training step and devices."""
+    it, the batch it derives for the target (sequences per training step and devices) and a
+    step's work per device (`_work`)."""
     existed = TERMINATION_LOG.exists()
     try:
         config = pyconfig.initialize(["maxtext", base, *args])
         derived = {name: getattr(config, name) for name in maxtext_validation.DERIVED}
-        return [], derived
+        return [], {**derived, **_work(config)}
     except SystemExit as stop:
         # Outside a test runner MaxText reports a config error by exiting with status 2; the
         # error it reports is the exception the exit was raised from.

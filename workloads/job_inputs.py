@@ -8,14 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from domain import maxtext_config
-from domain.capacity import job_cost, train_flops_per_step
+from domain.capacity import job_cost
 from domain.job import JobError, JobSpec, resolve_job
 from domain.paths import PROJECT_ROOT
 from domain.presets import PRESETS
 from domain.tpu_catalog import accelerator_by_ray_type
 from domain.workload_settings import WorkloadSettings
-from trainer.fit_check import FitResult, configuration, libtpu_flags, recorded_result
-from trainer.validate_config import maxtext_problems
+from trainer.fit_check import FitResult, configuration, counted_by_maxtext, libtpu_flags, recorded_result
+from trainer.validate_config import maxtext_problems, model_flops
 
 # Infra stack outputs the job needs; the optional ones are missing from stacks deployed before
 # they existed (such a stack's cluster has no Ray token, and destroy cannot ask GKE about it).
@@ -200,6 +200,7 @@ def ray_job_inputs(job: JobSpec, settings: WorkloadSettings) -> dict[str, Any]:
 # The stack's estimate outputs, in order (workloads/program.py exports them).
 COST_OUTPUTS = (
     "flopsPerStep",
+    "flopsSource",
     "estimateSource",
     "assumedMfu",
     "predictedMfu",
@@ -251,24 +252,28 @@ def cost_estimate(
     (None when the infra stack has none: `cost_basis`, its costBasis output, says why).
     The step time is the fit check's prediction for this exact configuration when there is one
     (estimateSource `prediction`), else model FLOPs per step over what the chips deliver at the
-    assumed MFU (`assumedMfu`). None for CPU jobs."""
+    assumed MFU (`assumedMfu`). The FLOPs (and the prediction's MFU) are MaxText's count for the
+    configuration (flopsSource `maxtext`; domain/capacity.py names the fallback). None for CPU
+    jobs."""
     if not job.use_tpu or job.total_steps is None:
         return dict.fromkeys(COST_OUTPUTS)
-    chips = job.max_workers * job.chips_per_host
-    flops = train_flops_per_step(job.maxtext_overrides, chips=chips)
+    flops = model_flops(job)
     result = fit_check_result(job, settings)
+    if result is not None:
+        result = counted_by_maxtext(job, result)  # a result file recorded with another count
     prediction = result.prediction if result is not None else None
     estimate = job_cost(
-        flops_per_step=flops,
+        flops_per_step=flops.per_step,
         steps=job.total_steps,
-        chips=chips,
+        chips=flops.chips,
         peak_tflops_per_chip=accelerator_by_ray_type(job.accelerator_type or "").peak_bf16_tflops_per_chip,
         assumed_mfu=settings.assumed_mfu,
         price_per_chip_hour_usd=price_per_chip_hour or 0.0,
         step_seconds=prediction.step_seconds if prediction else None,
     )
     return {
-        "flopsPerStep": flops,
+        "flopsPerStep": flops.per_step,
+        "flopsSource": flops.source,
         "estimateSource": PREDICTION if prediction else ASSUMED_MFU,
         "assumedMfu": None if prediction else settings.assumed_mfu,
         "predictedMfu": round(prediction.mfu, 4) if prediction else None,

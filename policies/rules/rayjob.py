@@ -26,7 +26,7 @@ from pulumi_policy import (
     ResourceValidationPolicy,
 )
 
-from domain.capacity import MemoryEstimate, estimate_memory, job_cost, train_flops_per_step
+from domain.capacity import MemoryEstimate, estimate_memory, job_cost
 from domain.job import JobSpec
 from domain.maxtext_config import base_config, override_problems
 from domain.presets import PRESETS, maxtext_overrides
@@ -35,6 +35,7 @@ from domain.tpu_catalog import Accelerator, SliceShape, accelerator_by_ray_type
 from domain.workload_settings import WorkloadSettings
 from policies.rules.common import RAY_JOB, at, config_value, known, plain, schema, whole_number
 from trainer.fit_check import NOT_COMPILED, recorded_result
+from trainer.validate_config import model_flops
 
 # docs/capacity.md: the estimate is off by up to ~5 GiB (17% of a v6e chip's usable HBM) either
 # way, so only a clear excess blocks; near the limit the ahead-of-time fit check decides.
@@ -272,7 +273,9 @@ def predicted_mfu(args: ResourceValidationArgs, report_violation: ReportViolatio
 
 def predicted_cost(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
     """What the whole run should cost: steps x the fit check's predicted step time for exactly
-    this configuration, or, without one, the model's FLOPs at the default assumed MFU."""
+    this configuration, or, without one, the model's FLOPs at the default assumed MFU: MaxText's
+    count, or where MaxText cannot be asked (no trainer environment) the Llama formula, which the
+    message then names."""
     found = _job(args)
     if found is None:
         return
@@ -285,8 +288,9 @@ def predicted_cost(args: ResourceValidationArgs, report_violation: ReportViolati
     chips = shape.chips * max(_slice_counts(job))
     result = recorded_result(job)
     prediction = result.prediction if result is not None else None
+    flops = None if prediction else model_flops(job)  # only the assumed MFU needs them
     estimate = job_cost(
-        flops_per_step=train_flops_per_step(job.maxtext_overrides, chips=chips),
+        flops_per_step=flops.per_step if flops else 0.0,
         steps=steps,
         chips=chips,
         peak_tflops_per_chip=accelerator.peak_bf16_tflops_per_chip,
@@ -297,9 +301,10 @@ def predicted_cost(args: ResourceValidationArgs, report_violation: ReportViolati
     budget = config_value(args.get_config(), COST_SCHEMA, "budgetDollars")
     if estimate.job_dollars is not None and estimate.job_dollars > budget:
         source = (
-            "the fit check's predicted step time"
-            if prediction
-            else f"an assumed {DEFAULT_ASSUMED_MFU:.0%} MFU (no fit check of this configuration here)"
+            f"an assumed {DEFAULT_ASSUMED_MFU:.0%} MFU of the model FLOPs of {flops.described} "
+            "(no fit check of this configuration here)"
+            if flops
+            else "the fit check's predicted step time"
         )
         report_violation(
             f"{label} is predicted to cost about ${estimate.job_dollars:,.2f} ({steps} steps of "
