@@ -81,7 +81,8 @@ def test_the_job_cost_is_estimated_before_it_runs():
     outputs = run.outputs
     # 100 steps of 8B at 4 x 4096 tokens per chip on 32 chips, 40% of 918 TFLOP/s per chip.
     assert outputs["assumedMfu"] == 0.40 and outputs["estimateSource"] == "assumedMfu"
-    assert 2.0 < outputs["estimatedStepSeconds"] < 2.6  # ~6 x 8.03e9 x 524,288 FLOPs / 11.75 PFLOP/s
+    # MaxText's count (tests/test_model_flops.py): ~48.2e9 FLOPs x 524,288 tokens / 11.75 PFLOP/s.
+    assert outputs["flopsSource"] == "maxtext" and outputs["estimatedStepSeconds"] == 2.153
     expected = round(outputs["estimatedStepSeconds"] * 100 / 3600 * 32 * 2.70, 2)
     assert outputs["estimatedJobDollars"] == pytest.approx(expected, abs=0.01)
 
@@ -99,7 +100,9 @@ def recorded_fit_check(job):
     """A fit check of exactly `job`'s configuration, with the 8B anchor's recorded profile."""
     from domain.speed_anchors import V6E_ANCHORS
     from trainer import fit_check
+    from trainer.validate_config import model_flops
 
+    work = model_flops(job)  # as a fit check records it: MaxText's count
     return fit_check.FitResult(
         fits=True,
         slice_type="v6e-16",
@@ -107,8 +110,9 @@ def recorded_fit_check(job):
         chips=32,
         usable_gib=31.24,
         generation="v6e",
-        tokens_per_chip=4 * 4096,
-        model_flops_per_chip=2.0e15,
+        tokens_per_chip=work.tokens_per_chip,
+        model_flops_per_chip=work.per_chip,
+        model_flops_source=work.source,
         profile=V6E_ANCHORS[0].profile.to_json(),
         configuration=fit_check.configuration(job, fit_check.libtpu_flags(job)),
     )
