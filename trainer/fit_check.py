@@ -60,6 +60,13 @@ GIB = 1024**3
 MEMORY_LINE = re.compile(r"Memory analysis: CompiledMemoryStats\((?P<fields>[^)]*)\)")
 FLOPS_FIELD = re.compile(r"""['"]flops['"]:\s*(?P<flops>[-\d.e+]+)""")
 OOM_LINE = re.compile(r".*(CompileTimeHbmOom|RESOURCE_EXHAUSTED|Ran out of memory).*")
+# What the compiler's out-of-memory error says it needed and could use, in GiB: "the total
+# memory required for HLO temporaries (32.92G) exceeds available HBM (31.24G)". Its "temporaries"
+# are every HBM buffer, arguments included: the buffer assignment it dumps adds up to that figure.
+OOM_SIZES = re.compile(r"\((?P<required>[\d.]+)G\) exceeds available HBM \((?P<available>[\d.]+)G\)")
+# Tensors MaxText's custom remat policy saves in HBM (`device`), moves to host memory (`offload`)
+# or recomputes (`remat`); an out-of-memory report names the ones kept, as a way to fit.
+REMAT_TENSORS_KEPT = ("device", "offload")
 # The compiler's own words when it stops for another reason: a flag libtpu does not know, a
 # runtime error from XLA (a flag it refuses on this platform, a bad mesh), or a Python exception.
 COMPILER_ERRORS = (
@@ -165,6 +172,18 @@ class FitResult:
                 f"per chip total: {self.total_gib:.2f} GiB of {self.usable_gib:.2f} GiB usable HBM",
                 f"headroom: {self.headroom_percent:.1f}%",
             ]
+        if not self.fits and self.total_gib is not None:
+            over = self.total_gib - self.usable_gib
+            lines.append(
+                f"over the limit by {over:.2f} GiB per chip ({100 * over / self.usable_gib:.1f}% of usable HBM); "
+                "to fit, try one of (then check again):"
+            )
+            lines += [f"  - {way}" for way in ways_to_fit(self.configuration.get("maxtext", {}))]
+        elif self.fits and self.total_gib is not None and self.total_gib > self.usable_gib:
+            lines.append(
+                f"the compiler placed every buffer in {self.total_gib:.2f} GiB, above the {self.usable_gib:.2f} GiB "
+                f"the catalog gives a TPU {self.slice_type.split('-')[0]} chip: its limit is higher with this libtpu"
+            )
         if self.flops_per_step is not None:
             # XLA's cost analysis counts a scanned loop's body once, so with MaxText's scanned
             # decoder layers this is far below the model's FLOPs; shown as the compiler says it.
@@ -254,14 +273,31 @@ def _target(job: JobSpec) -> dict[str, Any]:
 
 
 def memory_result(
-    job: JobSpec, *, argument: int, temp: int, output: int, alias: int, flops: float | None = None, stage: str
+    job: JobSpec,
+    *,
+    argument: int,
+    temp: int,
+    output: int,
+    alias: int,
+    flops: float | None = None,
+    stage: str | None,
+    fits: bool = True,
+    usable_gib: float | None = None,
+    message: str | None = None,
 ) -> FitResult:
-    """A compile that placed every buffer (sizes in bytes): it fits when MaxText's own total
-    (max_utils: arguments + temporaries + outputs - aliased) is within usable HBM."""
+    """A compile's per-chip HBM (sizes in bytes; the total is MaxText's own, max_utils:
+    arguments + temporaries + outputs - aliased). Whether it fits is the compiler's verdict
+    (`fits`: it placed every buffer, or it ran out of memory), never a comparison with the
+    catalog's usable HBM: that figure is measured on one libtpu (assumed for other generations),
+    and a compile the compiler accepts must not be refused for it. `usable_gib` is the compiler's
+    own limit when its error states one."""
     target = _target(job)
+    if usable_gib is not None:
+        target["usable_gib"] = usable_gib
     total = (argument + temp + output - alias) / GIB
     return FitResult(
-        fits=total <= target["usable_gib"],
+        fits=fits,
+        message=message,
         argument_gib=argument / GIB,
         temp_gib=temp / GIB,
         output_gib=output / GIB,
@@ -271,6 +307,45 @@ def memory_result(
         compiled_through=stage,
         **target,
     )
+
+
+def over_limit(job: JobSpec, refused: FitResult, buffers: Path) -> FitResult:
+    """An out-of-memory compile with what it tried to place (the buffer assignment the compiler
+    dumps before it raises): the margin to the limit, and what takes the memory."""
+    try:
+        memory = buffer_memory(buffers.read_text())
+    except HloError:
+        return refused  # the compiler's own words stand
+    return memory_result(
+        job,
+        argument=memory.argument_bytes,
+        temp=memory.temp_bytes,
+        output=memory.output_bytes,
+        alias=memory.alias_bytes,
+        stage=None,
+        fits=False,
+        usable_gib=refused.usable_gib,
+        message=refused.message,
+    )
+
+
+def ways_to_fit(maxtext: dict[str, str]) -> list[str]:
+    """Settings that lower a step's HBM, named with the job's current values (each needs a fit
+    check of its own: the compiler decides)."""
+    ways = []
+    batch = maxtext.get("per_device_batch_size")
+    if batch and float(batch) > 1:
+        ways.append(f"a smaller per_device_batch_size (now {batch}; activations scale with it)")
+    policy = maxtext.get("remat_policy")
+    kept = sorted(key for key, value in maxtext.items() if value in REMAT_TENSORS_KEPT and key != "decoder_layer_input")
+    if policy == "custom" and kept:
+        ways.append(f"recompute instead of keeping: {', '.join(f'{key}=remat' for key in kept)}")
+    elif policy not in ("full", "custom"):
+        ways.append(f"remat_policy=full or custom with offloaded tensors (now {policy or 'the base default'})")
+    if maxtext.get("weight_dtype", "float32") == "float32":
+        ways.append("weight_dtype=bfloat16 (halves the weights and optimizer state)")
+    ways.append("more chips to shard the state over (a larger topology, or dcn_fsdp_parallelism across slices)")
+    return ways
 
 
 def parse_output(output: str, job: JobSpec) -> FitResult:
@@ -283,7 +358,11 @@ def parse_output(output: str, job: JobSpec) -> FitResult:
             if error is None:
                 raise RuntimeError("the compiler printed neither a memory analysis nor an error")
             raise RuntimeError(f"the compiler failed: {error}")
-        return FitResult(fits=False, message=oom.group(0).strip()[:2000], **_target(job))
+        target = _target(job)
+        sizes = OOM_SIZES.search(oom.group(0))
+        if sizes is not None:
+            target["usable_gib"] = float(sizes["available"])
+        return FitResult(fits=False, message=oom.group(0).strip()[:2000], **target)
     fields = {
         key.strip(): int(value)
         for key, value in (pair.split("=", 1) for pair in memory["fields"].split(",") if "=" in pair)
@@ -416,6 +495,8 @@ def run_fit_check(
             shutil.copytree(dump_dir, keep_dump, dirs_exist_ok=True)
         buffers = dumped(dump_dir, BUFFERS_SUFFIX)
         if stopped and buffers is not None:
+            # Stopped once the step after buffer assignment was dumped: the compiler dumps it
+            # only when every buffer fit its HBM (out of memory, it raises first).
             memory = buffer_memory(buffers.read_text())
             result = memory_result(
                 job,
@@ -427,6 +508,8 @@ def run_fit_check(
             )
         else:
             result = parse_output(output, job)
+            if not result.fits and buffers is not None:
+                result = over_limit(job, result, buffers)
         if result.fits:
             work = model_work(job, python)
             try:

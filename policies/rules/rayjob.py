@@ -41,6 +41,11 @@ from trainer.validate_config import model_flops
 # way, so only a clear excess blocks; near the limit the ahead-of-time fit check decides.
 CLEARLY_OVER = 1.25
 NEAR_LIMIT = 0.85
+# The estimate's working-set constants were fitted to Llama 3 compiles only (docs/capacity.md,
+# "The analytic estimate and its error"); on other architectures its error is not measured and can
+# exceed the margin above (MaxText's published GPT-3 175B recipe on one v6e-256: estimate 41.9 GiB,
+# compiler 30.27 GiB, domain/tpu_recipes_v6e.json), so there it only advises, never blocks.
+ESTIMATE_FITTED_ON = ("llama3",)
 REDO_BUDGET = 0.10  # of the run's steps, per failure
 MFU_SCHEMA = schema(
     minShareOfPresetMfu={
@@ -176,6 +181,11 @@ def _compiled(overrides: Mapping[str, Any]) -> dict[str, str]:
     return {key: str(value) for key, value in overrides.items() if key not in NOT_COMPILED}
 
 
+def _estimate_is_fitted_for(job: JobSpec) -> bool:
+    model = str({**base_config(), **job.maxtext_overrides}.get("model_name", ""))
+    return model.startswith(ESTIMATE_FITTED_ON)
+
+
 def fits_hbm(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
     """A job clearly too big for the chips fails to compile after every slice is paid for."""
     sized = _sized(args)
@@ -183,7 +193,7 @@ def fits_hbm(args: ResourceValidationArgs, report_violation: ReportViolation) ->
         return
     job, label, memory, accelerator = sized
     usable = accelerator.usable_hbm_gib
-    if memory.total_gib > CLEARLY_OVER * usable:
+    if memory.total_gib > CLEARLY_OVER * usable and _estimate_is_fitted_for(job):
         report_violation(
             f"{label} needs about {memory.total_gib:.1f} GiB per chip by the capacity estimate, "
             f"{memory.total_gib / usable:.0%} of the {usable} GiB a TPU {accelerator.name} chip "
@@ -203,7 +213,8 @@ def hbm_headroom(args: ResourceValidationArgs, report_violation: ReportViolation
         return
     job, label, memory, accelerator = sized
     usable = accelerator.usable_hbm_gib
-    if NEAR_LIMIT * usable < memory.total_gib <= CLEARLY_OVER * usable:
+    ceiling = CLEARLY_OVER * usable if _estimate_is_fitted_for(job) else float("inf")
+    if NEAR_LIMIT * usable < memory.total_gib <= ceiling:
         report_violation(
             f"{label} needs about {memory.total_gib:.1f} GiB per chip by the capacity estimate, "
             f"{memory.total_gib / usable:.0%} of the {usable} GiB a TPU {accelerator.name} chip "
