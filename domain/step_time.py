@@ -107,7 +107,7 @@ class Prediction:
     exposed_dcn_seconds: float
     exposed_host_seconds: float
     tokens_per_second_per_chip: float
-    mfu: float  # model FLOPs (6 x parameters x tokens + attention) over peak
+    mfu: float  # model FLOPs (MaxText's count: domain/capacity.ModelFlops) over peak
 
     def lines(self) -> list[str]:
         return [
