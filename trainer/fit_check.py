@@ -97,7 +97,7 @@ PLACED_SUFFIX = ".after_optimizations_after_buffer_assignment.txt"
 POLL_SECONDS = 0.2
 # Bumped when what a result holds changes shape (the profile's fields): older cached results
 # and result files are then another configuration, not misread.
-RESULT_FORMAT = 2
+RESULT_FORMAT = 3  # 3: a refusal carries the sizes of what did not fit
 BUFFER_ASSIGNMENT = "buffer assignment"
 CODE_GENERATION = "code generation"
 # LIBTPU_INIT_ARGS in the caller's environment: XLA flags to try on top of the runtime ones, as
