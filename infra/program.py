@@ -14,6 +14,7 @@ from domain import kuberay
 from domain.capacity import settings_cost
 from domain.paths import PROJECT_ROOT
 from domain.settings import StackSettings
+from domain.stack_outputs import InfraOutputs, exported
 from infra.components.apis import ProjectApis
 from infra.components.cluster import GkeCluster
 from infra.components.kuberay import KubeRay
@@ -26,7 +27,8 @@ from infra.components.worker_image import WorkerImage
 
 
 def build(settings: StackSettings) -> dict[str, Any]:
-    """Creates every resource of the procedure; returns the stack outputs by their stable names."""
+    """Creates every resource of the procedure; returns the stack outputs by their stable names
+    (declared in domain/stack_outputs.py: every declared output gets a value here)."""
     # Priced first: a price no number can hold stops the program before any resource exists.
     cost = settings_cost(settings)
     if cost.price is None:
@@ -44,44 +46,42 @@ def build(settings: StackSettings) -> dict[str, Any]:
         image = settings.ray_image
     ray = KubeRay("ray", settings, cluster, storage, slices, image)
     shape = settings.slice_shape
-    return {
-        "clusterName": cluster.name,
-        # projects/P/locations/L/clusters/N: the GKE API's name for the cluster.
-        "clusterId": cluster.cluster_id,
-        "clusterLocation": settings.cluster_location,
-        "clusterEndpoint": cluster.endpoint,
-        "clusterCaCertificate": cluster.ca_certificate,
-        "kubeconfig": cluster.kubeconfig,
-        "mode": settings.mode,
-        "namespace": settings.namespace,
-        "serviceAccount": storage.service_account_name,
-        "rayClusterName": ray.ray_cluster_name,
-        "headServiceName": ray.head_service_name,
-        "dashboardPort": ray.dashboard_port,
-        # Where the Jobs API's token is: the Secret's name in `namespace`, key
-        # kuberay.RAY_AUTH_TOKEN_KEY. The token itself is generated in the cluster by KubeRay and
-        # never enters the stack's state.
-        "rayAuthSecret": ray.auth_secret_name,
-        "rayImage": image,
-        "bucketName": storage.bucket_name,
-        "checkpointRoot": kuberay.CHECKPOINT_MOUNT,
-        "checkpointBucketUrl": storage.bucket_name.apply(lambda bucket: f"gs://{bucket}"),
-        "preset": settings.preset.name,
-        "accelerator": settings.accelerator.name,
-        "topology": settings.topology,
-        "slices": settings.slices,
-        "hostsPerSlice": shape.vms,
-        "chipsPerHost": shape.chips_per_vm,
-        "totalChips": settings.total_chips,
-        # What the TPU chips cost (TPU chips only; None where no price is known: costBasis says
-        # why): a training hour holds every slice, an idle hour the minSlices slices.
-        "capacity": list(settings.capacity),
-        "minSlices": settings.min_slices,
-        "pricePerChipHourUsd": cost.price_per_chip_hour,
-        "trainingDollarsPerHour": cost.training_dollars_per_hour,
-        "idleDollarsPerHour": cost.idle_dollars_per_hour,
-        "idleDollarsPerDay": cost.idle_dollars_per_day,
-        "costBasis": cost.basis,
-        "tpuPools": slices.pool_names,
-        "dcnNetworks": networks.network_names if networks else [],
-    }
+    return exported(
+        InfraOutputs(
+            cluster_name=cluster.name,
+            cluster_id=cluster.cluster_id,
+            cluster_location=settings.cluster_location,
+            cluster_endpoint=cluster.endpoint,
+            cluster_ca_certificate=cluster.ca_certificate,
+            kubeconfig=cluster.kubeconfig,
+            mode=settings.mode,
+            namespace=settings.namespace,
+            service_account=storage.service_account_name,
+            ray_cluster_name=ray.ray_cluster_name,
+            head_service_name=ray.head_service_name,
+            dashboard_port=ray.dashboard_port,
+            # The token itself is generated in the cluster by KubeRay and never enters the stack's
+            # state: the output only names the Secret.
+            ray_auth_secret=ray.auth_secret_name,
+            ray_image=image,
+            bucket_name=storage.bucket_name,
+            checkpoint_root=kuberay.CHECKPOINT_MOUNT,
+            checkpoint_bucket_url=storage.bucket_name.apply(lambda bucket: f"gs://{bucket}"),
+            preset=settings.preset.name,
+            accelerator=settings.accelerator.name,
+            slices=settings.slices,
+            topology=settings.topology,
+            hosts_per_slice=shape.vms,
+            chips_per_host=shape.chips_per_vm,
+            total_chips=settings.total_chips,
+            capacity=list(settings.capacity),
+            min_slices=settings.min_slices,
+            price_per_chip_hour_usd=cost.price_per_chip_hour,
+            training_dollars_per_hour=cost.training_dollars_per_hour,
+            idle_dollars_per_hour=cost.idle_dollars_per_hour,
+            idle_dollars_per_day=cost.idle_dollars_per_day,
+            cost_basis=cost.basis,
+            tpu_pools=slices.pool_names,
+            dcn_networks=networks.network_names if networks else [],
+        )
+    )

@@ -11,6 +11,7 @@ import pytest
 from domain import kuberay
 from domain import settings as settings_module
 from domain.settings import SettingsError
+from domain.stack_outputs import STACK_OUTPUTS
 from infra.config import read_settings
 from infra.program import build
 from tests.conftest import run_infra
@@ -407,6 +408,21 @@ def test_stack_outputs_for_the_workloads_project(standard_run):
         "rayAuthSecret",
     ):
         assert standard_run.outputs[name], name
+
+
+# What a value of each declared type of output is (a number is null where no price is known).
+KIND_VALUES = {"string": str, "integer": int, "number": (float, type(None)), "array": list, "object": dict}
+
+
+@pytest.mark.parametrize("run_name", ["standard_run", "autopilot_run"])
+def test_the_stack_exports_exactly_the_declared_outputs_of_their_declared_types(request, run_name):
+    """domain/stack_outputs.py declares every output once, and the README's table (types included)
+    and the workloads reader derive from it: what the program exports is exactly that."""
+    outputs = request.getfixturevalue(run_name).outputs
+    assert set(outputs) == {entry.name for entry in STACK_OUTPUTS}
+    for entry in STACK_OUTPUTS:
+        value = outputs[entry.name]
+        assert isinstance(value, KIND_VALUES[entry.kind]) and not isinstance(value, bool), (entry.name, value)
 
 
 @pytest.mark.parametrize("run_name", ["standard_run", "autopilot_run"])

@@ -12,28 +12,16 @@ from domain.capacity import job_cost
 from domain.job import JobError, JobSpec, resolve_job
 from domain.paths import PROJECT_ROOT
 from domain.presets import PRESETS
+from domain.stack_outputs import OPTIONAL_FOR_WORKLOADS, REQUIRED_BY_WORKLOADS
 from domain.tpu_catalog import accelerator_by_ray_type
 from domain.workload_settings import WorkloadSettings
 from trainer.fit_check import FitResult, configuration, counted_by_maxtext, libtpu_flags, recorded_result
 from trainer.validate_config import maxtext_problems, model_flops
 
-# Infra stack outputs the job needs; the optional ones are missing from stacks deployed before
-# they existed (such a stack's cluster has no Ray token, and destroy cannot ask GKE about it).
-INFRA_OUTPUTS = (
-    "clusterEndpoint",
-    "clusterCaCertificate",
-    "namespace",
-    "headServiceName",
-    "dashboardPort",
-    "checkpointRoot",
-    "preset",
-    "accelerator",
-    "slices",
-    "topology",
-)
-# pricePerChipHourUsd is None where the infra stack has no price for its capacity (flex-start
-# without pricePerChipHour); costBasis says why. The job then has no dollar figure.
-OPTIONAL_INFRA_OUTPUTS = ("clusterId", "rayAuthSecret", "pricePerChipHourUsd", "costBasis")
+# The infra stack's outputs the job needs, and those it reads when present (see
+# domain/stack_outputs.py, where each output is declared).
+INFRA_OUTPUTS = REQUIRED_BY_WORKLOADS
+OPTIONAL_INFRA_OUTPUTS = OPTIONAL_FOR_WORKLOADS
 
 
 def local_checkpoint_root(settings: WorkloadSettings) -> str:
