@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from domain.hlo_profile import Scope, StepProfile
@@ -51,18 +51,49 @@ class Hardware:
 
 @dataclass(frozen=True)
 class Anchor:
-    """A published TPU run: how to compile it, what was measured, what its compile says."""
+    """A published TPU run, as the speed model sees it: what was measured, and what the fit
+    check's compile of it says (domain/published_recipes.py records both)."""
 
-    name: str  # MaxText's benchmark name (benchmarks/maxtext_trillium_model_configs.py)
-    preset: str  # the shipped preset the fit check starts from; `overrides` make it the recipe's
-    topology: str
-    slices: int
-    overrides: Mapping[str, str]
-    extra_flags: str  # LIBTPU_INIT_ARGS on top of the workers' own, as the recipe passes them
+    name: str
+    family: str  # the model family (domain/published_recipes.model_family)
     published_step_seconds: float
     calibrated: bool  # used to fit `overhead`, or only checked against
-    # Recorded from the fit check's compile (`python -m benchmarks.speed_anchors` prints it).
-    profile: StepProfile = field(default_factory=StepProfile)
+    profile: StepProfile
+    # Settings changed from the published run's to compile it (it does not fit as published):
+    # its error is then measured against a run that was not exactly this one.
+    changed: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ErrorBand:
+    """How far the speed model has been off on published runs of one model family: the spread
+    of its errors there (predicted over published, minus one), or none measured."""
+
+    family: str
+    calibrated: bool  # the family has anchors the overhead is fitted on
+    anchors: tuple[str, ...]  # the family's published runs the model was compared with
+    low_percent: float | None  # most negative error (predicted faster than published)
+    high_percent: float | None
+
+    def step_range(self, step_seconds: float) -> tuple[float, float] | None:
+        """The step times the band allows: a prediction `e` percent off means the run takes
+        step / (1 + e/100)."""
+        if self.low_percent is None or self.high_percent is None:
+            return None
+        return step_seconds / (1 + self.high_percent / 100), step_seconds / (1 + self.low_percent / 100)
+
+    def describe(self, step_seconds: float) -> str:
+        runs = f"{len(self.anchors)} published {self.family} run{'s' if len(self.anchors) != 1 else ''}"
+        span = self.step_range(step_seconds)
+        if span is None:
+            return f"uncalibrated: no published {self.family} run checks the model; the figure above is not a promise"
+        low, high = span
+        measured = (
+            f"error on {runs} {self.low_percent:+.1f}% to {self.high_percent:+.1f}%, so {low:.3f} to {high:.3f} s"
+        )
+        if self.calibrated:
+            return f"calibrated on the {self.family} family: {measured}"
+        return f"outside the calibrated family: {measured}"
 
 
 @dataclass(frozen=True)
@@ -87,14 +118,34 @@ class SpeedModel:
         published = anchor.published_step_seconds
         return 100 * (self.predicted_step_seconds(anchor) - published) / published
 
-    def predict(self, profile: StepProfile, *, tokens_per_chip: float, model_flops_per_chip: float) -> Prediction:
-        return predict(
+    @property
+    def calibrated_on(self) -> tuple[str, ...]:
+        return tuple(anchor.name for anchor in self.anchors if anchor.calibrated)
+
+    def band(self, family: str) -> ErrorBand:
+        """The errors on `family`'s anchors, calibrating ones included (the model was fitted to
+        balance those, so they bound it less than the checks do)."""
+        members = [anchor for anchor in self.anchors if anchor.family == family]
+        errors = [self.error_percent(anchor) for anchor in members]
+        return ErrorBand(
+            family=family,
+            calibrated=any(anchor.calibrated for anchor in members),
+            anchors=tuple(anchor.name for anchor in members),
+            low_percent=min(errors) if errors else None,
+            high_percent=max(errors) if errors else None,
+        )
+
+    def predict(
+        self, profile: StepProfile, *, tokens_per_chip: float, model_flops_per_chip: float, family: str
+    ) -> Prediction:
+        prediction = predict(
             profile,
             self.hardware,
             overhead=self.overhead,
             tokens_per_chip=tokens_per_chip,
             model_flops_per_chip=model_flops_per_chip,
         )
+        return replace(prediction, band=self.band(family), calibrated_on=self.calibrated_on)
 
 
 @dataclass(frozen=True)
@@ -108,10 +159,19 @@ class Prediction:
     exposed_host_seconds: float
     tokens_per_second_per_chip: float
     mfu: float  # model FLOPs (MaxText's count: domain/capacity.ModelFlops) over peak
+    # How far the model has been off on this model family's published runs, and the runs its
+    # overhead is fitted on: a bare number is never printed.
+    band: ErrorBand | None = None
+    calibrated_on: tuple[str, ...] = ()
 
     def lines(self) -> list[str]:
+        lines = [f"predicted step time: {self.step_seconds:.3f} s"]
+        if self.band is not None:
+            lines.append(f"  {self.band.describe(self.step_seconds)}")
+        if self.calibrated_on:
+            lines.append(f"  calibrated on: {', '.join(self.calibrated_on)}")
         return [
-            f"predicted step time: {self.step_seconds:.3f} s",
+            *lines,
             f"predicted tokens/s per chip: {self.tokens_per_second_per_chip:,.0f}",
             f"predicted MFU: {100 * self.mfu:.1f}%",
             f"predicted breakdown: compute {self.compute_seconds:.3f} s, exposed ICI "
@@ -165,6 +225,14 @@ def scope_times(scope: Scope, model: Hardware) -> ScopeTimes:
 def raw_step_seconds(profile: StepProfile, hardware: Hardware) -> float:
     """The step before calibration: each computation as long as its longest engine."""
     return math.fsum(scope.runs * scope_times(scope, hardware).total for scope in profile.scopes)
+
+
+def ici_share(profile: StepProfile, hardware: Hardware) -> float:
+    """The step's ICI time over its compute time: what the model hides entirely while it is
+    below 1, and what a real step partly waits for."""
+    compute = math.fsum(scope.runs * scope_times(scope, hardware).compute for scope in profile.scopes)
+    ici = math.fsum(scope.runs * scope_times(scope, hardware).ici for scope in profile.scopes)
+    return ici / compute if compute else math.inf
 
 
 def predict(

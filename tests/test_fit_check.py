@@ -15,10 +15,12 @@ from domain import kuberay
 from domain.hlo_profile import StepProfile
 from domain.job import resolve_job
 from domain.presets import PRESETS, PROCEDURE_OVERRIDES
+from domain.published_recipes import OUT_PROJ_RECOMPUTED, published_runs
 from domain.settings import parse_settings
-from domain.speed_anchors import DISABLE_COLLECTIVE_MATMUL, SPEED_MODELS
+from domain.speed_anchors import SPEED_MODELS
 from domain.step_time import raw_step_seconds
 from domain.tpu_catalog import ACCELERATORS
+from tests.support.anchors import CALIBRATING_8B
 from trainer import fit_check
 
 SUCCESS_OUTPUT = """Jitting and compilation complete!
@@ -301,16 +303,19 @@ def test_every_shipped_tpu_preset_fits_with_5_percent_headroom_at_its_predicted_
 def test_the_published_8b_anchor_is_predicted_within_10_percent():
     """MaxText's Llama 3.1 8B recipe on one v6e-16: 3.393 s per step measured on TPUs."""
     model = SPEED_MODELS["v6e"]
-    [anchor] = [a for a in model.anchors if a.name == "llama3_1_8b_8192_no_collective_matmul"]
-    result = fit_check.run_fit_check(fit_check.anchor_job(anchor), extra_flags=anchor.extra_flags)
+    [run] = [r for r in published_runs() if r.name == CALIBRATING_8B]
+    [anchor] = [a for a in model.anchors if a.name == CALIBRATING_8B]
+    job, flags = fit_check.published_job(run)
+    result = fit_check.run_fit_check(job, extra_flags=flags)
     assert result.fits and result.prediction is not None
-    # The profile recorded in domain/speed_anchors.py is what this compile says.
+    # The profile recorded in domain/tpu_recipes_v6e.json is what this compile says.
     fresh = StepProfile.from_json(result.profile)
     assert raw_step_seconds(fresh, model.hardware) == pytest.approx(
         raw_step_seconds(anchor.profile, model.hardware), rel=0.01
     )
     error = (result.prediction.step_seconds - anchor.published_step_seconds) / anchor.published_step_seconds
     assert abs(error) < 0.10, result.report()
+    assert "calibrated on the llama3 family" in result.report()
 
 
 # A one-layer, narrow Llama on a single 2x2 v6e slice: the same compiler path, in seconds.
@@ -367,11 +372,7 @@ def test_the_procedures_70b_job_does_not_fit(capsys):
 # MaxText's published Llama 3.1 8B recipe on one v6e-8 (domain/tpu_recipes_v6e.json), as the
 # fit check compiles it: FSDP over the 8 chips, batch 3, 8k sequences, each layer's input and its
 # q/k/v and output projections offloaded to host memory.
-RECIPE_8B_V6E_8 = {
-    **SPEED_MODELS["v6e"].anchors[0].overrides,
-    "ici_fsdp_parallelism": "8",
-    "dcn_data_parallelism": "1",
-}
+[RECIPE_8B_V6E_8] = [r for r in published_runs() if r.model_type == "llama3.1-8b" and r.slice_type == "v6e-8"]
 # What the compile of it printed with MaxText 0.2.5 and libtpu 0.0.52, and the sizes of the buffer
 # assignment it dumped before raising: 11.22 GiB of arguments, 32.92 GiB in all.
 OOM_8B_V6E_8 = (
@@ -382,15 +383,8 @@ ARGUMENTS_8B_V6E_8 = 12048941056
 TOTAL_8B_V6E_8 = 35348838848
 
 
-def recipe_8b_v6e_8(**overrides):
-    return resolve_job(
-        "llama3-8b",
-        run_name="fit-check",
-        checkpoint_root="/tmp/fit",
-        slices=1,
-        topology="2x4",
-        overrides={**RECIPE_8B_V6E_8, **overrides},
-    )
+def recipe_8b_v6e_8(**changed):
+    return fit_check.published_job(RECIPE_8B_V6E_8, changed)
 
 
 def buffer_assignment(argument: int, temp: int) -> str:
@@ -413,11 +407,7 @@ def test_the_published_recipes_are_data_with_their_source():
         assert source["repository"] == "AI-Hypercomputer/tpu-recipes" and len(source["commit"]) == 40
         assert recipe["slice_type"].startswith("v6e-") and recipe["published"]["step_seconds"] > 0
     [v6e_8] = [r for r in recipes if r["slice_type"] == "v6e-8" and r["model_type"] == "llama3.1-8b"]
-    # The job the tests below compile is this recipe's.
-    for key, value in v6e_8["tuning_params"].items():
-        if key in RECIPE_8B_V6E_8 and key != "ici_fsdp_parallelism":
-            assert RECIPE_8B_V6E_8[key] == (str(value).lower() if isinstance(value, bool) else str(value)), key
-    assert v6e_8["published"]["step_seconds"] == 3.443
+    assert v6e_8["published"]["step_seconds"] == RECIPE_8B_V6E_8.published_step_seconds == 3.443
 
 
 def test_a_step_the_compiler_placed_fits_whatever_the_catalogs_usable_figure(tmp_path, monkeypatch):
@@ -427,7 +417,7 @@ def test_a_step_the_compiler_placed_fits_whatever_the_catalogs_usable_figure(tmp
     placed = buffer_assignment(ARGUMENTS_8B_V6E_8, 22 * 2**30)  # 33.2 GiB: above the catalog's 31.24
     monkeypatch.setattr(fit_check, "CACHE_DIR", tmp_path)
     monkeypatch.setattr(fit_check, "compile_step", fake_compile(TINY_HLO.read_text(), buffers=placed)[0])
-    result = fit_check.run_fit_check(recipe_8b_v6e_8())
+    result = fit_check.run_fit_check(recipe_8b_v6e_8()[0])
     assert result.fits and result.total_gib == pytest.approx(33.22, abs=0.01)
     assert "the compiler placed every buffer in 33.22 GiB, above the 31.24 GiB" in result.report()
     assert result.report().endswith("result: FITS")
@@ -446,7 +436,7 @@ def test_out_of_memory_gives_the_margin_what_takes_it_and_ways_to_fit(tmp_path, 
 
     monkeypatch.setattr(fit_check, "CACHE_DIR", tmp_path)
     monkeypatch.setattr(fit_check, "compile_step", compile_)
-    result = fit_check.run_fit_check(recipe_8b_v6e_8())
+    result = fit_check.run_fit_check(recipe_8b_v6e_8()[0])
     assert not result.fits and result.usable_gib == 31.24
     assert (round(result.argument_gib, 2), round(result.temp_gib, 2), round(result.total_gib, 2)) == (
         11.22,
@@ -460,12 +450,12 @@ def test_out_of_memory_gives_the_margin_what_takes_it_and_ways_to_fit(tmp_path, 
     assert "key_proj=remat, out_proj=remat, query_proj=remat, value_proj=remat" in report
     assert "exceeds available HBM (31.24G)" in report and report.endswith("result: DOES NOT FIT")
     # Cached with its sizes; the command line exits 1 with the same report.
-    assert fit_check.recorded_result(recipe_8b_v6e_8()).total_gib == result.total_gib
+    assert fit_check.recorded_result(recipe_8b_v6e_8()[0]).total_gib == result.total_gib
 
 
 def test_the_usable_hbm_of_a_refusal_is_the_compilers_own():
     output = OOM_8B_V6E_8.replace("available HBM (31.24G)", "available HBM (30.50G)")
-    result = fit_check.parse_output(output, recipe_8b_v6e_8())
+    result = fit_check.parse_output(output, recipe_8b_v6e_8()[0])
     assert not result.fits and result.usable_gib == 30.5
 
 
@@ -521,7 +511,13 @@ def test_the_published_8b_v6e_8_recipe_needs_more_hbm_with_this_maxtext_and_fits
     and libtpu 0.0.52 the compiler needs 32.92 GiB per chip: it brings two offloaded 32-layer
     stacks ([32, 3, 8192, 4096] bf16, 6 GiB each) back from host memory whole to lay them out
     again. Recomputing the output projection instead of offloading it avoids that and fits."""
-    refused = fit_check.run_fit_check(recipe_8b_v6e_8(), extra_flags=DISABLE_COLLECTIVE_MATMUL)
+    job, flags = recipe_8b_v6e_8()
+    refused = fit_check.run_fit_check(job, extra_flags=flags)
     assert not refused.fits and refused.total_gib == pytest.approx(32.92, abs=0.01), refused.report()
-    fits = fit_check.run_fit_check(recipe_8b_v6e_8(out_proj="remat"), extra_flags=DISABLE_COLLECTIVE_MATMUL)
+    job, flags = recipe_8b_v6e_8(**OUT_PROJ_RECOMPUTED)
+    fits = fit_check.run_fit_check(job, extra_flags=flags)
     assert fits.fits and fits.total_gib == pytest.approx(21.83, abs=0.05), fits.report()
+    # What domain/tpu_recipes_v6e.json records of both compiles, and the speed model reads, is this.
+    assert RECIPE_8B_V6E_8.compiled.total_gib == round(refused.total_gib, 2)
+    assert RECIPE_8B_V6E_8.compiled_changed.total_gib == round(fits.total_gib, 2)
+    assert RECIPE_8B_V6E_8.compiled_changed.profile == StepProfile.from_json(fits.profile)

@@ -149,14 +149,17 @@ def record_slow_fit_check(resources: list[dict[str, Any]]) -> None:
     """A fit check of exactly the training job's configuration, in this test's fit-check cache,
     predicting the step ten times slower than the 8B anchor's compile: a poor layout."""
     from domain.hlo_profile import StepProfile
-    from domain.speed_anchors import V6E_ANCHORS
     from policies.rules.rayjob import job_of
+    from tests.support.anchors import CALIBRATING_8B, anchor_named
     from tests.test_workloads_program import recorded_fit_check
     from trainer import fit_check
 
     job = job_of(named(resources, "training")["props"])
     slow = StepProfile(
-        tuple(dataclasses.replace(s, matmul_flops=10 * s.matmul_flops) for s in V6E_ANCHORS[0].profile.scopes)
+        tuple(
+            dataclasses.replace(s, matmul_flops=10 * s.matmul_flops)
+            for s in anchor_named(CALIBRATING_8B).profile.scopes
+        )
     )
     result = dataclasses.replace(recorded_fit_check(job), profile=slow.to_json())
     fit_check.CACHE_DIR.mkdir(parents=True, exist_ok=True)

@@ -98,7 +98,7 @@ def test_a_capacity_without_a_price_gives_the_job_no_dollar_figure_and_says_why(
 
 def recorded_fit_check(job):
     """A fit check of exactly `job`'s configuration, with the 8B anchor's recorded profile."""
-    from domain.speed_anchors import V6E_ANCHORS
+    from tests.support.anchors import CALIBRATING_8B, anchor_named
     from trainer import fit_check
     from trainer.validate_config import model_flops
 
@@ -113,7 +113,7 @@ def recorded_fit_check(job):
         tokens_per_chip=work.tokens_per_chip,
         model_flops_per_chip=work.per_chip,
         model_flops_source=work.source,
-        profile=V6E_ANCHORS[0].profile.to_json(),
+        profile=anchor_named(CALIBRATING_8B).profile.to_json(),
         configuration=fit_check.configuration(job, fit_check.libtpu_flags(job)),
     )
 

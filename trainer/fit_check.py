@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,11 +45,12 @@ from typing import Any
 from domain.capacity import FLOPS_SOURCES, MAXTEXT_FLOPS, ModelFlops
 from domain.hlo_profile import HloError, StepProfile, buffer_memory, profile
 from domain.job import JobError, JobSpec, resolve_job
-from domain.maxtext_config import base_config_path
+from domain.maxtext_config import base_config, base_config_path
 from domain.paths import PROJECT_ROOT
 from domain.presets import PRESETS
+from domain.published_recipes import PublishedRun, compile_spec, model_family
 from domain.speed_anchors import speed_model
-from domain.step_time import Anchor, Prediction
+from domain.step_time import Prediction
 from domain.tpu_catalog import accelerator_by_ray_type
 
 CACHE_DIR = PROJECT_ROOT / ".cache" / "fit-check"
@@ -143,6 +144,7 @@ class FitResult:
             StepProfile.from_json(self.profile),
             tokens_per_chip=self.tokens_per_chip,
             model_flops_per_chip=self.model_flops_per_chip,
+            family=model_family(self.configuration.get("maxtext", {}).get("model_name", "")),
         )
 
     @property
@@ -532,16 +534,26 @@ def run_fit_check(
     return result
 
 
-def anchor_job(anchor: Anchor) -> JobSpec:
-    """A published run's configuration, as a fit check compiles it."""
-    return resolve_job(
-        anchor.preset,
+def published_job(run: PublishedRun, changed: Mapping[str, str] | None = None) -> tuple[JobSpec, str]:
+    """A published run's configuration as the fit check compiles it (with `changed` settings on
+    top), and the recipe's flags to compile it with beside the workers' own."""
+    preset = next(name for name, candidate in PRESETS.items() if candidate.runs_on_tpu)
+    spec = compile_spec(
+        run,
+        preset=preset,
+        preset_overrides=PRESETS[preset].maxtext_overrides,
+        base=base_config(),
+        changed=changed,
+    )
+    job = resolve_job(
+        spec.preset,
         run_name="fit-check",
         checkpoint_root="/tmp/fit-check",
-        slices=anchor.slices,
-        topology=anchor.topology,
-        overrides=anchor.overrides,
+        slices=spec.slices,
+        topology=spec.topology,
+        overrides=spec.overrides,
     )
+    return job, spec.extra_flags
 
 
 def main(argv: Sequence[str] | None = None) -> int:
