@@ -11,13 +11,15 @@ import json
 import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from domain import maxtext_config
 from domain.presets import PRESETS, maxtext_overrides
 from domain.problems import ProblemsError
+from domain.setting import Setting
 from domain.stack_identity import StackIdentity
+from domain.tpu_catalog import Accelerator
 
 # Ray Train retries after a worker error (a Spot preemption is counted apart, without limit).
 DEFAULT_MAX_FAILURES = {"multislice": 0, "elastic": 3}
@@ -49,6 +51,67 @@ RUN_NAME_DIGEST_LENGTH = 6
 def run_name_is_valid(run_name: str) -> bool:
     """Whether `run_name` can name a run (its checkpoint directory)."""
     return bool(_RUN_NAME.fullmatch(run_name))
+
+
+def _run_name_problem(run_name: str) -> str | None:
+    return None if run_name_is_valid(run_name) else f"is not valid; {RUN_NAME_RULE}"
+
+
+def min_slices_rule(slices: int | None) -> str:
+    """What minSlices may be: up to `slices`, or (not known yet) the slice count."""
+    meaning = "the fewest slices an elastic job keeps training on"
+    if slices is None:
+        return f"use 1 to the slice count ({meaning})"
+    return f"use 1 to {slices} (the slice count: {meaning})"
+
+
+# The rules of the job's own choices, each declared once (domain/setting.py). The stacks' settings
+# of the same names are these declarations (domain/workload_settings.py, domain/settings.py), and
+# resolve_job checks its arguments with them too: the fit check and the benchmarks call it with
+# values that no settings reader has seen.
+PRESET = Setting("string", "Training preset.", choices=tuple(PRESETS), field="preset")
+RUN_NAME = Setting("string", "MaxText run name (its checkpoint directory).", check=_run_name_problem, field="run_name")
+SLICES = Setting("integer", "TPU slices the job trains on.", minimum=1, field="slices")
+MIN_SLICES = Setting(
+    "integer",
+    "Fewest slices an elastic job keeps training on.",
+    default=1,
+    minimum=1,
+    valid=min_slices_rule(None),
+    field="min_slices",
+)
+_DEFAULT_FAILURES = f"{DEFAULT_MAX_FAILURES['multislice']} multislice, {DEFAULT_MAX_FAILURES['elastic']} elastic"
+MAX_FAILURES = Setting(
+    "integer",
+    f"Worker failures Ray Train recovers from (default {_DEFAULT_FAILURES}); preemptions count against "
+    "maxPreemptions instead.",
+    unset=_DEFAULT_FAILURES,
+    minimum=0,
+    valid="use 0 or more (worker errors Ray Train recovers from; preemptions count against maxPreemptions instead)",
+    field="max_failures",
+)
+MAX_PREEMPTIONS = Setting(
+    "integer",
+    "Node preemptions (a Spot slice reclaimed, a node drained for preemption) Ray Train recovers from, apart "
+    "from maxFailures; unset: no limit.",
+    unset="no limit",
+    minimum=0,
+    valid="use 0 or more, or leave it unset for no limit (node preemptions Ray Train recovers from; they never "
+    "use up maxFailures)",
+    field="max_preemptions",
+)
+
+
+def topology_problem(accelerator: Accelerator, topology: str | None) -> str | None:
+    """Why `topology` is no slice of `accelerator`, as the rest of `topology = VALUE ...`."""
+    if topology in accelerator.shapes:
+        return None
+    return f"is not a topology of TPU {accelerator.name}; valid topologies: {', '.join(accelerator.shapes)}"
+
+
+def _refused(*checks: tuple[Setting, Any]) -> list[str]:
+    """The problems of arguments checked against their settings' declarations."""
+    return [problem for entry, value in checks if (problem := entry.problem(value)) is not None]
 
 
 def default_run_name(preset: str, identity: StackIdentity) -> str:
@@ -158,19 +221,17 @@ def resolve_job(
     slices: int | None = None,
     topology: str | None = None,
     elastic: bool = False,
-    min_slices: int = 1,
+    min_slices: int = MIN_SLICES.default,
     max_failures: int | None = None,
     max_preemptions: int | None = None,
     overrides: Mapping[str, Any] | None = None,
 ) -> JobSpec:
     """Checks everything a submission would otherwise discover on the cluster, then returns the
     job. Raises JobError listing every problem."""
-    problems: list[str] = []
     chosen = PRESETS.get(preset_name)
     if chosen is None:
-        raise JobError([f"preset = {preset_name!r} is not valid; choose one of: {', '.join(PRESETS)}"])
-    if not run_name_is_valid(run_name):
-        problems.append(f"runName = {run_name!r} is not valid; {RUN_NAME_RULE}")
+        raise JobError(_refused((PRESET, preset_name)))
+    problems = _refused((RUN_NAME, run_name))
     if not checkpoint_root:
         problems.append("the checkpoint root is empty; it is the infra stack's checkpointRoot output")
 
@@ -179,28 +240,18 @@ def resolve_job(
         topology = topology or chosen.topology
         slices = chosen.slices if slices is None else slices
         shape = accelerator.shapes.get(topology or "")
-        if shape is None:
-            problems.append(f"topology = {topology!r} is not a topology of TPU {accelerator.name}")
+        wrong_topology = topology_problem(accelerator, topology)
+        if wrong_topology is not None:
+            problems.append(f"topology = {topology!r} {wrong_topology}")
     else:
         accelerator, shape, slices = None, None, 1 if slices is None else slices
-    if slices < 1:
-        problems.append(f"slices = {slices} must be at least 1")
-    elif not 1 <= min_slices <= slices:
-        problems.append(
-            f"minSlices = {min_slices} is out of range; use 1 to {slices} (the slice count: the fewest "
-            "slices an elastic job keeps training on)"
-        )
+    # minSlices is checked against a slice count only once that is valid.
+    within = replace(MIN_SLICES, maximum=slices, valid=min_slices_rule(slices))
+    problems += _refused((SLICES, slices)) or _refused((within, min_slices))
     failures = DEFAULT_MAX_FAILURES["elastic" if elastic else "multislice"] if max_failures is None else max_failures
-    if failures < 0:
-        problems.append(
-            f"maxFailures = {failures} is out of range; use 0 or more (worker errors Ray Train recovers "
-            "from; preemptions count against maxPreemptions instead)"
-        )
-    if max_preemptions is not None and max_preemptions < 0:
-        problems.append(
-            f"maxPreemptions = {max_preemptions} is out of range; use 0 or more, or leave it unset for no "
-            "limit (node preemptions Ray Train recovers from; they never use up maxFailures)"
-        )
+    problems += _refused((MAX_FAILURES, failures))
+    if max_preemptions is not None:
+        problems += _refused((MAX_PREEMPTIONS, max_preemptions))
 
     resolved = preset_maxtext_overrides(chosen.name, slices=max(slices, 1), elastic=elastic)
     user = {str(key): str(value) for key, value in (overrides or {}).items()}

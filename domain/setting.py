@@ -85,10 +85,26 @@ class Setting:
             and (self.above is None or number > self.above)
         )
 
+    def problem(self, value: Any) -> str | None:
+        """Why `value`, already of this setting's kind, is refused, worded as `read` words it
+        (`KEY = VALUE is ...`); None when it is valid. For a value that did not come through
+        `read` (a function's argument) checked against the same declaration."""
+        problem = _value_problem(self, value)
+        return None if problem is None else f"{self.key} = {_shown(self.kind, value)} {problem}"
 
-def setting(kind: Kind, description: str, **declaration: Any) -> Any:
-    """A settings-class field that declares a setting (see `Setting` for what it takes)."""
-    return dataclasses.field(metadata={_METADATA_KEY: Setting(kind, description, **declaration)})
+
+def setting(kind: Kind | Setting, description: str | None = None, **declaration: Any) -> Any:
+    """A settings-class field that declares a setting (see `Setting` for what it takes). Given a
+    `Setting` instead of a kind: that setting, declared where its rule belongs (a job's own
+    choices, domain/job.py, which checks its arguments with the same declaration), with this
+    project's description, default, range and the rest where given."""
+    if isinstance(kind, Setting):
+        changes = declaration if description is None else {**declaration, "description": description}
+        entry = dataclasses.replace(kind, **changes)
+    else:
+        assert description is not None, "a new setting needs its description"
+        entry = Setting(kind, description, **declaration)
+    return dataclasses.field(metadata={_METADATA_KEY: entry})
 
 
 def settings_of(cls: type) -> tuple[Setting, ...]:
@@ -117,8 +133,7 @@ class Reading:
         booleans bare); a secret's never."""
         if key in self.secrets:
             return SECRET
-        value = self.raw.get(key) if value is None else value
-        return repr(value) if self.kinds.get(key) == "string" and isinstance(value, str) else shown(value)
+        return _shown(self.kinds.get(key), self.raw.get(key) if value is None else value)
 
     def ok(self, *fields: str) -> bool:
         """Whether these fields were read without a problem."""
@@ -247,6 +262,11 @@ def _decoded(value: Any, kind: Kind) -> tuple[Any, str | None]:
             f"has a number of more than {MAX_DIGITS} digits, more than any value of it can use; give numbers "
             "of a sensible size"
         )
+
+
+def _shown(kind: Kind | None, value: Any) -> str:
+    """Text quoted, even text of digits; numbers and booleans bare."""
+    return repr(value) if kind == "string" and isinstance(value, str) else shown(value)
 
 
 def _value_problem(entry: Setting, value: Any) -> str | None:

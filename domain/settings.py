@@ -19,7 +19,7 @@ from domain import dcn, gcp_names, gke, k8s_names, ray_head, resource_names
 from domain.capacity import HOURS_PER_DAY
 from domain.capacity_choices import CAPACITY_CHOICES, DEFAULT_CAPACITY, FLEX_START, RESERVATION, SPOT
 from domain.images import IMAGE_RULE, image_reference_problems, ray_version_of
-from domain.job import JobError, resolve_job
+from domain.job import PRESET, SLICES, JobError, resolve_job, topology_problem
 from domain.machine_types import machine_size
 from domain.presets import PRESETS, Preset
 from domain.problems import ProblemsError
@@ -185,10 +185,9 @@ class StackSettings:
         in_clear="it is the clusterLocation output of a Standard stack and the node pools' location",
     )
     preset: Preset = setting(
-        "string",
+        PRESET,
         "Training preset: llama3-8b or llama3-70b (the tiny-cpu preset runs locally, not on GKE).",
         default="llama3-8b",
-        choices=tuple(PRESETS),
         check=_tpu_preset,
         in_clear="it is exported as the preset output",
     )
@@ -227,10 +226,9 @@ class StackSettings:
         in_clear=f"it is the cluster's network, {_STATE}",
     )
     slices: int = setting(
-        "integer",
+        SLICES,
         f"Number of TPU slices (1 to {MAX_SLICES}); defaults to the preset's.",
         unset="the preset's",
-        minimum=1,
         maximum=MAX_SLICES,
         in_clear="it is exported as the slices output and numbers the TPU node pools",
     )
@@ -438,12 +436,10 @@ def parse_settings(
     chosen = PRESETS[values["preset"]] if reading.ok("preset") else None
     mode = values["mode"]
     topology = values["topology"] or (chosen.topology if chosen else None) or ""
-    topology_ok = chosen is not None and topology in chosen.accelerator.shapes
-    if chosen is not None and not topology_ok:
-        problems.append(
-            f"topology = {reading.shown('topology', topology)} is not a topology of TPU {chosen.accelerator.name}; "
-            f"valid topologies: {', '.join(chosen.accelerator.shapes)}"
-        )
+    wrong_topology = topology_problem(chosen.accelerator, topology) if chosen is not None else None
+    topology_ok = chosen is not None and wrong_topology is None
+    if wrong_topology is not None:
+        problems.append(f"topology = {reading.shown('topology', topology)} {wrong_topology}")
     slices = values["slices"]
     if slices is None and chosen is not None and reading.ok("slices"):
         slices = chosen.slices

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from domain import maxtext_config
-from domain.job import RUN_NAME_RULE, default_run_name, run_name_is_valid
+from domain.job import MAX_FAILURES, MAX_PREEMPTIONS, MIN_SLICES, PRESET, RUN_NAME, default_run_name
 from domain.presets import PRESETS
 from domain.problems import ProblemsError
 from domain.queueing import WORKER_GROUP_START_TIMEOUT_ENV
@@ -76,10 +76,6 @@ def _stack_reference(value: str) -> str | None:
     )
 
 
-def _run_name(run_name: str) -> str | None:
-    return None if run_name_is_valid(run_name) else f"is not valid; {RUN_NAME_RULE}"
-
-
 @dataclass(frozen=True, kw_only=True)
 class WorkloadSettings:
     """What the workloads program needs to know, validated. Each `setting(...)` field is one
@@ -107,48 +103,25 @@ class WorkloadSettings:
         in_clear="it is the job's target, kept in the resources' inputs and state",
     )
     preset: str | None = setting(
-        "string",
+        PRESET,
         "Training preset: llama3-8b, llama3-70b or tiny-cpu; defaults to the infra stack's.",
         unset="the infra stack's",
-        choices=tuple(PRESETS),
         in_clear="it is exported as the preset output and names the default run (<preset>-<stack>-<digest>)",
     )
     run_name: str | None = setting(
-        "string",
-        "MaxText run name (its checkpoint directory); defaults to <preset>-<stack>-<digest>, the digest of the "
-        "stack's organization, project and name, so a re-run resumes and no same-named stack of another project "
-        "or organization shares it.",
+        RUN_NAME,
+        "MaxText run name (its checkpoint directory); defaults to <preset>-<stack>-<digest>, the "
+        "digest of the stack's organization, project and name, so a re-run resumes and no same-named stack of "
+        "another project or organization shares it.",
         unset="`<preset>-<stack>-<digest>`",
-        check=_run_name,
         in_clear="it is exported as the runName output and names the checkpoint directory",
     )
     elastic: bool = setting(
         "boolean", "Use the elastic trainer (runs on 1..all slices, resumes after failures).", default=False
     )
-    min_slices: int = setting(
-        "integer",
-        "Fewest slices an elastic job keeps training on.",
-        default=1,
-        minimum=1,
-        valid="use 1 to the slice count (the fewest slices an elastic job keeps training on)",
-    )
-    max_failures: int | None = setting(
-        "integer",
-        "Worker failures Ray Train recovers from (default 0 multislice, 3 elastic); preemptions count against "
-        "maxPreemptions instead.",
-        unset="0 multislice, 3 elastic",
-        minimum=0,
-        valid="use 0 or more (worker errors Ray Train recovers from; preemptions count against maxPreemptions instead)",
-    )
-    max_preemptions: int | None = setting(
-        "integer",
-        "Node preemptions (a Spot slice reclaimed, a node drained for preemption) Ray Train recovers from, apart "
-        "from maxFailures; unset: no limit.",
-        unset="no limit",
-        minimum=0,
-        valid="use 0 or more, or leave it unset for no limit (node preemptions Ray Train recovers from; they never "
-        "use up maxFailures)",
-    )
+    min_slices: int = setting(MIN_SLICES)
+    max_failures: int | None = setting(MAX_FAILURES)
+    max_preemptions: int | None = setting(MAX_PREEMPTIONS)
     maxtext_overrides: Mapping[str, str] = setting(
         "object",
         "MaxText keys to add or override (for example {steps: 200}); checked against MaxText's base.yml before "

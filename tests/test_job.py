@@ -6,18 +6,25 @@ import json
 import pytest
 
 from domain.job import (
+    MAX_FAILURES,
+    MIN_SLICES,
     RUN_NAME_MAX,
     RUN_NAME_RULE,
     UNLIMITED,
     JobError,
     JobSpec,
     default_run_name,
+    min_slices_rule,
     preset_maxtext_overrides,
     resolve_job,
     run_name_is_valid,
+    topology_problem,
 )
 from domain.presets import PRESETS, maxtext_overrides
+from domain.settings import SettingsError, parse_settings
 from domain.stack_identity import StackIdentity
+from domain.tpu_catalog import ACCELERATORS
+from domain.workload_settings import WorkloadSettingsError, parse_workload_settings
 
 
 def resolve(preset="llama3-8b", **kwargs):
@@ -114,8 +121,11 @@ def test_json_round_trip():
         ({"overrides": {"steps": 0}}, "maxtextOverrides.steps = 0 is out of range; use 1 or more"),
         ({"run_name": "My Run"}, "runName = 'My Run' is not valid"),
         ({"checkpoint_root": ""}, "the checkpoint root is empty"),
-        ({"topology": "3x3"}, "topology = '3x3' is not a topology of TPU v6e"),
-        ({"slices": 0}, "slices = 0 must be at least 1"),
+        (
+            {"topology": "3x3"},
+            "topology = '3x3' is not a topology of TPU v6e; valid topologies: 1x1, 2x2, 2x4, 4x4, 4x8, 8x8, 8x16, 16x16",
+        ),
+        ({"slices": 0}, "slices = 0 is out of range; use 1 or more"),
         ({"elastic": True, "min_slices": 3}, "minSlices = 3 is out of range; use 1 to 2 (the slice count"),
         ({"min_slices": 0}, "minSlices = 0 is out of range; use 1 to 2"),
         ({"max_failures": -1}, "maxFailures = -1 is out of range; use 0 or more"),
@@ -194,3 +204,99 @@ def test_a_long_or_odd_stack_name_is_cut_to_the_run_name_rule_and_still_kept_apa
     # The rule's limit and its message say the same number.
     assert run_name_is_valid("a" * RUN_NAME_MAX) and not run_name_is_valid("a" * (RUN_NAME_MAX + 1))
     assert f"at most {RUN_NAME_MAX} characters" in RUN_NAME_RULE
+
+
+# ------------------------------------------------------------------ one rule, one place (issue 22)
+def test_a_topology_is_one_of_its_accelerators_and_the_refusal_lists_them():
+    v6e = PRESETS["llama3-8b"].accelerator
+    assert topology_problem(v6e, "4x4") is None
+    assert topology_problem(v6e, "3x3") == (
+        "is not a topology of TPU v6e; valid topologies: 1x1, 2x2, 2x4, 4x4, 4x8, 8x8, 8x16, 16x16"
+    )
+    assert topology_problem(v6e, None) is not None and topology_problem(v6e, "") is not None
+    for accelerator in ACCELERATORS.values():
+        assert all(topology_problem(accelerator, topology) is None for topology in accelerator.shapes)
+
+
+def test_min_slices_rule_names_the_slice_count_once_it_is_known():
+    assert min_slices_rule(None) == "use 1 to the slice count (the fewest slices an elastic job keeps training on)"
+    assert min_slices_rule(4) == "use 1 to 4 (the slice count: the fewest slices an elastic job keeps training on)"
+    assert MIN_SLICES.rule == min_slices_rule(None) and MIN_SLICES.default == 1
+
+
+def test_the_default_failure_budgets_are_the_ones_the_setting_documents():
+    assert (resolve().max_failures, resolve(elastic=True).max_failures) == (0, 3)
+    assert MAX_FAILURES.unset == "0 multislice, 3 elastic"
+    assert "(default 0 multislice, 3 elastic)" in MAX_FAILURES.description
+
+
+WORKLOADS = {"infraStack": "o/p/s"}
+
+
+def workload_problems(**raw) -> list[str]:
+    with pytest.raises(WorkloadSettingsError) as caught:
+        parse_workload_settings({**WORKLOADS, **raw}, stack="dev", project_name="maxtext-tpu-workloads")
+    return caught.value.problems
+
+
+def stack_problems(**raw) -> list[str]:
+    config = {"gcp:project": "my-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b", **raw}
+    with pytest.raises(SettingsError) as caught:
+        parse_settings(config, stack="dev", project_name="maxtext-tpu-infra")
+    return caught.value.problems
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "job", "message"),
+    [
+        ("runName", "My Run", {"run_name": "My Run"}, f"runName = 'My Run' is not valid; {RUN_NAME_RULE}"),
+        (
+            "maxFailures",
+            -1,
+            {"max_failures": -1},
+            "maxFailures = -1 is out of range; use 0 or more (worker errors Ray Train recovers from; preemptions "
+            "count against maxPreemptions instead)",
+        ),
+        (
+            "maxPreemptions",
+            -2,
+            {"max_preemptions": -2},
+            "maxPreemptions = -2 is out of range; use 0 or more, or leave it unset for no limit (node preemptions "
+            "Ray Train recovers from; they never use up maxFailures)",
+        ),
+    ],
+)
+def test_the_settings_reader_and_the_job_refuse_with_the_same_message(setting, value, job, message):
+    """A job resolved from arguments no settings reader saw (the fit check, the benchmarks) is
+    refused as its stack setting would be: one declaration says both."""
+    assert workload_problems(**{setting: value}) == [message]
+    assert problems(**job) == [message]
+
+
+def test_a_preset_of_no_name_is_refused_alike_by_both_stacks_and_the_job():
+    message = "preset = 'gpt' is not valid; choose one of: llama3-8b, llama3-70b, tiny-cpu"
+    assert workload_problems(preset="gpt") == [message]
+    assert message in stack_problems(preset="gpt")
+    with pytest.raises(JobError) as caught:
+        resolve("gpt")
+    assert caught.value.problems == [message]
+
+
+def test_min_slices_below_one_is_refused_alike_the_job_naming_the_slice_count():
+    assert workload_problems(minSlices=0, elastic=True) == [f"minSlices = 0 is out of range; {min_slices_rule(None)}"]
+    assert problems(min_slices=0, elastic=True) == [f"minSlices = 0 is out of range; {min_slices_rule(2)}"]
+
+
+def test_a_topology_not_of_the_accelerator_is_refused_alike_by_the_stack_and_the_job():
+    message = (
+        "topology = '3x3' is not a topology of TPU v6e; valid topologies: 1x1, 2x2, 2x4, 4x4, 4x8, 8x8, 8x16, 16x16"
+    )
+    assert stack_problems(topology="3x3") == [message]
+    assert problems(topology="3x3") == [message]
+
+
+def test_slices_below_one_are_refused_by_the_same_rule_the_stack_bounding_it_above_too():
+    assert problems(slices=0) == ["slices = 0 is out of range; use 1 or more"]
+    assert stack_problems(slices="0") == ["slices = 0 is out of range; use 1 to 64"]
+    # The job's own rule has no upper bound: the stack's is its node pools' limit, not the job's.
+    assert resolve(slices=65, topology="1x1", overrides={"ici_fsdp_parallelism": 1}).slices == 65

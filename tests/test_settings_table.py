@@ -88,6 +88,48 @@ def test_each_value_is_checked_on_its_own(raw, problem):
     assert reading.problems == [problem]
 
 
+@pytest.mark.parametrize(
+    "field, value, problem",
+    [
+        ("count", 9, "count = 9 is out of range; use 1 to 8"),
+        ("count", 0, "count = 0 is out of range; use 1 to 8"),
+        ("ratio", 0.0, "ratio = 0.0 is out of range; use a fraction in (0, 1]"),
+        ("color", "green", "color = 'green' is not valid; choose one of: red, blue"),
+        ("name", "123", "name = '123' is not lowercase; use a-z"),
+        ("count", 8, None),
+        ("name", "ray", None),
+    ],
+)
+def test_a_value_that_did_not_come_through_the_reader_is_checked_against_the_same_declaration(field, value, problem):
+    entry = {entry.field: entry for entry in settings_of(Example)}[field]
+    assert entry.problem(value) == problem
+    if problem is not None:  # the reader says the same of the value as text
+        assert example({entry.key: str(value) if field != "name" else value}).problems == [problem]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Narrower:
+    """Settings declared from another class's: the rule kept, this project's documentation and a
+    narrower range given."""
+
+    count: int = setting(settings_of(Example)[1], "How many, here.", maximum=4, default=3)
+    color: str = setting(settings_of(Example)[6])
+
+
+def test_a_setting_declared_from_another_keeps_its_rule_and_takes_the_changes_given():
+    count, color = settings_of(Narrower)
+    assert (count.key, count.description, count.minimum, count.maximum, count.default) == (
+        "count",
+        "How many, here.",
+        1,
+        4,
+        3,
+    )
+    assert count.problem(5) == "count = 5 is out of range; use 1 to 4"
+    assert color == dataclasses.replace(settings_of(Example)[6], field="color")
+    assert read(Narrower, {"count": "0"}, project_name="demo").problems == ["count = 0 is out of range; use 1 to 4"]
+
+
 def test_a_refused_value_is_none_and_marked_refused_so_later_checks_can_skip_it():
     reading = example({"count": "9", "name": "Ray"})
     assert reading.values["count"] is None and not reading.ok("count") and not reading.ok("name")
