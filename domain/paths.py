@@ -3,3 +3,9 @@
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+# The trainer environment's lock (MaxText, JAX, libtpu): results computed in that environment
+# are cached under it.
+TRAINER_LOCK = PROJECT_ROOT / "requirements-trainer.txt"
+TRAINER_PYTHON = PROJECT_ROOT / ".venv-trainer" / "bin" / "python"
+FIT_CHECK_CACHE = PROJECT_ROOT / ".cache" / "fit-check"
+MAXTEXT_CONFIG_CACHE = PROJECT_ROOT / ".cache" / "maxtext-config"

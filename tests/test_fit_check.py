@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from domain import kuberay
+from domain import fit_results, kuberay
 from domain.hlo_profile import StepProfile
 from domain.job import resolve_job
 from domain.presets import PRESETS, PROCEDURE_OVERRIDES
-from domain.published_recipes import OUT_PROJ_RECOMPUTED, published_runs
+from domain.published_recipes import OUT_PROJ_RECOMPUTED, RECIPES_FILE, published_runs
 from domain.settings import parse_settings
 from domain.speed_anchors import SPEED_MODELS
 from domain.step_time import raw_step_seconds
 from domain.tpu_catalog import ACCELERATORS
 from tests.support.anchors import CALIBRATING_8B
-from trainer import fit_check
+from trainer import fit_check, validate_config
 
 SUCCESS_OUTPUT = """Jitting and compilation complete!
 Finished train_compile.py successfully!
@@ -109,7 +109,7 @@ def test_the_compile_runs_with_exactly_the_workers_libtpu_flags(tmp_path, monkey
         seen.update(env)
         return SUCCESS_OUTPUT, False
 
-    monkeypatch.setattr(fit_check, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(fit_results, "CACHE_DIR", tmp_path)
     monkeypatch.setattr(fit_check, "compile_step", compile_)
     assert fit_check.run_fit_check(job()).fits
     assert seen["LIBTPU_INIT_ARGS"] == workers_flags
@@ -126,9 +126,9 @@ def test_the_procedures_refused_flag_is_not_a_runtime_flag():
 def test_cache_key_follows_the_compiled_config_not_the_run_name_or_length():
     flags = fit_check.libtpu_flags(job())
     renamed = resolve_job("llama3-70b", run_name="other", checkpoint_root="gs://b/runs", overrides={"steps": "7"})
-    assert fit_check.cache_key(job(), flags) == fit_check.cache_key(renamed, flags)
-    assert fit_check.cache_key(job(), flags) != fit_check.cache_key(job(per_device_batch_size=1), flags)
-    assert fit_check.cache_key(job(), flags) != fit_check.cache_key(job(), f"{flags} --xla_tpu_x=1")
+    assert fit_results.cache_key(job(), flags) == fit_results.cache_key(renamed, flags)
+    assert fit_results.cache_key(job(), flags) != fit_results.cache_key(job(per_device_batch_size=1), flags)
+    assert fit_results.cache_key(job(), flags) != fit_results.cache_key(job(), f"{flags} --xla_tpu_x=1")
     assert "base_output_directory" not in json.dumps(fit_check.configuration(job(), flags))
 
 
@@ -154,7 +154,7 @@ def fake_compile(hlo: str | None, output: str = "", buffers: str | None = None):
 
 def test_the_fit_check_predicts_the_step_from_the_dumped_hlo_and_caches_it(tmp_path, monkeypatch, capsys):
     compile_, calls = fake_compile(TINY_HLO.read_text(), buffers=TINY_BUFFERS.read_text())
-    monkeypatch.setattr(fit_check, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(fit_results, "CACHE_DIR", tmp_path / "cache")
     monkeypatch.setattr(fit_check, "compile_step", compile_)
     output = tmp_path / "result.json"
     assert fit_check.main(["--preset", "llama3-70b", "--output", str(output)]) == 0
@@ -178,16 +178,16 @@ def test_the_fit_check_predicts_the_step_from_the_dumped_hlo_and_caches_it(tmp_p
     assert len(calls) == 1 and f"predicted step time: {prediction.step_seconds:.3f} s" in capsys.readouterr().out
     # The workloads stack finds it for the same configuration under any run name.
     renamed = resolve_job("llama3-70b", run_name="prod", checkpoint_root="gs://b", overrides={"steps": "9"})
-    assert fit_check.recorded_result(renamed).prediction == prediction
-    assert fit_check.recorded_result(job(per_device_batch_size=1)) is None
+    assert validate_config.recorded_result(renamed).prediction == prediction
+    assert validate_config.recorded_result(job(per_device_batch_size=1)) is None
 
 
 def test_a_full_compile_reads_the_executables_memory_analysis(tmp_path, monkeypatch, capsys):
     compile_, calls = fake_compile(TINY_HLO.read_text(), SUCCESS_OUTPUT, buffers=TINY_BUFFERS.read_text())
-    monkeypatch.setattr(fit_check, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(fit_results, "CACHE_DIR", tmp_path)
     monkeypatch.setattr(fit_check, "compile_step", compile_)
     assert fit_check.main(["--preset", "llama3-70b", "--full-compile"]) == 0
-    result = fit_check.recorded_result(job())
+    result = validate_config.recorded_result(job())
     assert result.compiled_through == fit_check.CODE_GENERATION and result.flops_per_step == 1.945e14
     assert result.prediction is not None
     # Always compiles: it is how the cost model is compared with (benchmarks/roofline_vs_cost_model.py).
@@ -196,7 +196,7 @@ def test_a_full_compile_reads_the_executables_memory_analysis(tmp_path, monkeypa
 
 
 def test_without_a_dumped_module_the_fit_check_says_it_cannot_predict(tmp_path, monkeypatch):
-    monkeypatch.setattr(fit_check, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(fit_results, "CACHE_DIR", tmp_path)
     monkeypatch.setattr(fit_check, "compile_step", fake_compile(None, SUCCESS_OUTPUT)[0])
     result = fit_check.run_fit_check(job())
     assert result.fits and result.prediction is None
@@ -204,7 +204,7 @@ def test_without_a_dumped_module_the_fit_check_says_it_cannot_predict(tmp_path, 
 
 
 def test_an_unreadable_optimized_step_leaves_the_memory_answer_and_says_why(tmp_path, monkeypatch):
-    monkeypatch.setattr(fit_check, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(fit_results, "CACHE_DIR", tmp_path)
     monkeypatch.setattr(fit_check, "compile_step", fake_compile("not HLO", buffers=TINY_BUFFERS.read_text())[0])
     result = fit_check.run_fit_check(job())
     assert result.fits and result.total_gib is not None and result.prediction is None
@@ -355,7 +355,7 @@ def test_a_flag_libtpu_refuses_fails_in_the_compilers_own_words(capsys, monkeypa
 @pytest.mark.fitcheck
 def test_two_fit_checks_at_once_both_compile(tmp_path, monkeypatch):
     """libtpu's multi-process lock file made the second of two simultaneous compiles fail."""
-    monkeypatch.setattr(fit_check, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(fit_results, "CACHE_DIR", tmp_path)
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(lambda _: fit_check.run_fit_check(tiny_job(), use_cache=False), range(2)))
     assert all(result.fits and result.total_gib is not None for result in results)
@@ -399,7 +399,7 @@ def buffer_assignment(argument: int, temp: int) -> str:
 
 
 def test_the_published_recipes_are_data_with_their_source():
-    data = json.loads((Path(fit_check.PROJECT_ROOT) / "domain" / "tpu_recipes_v6e.json").read_text())
+    data = json.loads((RECIPES_FILE).read_text())
     recipes = data["recipes"]
     assert len(recipes) >= 20
     for recipe in recipes:
@@ -415,7 +415,7 @@ def test_a_step_the_compiler_placed_fits_whatever_the_catalogs_usable_figure(tmp
     that is the verdict, not a comparison with the catalog's usable HBM (measured on one libtpu,
     assumed on other generations), which refused a step the compiler had accepted."""
     placed = buffer_assignment(ARGUMENTS_8B_V6E_8, 22 * 2**30)  # 33.2 GiB: above the catalog's 31.24
-    monkeypatch.setattr(fit_check, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(fit_results, "CACHE_DIR", tmp_path)
     monkeypatch.setattr(fit_check, "compile_step", fake_compile(TINY_HLO.read_text(), buffers=placed)[0])
     result = fit_check.run_fit_check(recipe_8b_v6e_8()[0])
     assert result.fits and result.total_gib == pytest.approx(33.22, abs=0.01)
@@ -434,7 +434,7 @@ def test_out_of_memory_gives_the_margin_what_takes_it_and_ways_to_fit(tmp_path, 
         (dump_dir / "module_0000.jit_train_step.cl_1.after_optimizations-buffer-assignment.txt").write_text(dumped)
         return OOM_8B_V6E_8, False
 
-    monkeypatch.setattr(fit_check, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(fit_results, "CACHE_DIR", tmp_path)
     monkeypatch.setattr(fit_check, "compile_step", compile_)
     result = fit_check.run_fit_check(recipe_8b_v6e_8()[0])
     assert not result.fits and result.usable_gib == 31.24
@@ -450,7 +450,7 @@ def test_out_of_memory_gives_the_margin_what_takes_it_and_ways_to_fit(tmp_path, 
     assert "key_proj=remat, out_proj=remat, query_proj=remat, value_proj=remat" in report
     assert "exceeds available HBM (31.24G)" in report and report.endswith("result: DOES NOT FIT")
     # Cached with its sizes; the command line exits 1 with the same report.
-    assert fit_check.recorded_result(recipe_8b_v6e_8()[0]).total_gib == result.total_gib
+    assert validate_config.recorded_result(recipe_8b_v6e_8()[0]).total_gib == result.total_gib
 
 
 def test_the_usable_hbm_of_a_refusal_is_the_compilers_own():
@@ -496,7 +496,7 @@ def test_the_memory_policy_never_blocks_a_model_the_estimate_was_not_fitted_on()
             "max_target_length": "2048",
         },
     )
-    assert fit_check.recorded_result(gpt3) is None  # the estimate speaks, not a cached compile
+    assert validate_config.recorded_result(gpt3) is None  # the estimate speaks, not a cached compile
     assert reports(rayjob.fits_hbm, gpt3) == []
     [advice] = reports(rayjob.hbm_headroom, gpt3)  # it still advises a fit check
     assert "python -m trainer.fit_check" in advice

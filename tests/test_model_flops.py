@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from domain import maxtext_validation
+from domain import fit_results, maxtext_validation
 from domain.capacity import LLAMA_FORMULA, MAXTEXT_FLOPS, llama_formula_flops
 from domain.job import JobSpec, resolve_job
 from domain.tpu_catalog import accelerator
@@ -146,7 +146,7 @@ def test_the_fit_checks_mfu_and_tokens_per_second_are_maxtexts(asked, tmp_path, 
     """With gradient accumulation one step runs two micro-batches: MaxText counts both (the
     formula counted one)."""
     compile_, _ = fake_compile(TINY_HLO.read_text(), buffers=TINY_BUFFERS.read_text())
-    monkeypatch.setattr(fit_check, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(fit_results, "CACHE_DIR", tmp_path)
     monkeypatch.setattr(fit_check, "compile_step", compile_)
     accumulated = job(DENSE, gradient_accumulation_steps="2")
     result = fit_check.run_fit_check(accumulated)
@@ -162,17 +162,17 @@ def test_the_fit_checks_mfu_and_tokens_per_second_are_maxtexts(asked, tmp_path, 
 
 def test_a_fit_check_recorded_with_the_formula_is_recounted_not_recompiled(asked, tmp_path, monkeypatch):
     compile_, calls = fake_compile(TINY_HLO.read_text(), buffers=TINY_BUFFERS.read_text())
-    monkeypatch.setattr(fit_check, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(fit_results, "CACHE_DIR", tmp_path)
     monkeypatch.setattr(fit_check, "compile_step", compile_)
     moe = job(MOE)
     fresh = fit_check.run_fit_check(moe)
     old = llama_formula_flops(moe.maxtext_overrides, chips=CHIPS)
-    recorded = tmp_path / f"{fit_check.cache_key(moe, fit_check.libtpu_flags(moe))}.json"
+    recorded = tmp_path / f"{fit_results.cache_key(moe, fit_check.libtpu_flags(moe))}.json"
     stale = fit_check.FitResult.from_json(recorded.read_text())
     # What an earlier version recorded: the formula's figures, no source.
     stale = dataclasses.replace(stale, model_flops_per_chip=old.per_chip, model_flops_source=None)
     recorded.write_text(stale.to_json())
-    again = fit_check.recorded_result(moe)
+    again = validate_config.recorded_result(moe)
     assert again is not None and again.model_flops_per_chip == fresh.model_flops_per_chip
     assert again.prediction == fresh.prediction and len(calls) == 1
 

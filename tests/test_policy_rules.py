@@ -148,11 +148,11 @@ def job_edit(overrides: dict[str, str] | None = None, **fields: Any) -> Callable
 def record_slow_fit_check(resources: list[dict[str, Any]]) -> None:
     """A fit check of exactly the training job's configuration, in this test's fit-check cache,
     predicting the step ten times slower than the 8B anchor's compile: a poor layout."""
+    from domain import fit_results
     from domain.hlo_profile import StepProfile
     from policies.rules.rayjob import job_of
     from tests.support.anchors import CALIBRATING_8B, anchor_named
     from tests.test_workloads_program import recorded_fit_check
-    from trainer import fit_check
 
     job = job_of(named(resources, "training")["props"])
     slow = StepProfile(
@@ -162,8 +162,10 @@ def record_slow_fit_check(resources: list[dict[str, Any]]) -> None:
         )
     )
     result = dataclasses.replace(recorded_fit_check(job), profile=slow.to_json())
-    fit_check.CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    (fit_check.CACHE_DIR / f"{fit_check.cache_key(job, fit_check.libtpu_flags(job))}.json").write_text(result.to_json())
+    fit_results.CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    (fit_results.CACHE_DIR / f"{fit_results.cache_key(job, fit_results.libtpu_flags(job))}.json").write_text(
+        result.to_json()
+    )
 
 
 def without(name: str) -> Callable[[list[dict[str, Any]]], None]:
@@ -857,16 +859,16 @@ def test_the_evaluator_handles_unknowns_and_async_rules_as_the_analyzer_does():
 def test_the_memory_rules_defer_to_a_fit_check_of_exactly_the_job(shipped):
     """The estimate is for when the compiler has not spoken: once a fit check of exactly this
     configuration says it fits, the estimate's near-the-limit advisory is quiet."""
+    from domain import fit_results
     from policies.rules.rayjob import job_of
     from tests.test_workloads_program import recorded_fit_check
-    from trainer import fit_check
 
     [case] = [c for c in CASES if c.policy == "rayjob-hbm-headroom"]
     resources = case.broken(shipped)
     assert {v.policy_name for v in evaluate(resources, {})} == {"rayjob-hbm-headroom"}
     job = job_of(named(resources, "training")["props"])
-    fit_check.CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    cached = fit_check.CACHE_DIR / f"{fit_check.cache_key(job, fit_check.libtpu_flags(job))}.json"
+    fit_results.CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    cached = fit_results.CACHE_DIR / f"{fit_results.cache_key(job, fit_results.libtpu_flags(job))}.json"
     cached.write_text(recorded_fit_check(job).to_json())
     assert evaluate(resources, {}) == []
     # A compile that says it does not fit leaves the estimate's rules to speak.

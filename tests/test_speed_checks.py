@@ -16,6 +16,7 @@ from domain.maxtext_config import base_config
 from domain.presets import PRESETS
 from domain.published_recipes import (
     OUT_PROJ_RECOMPUTED,
+    RECIPES_FILE,
     Compiled,
     PublishedRun,
     compile_spec,
@@ -263,7 +264,7 @@ def test_docs_capacity_prints_the_speed_report_of_the_recorded_data():
 
 
 def test_recorded_compiles_read_back_as_they_were_written():
-    text = Path(fit_check.PROJECT_ROOT, "domain", "tpu_recipes_v6e.json").read_text()
+    text = RECIPES_FILE.read_text()
     assert load(text) == published_runs()
     compiled = Compiled.from_json({"fits": False, "total_gib": 32.92})
     assert compiled.profile is None and dict(compiled.changed) == {}

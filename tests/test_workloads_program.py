@@ -98,12 +98,12 @@ def test_a_capacity_without_a_price_gives_the_job_no_dollar_figure_and_says_why(
 
 def recorded_fit_check(job):
     """A fit check of exactly `job`'s configuration, with the 8B anchor's recorded profile."""
+    from domain import fit_results
     from tests.support.anchors import CALIBRATING_8B, anchor_named
-    from trainer import fit_check
     from trainer.validate_config import model_flops
 
     work = model_flops(job)  # as a fit check records it: MaxText's count
-    return fit_check.FitResult(
+    return fit_results.FitResult(
         fits=True,
         slice_type="v6e-16",
         slices=2,
@@ -114,12 +114,12 @@ def recorded_fit_check(job):
         model_flops_per_chip=work.per_chip,
         model_flops_source=work.source,
         profile=anchor_named(CALIBRATING_8B).profile.to_json(),
-        configuration=fit_check.configuration(job, fit_check.libtpu_flags(job)),
+        configuration=fit_results.configuration(job, fit_results.libtpu_flags(job)),
     )
 
 
 def test_the_estimate_uses_the_fit_checks_prediction_for_exactly_this_configuration(tmp_path):
-    from trainer import fit_check
+    from domain import fit_results
 
     _, inputs = run_workloads("dev")
     job = job_of(inputs["entrypoint"])
@@ -133,8 +133,10 @@ def test_the_estimate_uses_the_fit_checks_prediction_for_exactly_this_configurat
     assert outputs["predictedMfu"] == round(prediction.mfu, 4)
     assert outputs["estimatedJobDollars"] == pytest.approx(prediction.step_seconds * 100 / 3600 * 32 * 2.70, abs=0.01)
     # From this checkout's fit-check cache, where `python -m trainer.fit_check` records it.
-    fit_check.CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    (fit_check.CACHE_DIR / f"{fit_check.cache_key(job, fit_check.libtpu_flags(job))}.json").write_text(result.to_json())
+    fit_results.CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    (fit_results.CACHE_DIR / f"{fit_results.cache_key(job, fit_results.libtpu_flags(job))}.json").write_text(
+        result.to_json()
+    )
     assert run_workloads("dev")[0].outputs["estimatedStepSeconds"] == round(prediction.step_seconds, 3)
     # Another configuration (a different batch) has no prediction: the assumed MFU again.
     outputs = run_workloads("dev", maxtextOverrides={"per_device_batch_size": 2})[0].outputs

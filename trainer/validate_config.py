@@ -23,6 +23,7 @@ and cost, from the same answers.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -34,14 +35,14 @@ from pathlib import Path
 from typing import Any
 
 from domain import maxtext_validation
-from domain.capacity import ModelFlops, llama_formula_flops
+from domain.capacity import MAXTEXT_FLOPS, ModelFlops, llama_formula_flops
+from domain.fit_results import FitResult, cached_result
 from domain.job import JobError, JobSpec
 from domain.maxtext_config import base_config_path
-from domain.paths import PROJECT_ROOT
-from trainer.fit_check import TRAINER_LOCK, TRAINER_PYTHON
+from domain.paths import MAXTEXT_CONFIG_CACHE, PROJECT_ROOT, TRAINER_LOCK, TRAINER_PYTHON
 from trainer.maxtext_trainer import CPU_WORKER_ENV
 
-CACHE_DIR = PROJECT_ROOT / ".cache" / "maxtext-config"
+CACHE_DIR = MAXTEXT_CONFIG_CACHE
 # Importing MaxText takes ~3-20 s depending on the machine; the validations themselves well
 # under a second each.
 TIMEOUT_SECONDS = 300
@@ -164,6 +165,30 @@ def model_flops(job: JobSpec, *, python: Path | None = None) -> ModelFlops:
     if isinstance(counted, str):
         return llama_formula_flops(job.maxtext_overrides, chips=chips, fallback_reason=counted)
     return counted
+
+
+def counted_by_maxtext(job: JobSpec, result: FitResult, python: Path | None = None) -> FitResult:
+    """`result` with MaxText's count of the step's tokens and FLOPs, for one recorded with
+    another count (before MaxText counted them, or where it could not be asked): recounted, not
+    recompiled. Unchanged when MaxText still cannot count them."""
+    if not result.fits or result.model_flops_source == MAXTEXT_FLOPS:
+        return result
+    work = model_flops(job, python=python)
+    if work.source != MAXTEXT_FLOPS and result.model_flops_source is not None:
+        return result
+    return dataclasses.replace(
+        result,
+        tokens_per_chip=work.tokens_per_chip,
+        model_flops_per_chip=work.per_chip,
+        model_flops_source=work.source,
+    )
+
+
+def recorded_result(job: JobSpec, flags: str | None = None) -> FitResult | None:
+    """The cached fit check of exactly this configuration (with the workers' flags unless told
+    otherwise), with MaxText's count of its work; None when it has not been run here."""
+    cached = cached_result(job, flags)
+    return counted_by_maxtext(job, cached) if cached is not None else None
 
 
 # --- in the trainer environment ---------------------------------------------------------------

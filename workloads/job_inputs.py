@@ -9,14 +9,14 @@ from typing import Any
 
 from domain import maxtext_config
 from domain.capacity import job_cost
+from domain.fit_results import FitResult, configuration, libtpu_flags
 from domain.job import JobError, JobSpec, resolve_job
 from domain.paths import PROJECT_ROOT
 from domain.presets import PRESETS
 from domain.stack_outputs import OPTIONAL_FOR_WORKLOADS, REQUIRED_BY_WORKLOADS
 from domain.tpu_catalog import accelerator_by_ray_type
 from domain.workload_settings import WorkloadSettings
-from trainer.fit_check import FitResult, configuration, counted_by_maxtext, libtpu_flags, recorded_result
-from trainer.validate_config import maxtext_problems, model_flops
+from trainer.validate_config import counted_by_maxtext, maxtext_problems, model_flops, recorded_result
 
 # The infra stack's outputs the job needs, and those it reads when present (see
 # domain/stack_outputs.py, where each output is declared).

@@ -27,6 +27,7 @@ from pulumi_policy import (
 )
 
 from domain.capacity import MemoryEstimate, estimate_memory, job_cost
+from domain.fit_results import NOT_COMPILED
 from domain.job import JobSpec
 from domain.maxtext_config import base_config, override_problems
 from domain.presets import PRESETS, maxtext_overrides
@@ -34,8 +35,7 @@ from domain.setting import settings_of
 from domain.tpu_catalog import Accelerator, SliceShape, accelerator_by_ray_type
 from domain.workload_settings import WorkloadSettings
 from policies.rules.common import RAY_JOB, at, config_value, known, plain, schema, whole_number
-from trainer.fit_check import NOT_COMPILED, recorded_result
-from trainer.validate_config import model_flops
+from trainer.validate_config import model_flops, recorded_result
 
 # docs/capacity.md: the estimate is off by up to ~5 GiB (17% of a v6e chip's usable HBM) either
 # way, so only a clear excess blocks; near the limit the ahead-of-time fit check decides.

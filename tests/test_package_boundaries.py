@@ -1,0 +1,50 @@
+"""Which package may import which: the domain is shared by all and imports none of them; the
+Pulumi side (the infra and workloads programs, the policy pack) reads fit-check results through
+the domain, never through the trainer's command-line fit check."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from domain.paths import PROJECT_ROOT
+
+PRODUCT_PACKAGES = ("trainer", "workloads", "infra", "policies", "benchmarks", "stack_config")
+
+
+def imported_modules(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+@pytest.mark.parametrize("path", sorted((PROJECT_ROOT / "domain").rglob("*.py")), ids=lambda p: p.name)
+def test_the_domain_imports_no_other_package_of_the_product(path):
+    outside = {name for name in imported_modules(path) if name.split(".")[0] in PRODUCT_PACKAGES}
+    assert not outside, f"{path.relative_to(PROJECT_ROOT)} imports {sorted(outside)}"
+
+
+def test_the_pulumi_side_does_not_load_the_trainers_fit_check():
+    code = (
+        "import sys\n"
+        "import infra.program, workloads.program, workloads.job_inputs, policies.rules.rayjob\n"
+        "print(sorted(m for m in sys.modules if m == 'trainer.fit_check'))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True, timeout=120
+    )
+    assert result.stdout.strip() == "[]", result.stdout
+
+
+def test_the_check_would_see_an_import_of_the_trainer(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("from trainer.fit_check import FitResult\nimport workloads.ray_job\n")
+    assert {"trainer.fit_check", "workloads.ray_job"} <= imported_modules(module)
