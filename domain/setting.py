@@ -126,6 +126,7 @@ class Reading:
     secrets: frozenset[str]  # keys (as the user types them) set with `pulumi config set --secret`
     raw: Mapping[str, Any]
     kinds: Mapping[str, Kind]  # by key
+    keys: Mapping[str, str]  # by field
     refused: set[str] = dataclasses.field(default_factory=set)  # fields whose value was refused
 
     def shown(self, key: str, value: Any = None) -> str:
@@ -134,6 +135,10 @@ class Reading:
         if key in self.secrets:
             return SECRET
         return _shown(self.kinds.get(key), self.raw.get(key) if value is None else value)
+
+    def is_set(self, field: str) -> bool:
+        """Whether the stack sets this field's setting (to anything, even its default)."""
+        return self.raw.get(self.keys[field]) is not None
 
     def ok(self, *fields: str) -> bool:
         """Whether these fields were read without a problem."""
@@ -155,6 +160,7 @@ def read(cls: type, raw: Mapping[str, Any], *, project_name: str, secret_keys: S
         secrets=frozenset(secret_keys),
         raw=raw,
         kinds={entry.key: entry.kind for entry in table},
+        keys={entry.field: entry.key for entry in table},
     )
     problems = reading.problems
     project_keys = [entry.key for entry in table if entry.namespace is None]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from domain import dcn, gcp_names, gke, k8s_names, ray_head, resource_names
@@ -408,6 +408,65 @@ def _derived_problem(key: str, value: str, derived: str, service: str, problems:
     return f"{key} = {value!r} makes {derived}, which {service} refuses: it {', '.join(problems)}; {fix}"
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Read:
+    """The settings `read` typed, for the checks that involve several of them: each value, or None
+    where it is unset with no default or was refused on its own (`Reading.ok` says which; a check
+    below may refuse a value that stays here). The preset's shape is resolved: its topology and
+    slice count where the stack sets none."""
+
+    region: str | None
+    zone: str | None
+    chosen: Preset | None  # None where the preset was refused
+    mode: str | None
+    cluster_name: str | None
+    gke_version: str | None
+    network: str | None
+    slices: int | None
+    topology: str
+    capacity: tuple[str, ...] | None
+    min_slices: int | None
+    reservation: str | None
+    dcn_subnets: tuple[str, ...] | None
+    ray_image: str | None
+    head_machine_type: str | None
+    price_per_chip_hour: float | None
+    production: bool | None
+    deletion_protection: bool | None
+
+    @classmethod
+    def of(cls, reading: Reading) -> _Read:
+        values = reading.values
+        chosen = PRESETS[values["preset"]] if reading.ok("preset") else None
+        slices = values["slices"]
+        if slices is None and chosen is not None and reading.ok("slices"):
+            slices = chosen.slices
+        topology = values["topology"] or (chosen.topology if chosen else None) or ""
+        resolved = {"chosen": chosen, "slices": slices, "topology": topology}
+        return cls(
+            **{
+                field.name: resolved[field.name] if field.name in resolved else values[field.name]
+                for field in fields(cls)
+            }
+        )
+
+    @property
+    def topology_ok(self) -> bool:
+        return self.chosen is not None and topology_problem(self.chosen.accelerator, self.topology) is None
+
+    @property
+    def shape(self) -> tuple[Preset, SliceShape, int] | None:
+        """The preset, its slice shape and the slice count, where all three are valid."""
+        if self.chosen is None or not self.topology_ok or self.slices is None:
+            return None
+        return self.chosen, self.chosen.accelerator.shape(self.topology), self.slices
+
+    @property
+    def dcn_networks(self) -> int:
+        """The DCN networks the stack creates: the accelerator's, on a Standard cluster."""
+        return self.chosen.accelerator.dcn_networks if self.chosen is not None and self.mode == "standard" else 0
+
+
 def parse_settings(
     raw: Mapping[str, Any], *, stack: str, project_name: str, secret_keys: Set[str] = frozenset()
 ) -> StackSettings:
@@ -421,192 +480,267 @@ def parse_settings(
         project_name=project_name,
         secret_keys=secret_keys,
     )
-    values, problems = reading.values, reading.problems
-    problems += [f"{key} {why}" for key, why in retired.items()]
+    reading.problems += [f"{key} {why}" for key, why in retired.items()]
+    settings = _Read.of(reading)
+    # In this order: a check skips a setting an earlier one refused (so one mistake is one message).
+    for problems_of in (
+        _location_problems,
+        _shape_problems,
+        _gke_version_problems,
+        _standard_only_problems,
+        _dcn_problems,
+        _image_and_machine_problems,
+        _price_problems,
+        _reservation_problems,
+        _capacity_problems,
+        _flex_start_problems,
+        _protection_problems,
+        _name_problems,
+    ):
+        reading.problems += problems_of(reading, settings)
+    reading.problems += _stack_name_problems(stack)
 
-    region, zone = values["region"], values["zone"]
-    if reading.ok("region", "zone") and region and zone:
-        if not (zone.startswith(f"{region}-") and _ZONE_SUFFIX.fullmatch(zone[len(region) + 1 :])):
-            problems.append(
-                f"gcp:zone = {reading.shown('gcp:zone')} is not a zone of region {region!r}; use {region}-a, "
-                f"{region}-b, ... (one with capacity for the preset's TPUs)"
-            )
-            reading.refused.add("zone")
+    reading.raise_problems(SettingsError)
+    assert settings.chosen is not None and settings.slices is not None
+    return StackSettings(
+        stack=stack,
+        **{**reading.values, "preset": settings.chosen, "topology": settings.topology, "slices": settings.slices},
+    )
 
-    chosen = PRESETS[values["preset"]] if reading.ok("preset") else None
-    mode = values["mode"]
-    topology = values["topology"] or (chosen.topology if chosen else None) or ""
-    wrong_topology = topology_problem(chosen.accelerator, topology) if chosen is not None else None
-    topology_ok = chosen is not None and wrong_topology is None
+
+def _location_problems(reading: Reading, settings: _Read) -> list[str]:
+    """gcp:zone in gcp:region (refused otherwise, so the zone's other checks are skipped)."""
+    region, zone = settings.region, settings.zone
+    if not (reading.ok("region", "zone") and region and zone):
+        return []
+    if zone.startswith(f"{region}-") and _ZONE_SUFFIX.fullmatch(zone[len(region) + 1 :]):
+        return []
+    reading.refused.add("zone")
+    return [
+        f"gcp:zone = {reading.shown('gcp:zone')} is not a zone of region {region!r}; use {region}-a, "
+        f"{region}-b, ... (one with capacity for the preset's TPUs)"
+    ]
+
+
+def _shape_problems(reading: Reading, settings: _Read) -> list[str]:
+    """The preset's TPUs: a topology of its accelerator, offered where the cluster is, and its
+    MaxText mesh fitting the shape."""
+    chosen, mode, region, zone = settings.chosen, settings.mode, settings.region, settings.zone
+    if chosen is None:
+        return []
+    problems = []
+    wrong_topology = topology_problem(chosen.accelerator, settings.topology)
     if wrong_topology is not None:
-        problems.append(f"topology = {reading.shown('topology', topology)} {wrong_topology}")
-    slices = values["slices"]
-    if slices is None and chosen is not None and reading.ok("slices"):
-        slices = chosen.slices
-
+        problems.append(f"topology = {reading.shown('topology', settings.topology)} {wrong_topology}")
     # Where the TPUs are: Standard pools live in gcp:zone; Autopilot picks a zone of gcp:region.
-    if chosen is not None and mode is not None and reading.ok("region", "zone") and region and zone:
+    if mode is not None and reading.ok("region", "zone") and region and zone:
         problems += _availability_problems(chosen.accelerator, mode, region, zone)
     # The preset's MaxText mesh, exactly as a job on this cluster would be checked.
-    if chosen is not None and topology_ok and slices is not None:
-        problems += _mesh_problems(chosen, topology, slices)
+    if settings.shape is not None:
+        problems += _mesh_problems(chosen, settings.topology, settings.shape[2])
+    return problems
 
-    gke_version = values["gke_version"]
+
+def _gke_version_problems(reading: Reading, settings: _Read) -> list[str]:
+    mode, gke_version = settings.mode, settings.gke_version
+    if mode is None or gke_version is None:
+        return []
+    shown = reading.shown("gkeVersion", gke_version)
     try:
         # The Spot minimum is above Standard's DRANET minimum, so a Spot stack below it hears only
         # the version that satisfies both.
         if (
             mode == "standard"
             and reading.ok("capacity")
-            and SPOT in values["capacity"]
-            and gke_version is not None
+            and SPOT in (settings.capacity or ())
             and not gke.supports_spot_shutdown_grace(gke_version)
         ):
-            problems.append(
-                f"gkeVersion = {reading.shown('gkeVersion', gke_version)} with capacity = spot: the Spot TPU node pools "
-                "extend the kubelet's shutdown grace period so the Ray workers can checkpoint before the node goes "
-                f"(docs/spot.md), which GKE takes from {gke.SPOT_SHUTDOWN_GRACE_MINIMUM_VERSION}; use "
-                f"{gke.SPOT_SHUTDOWN_GRACE_MINIMUM_VERSION} or later, or another capacity choice"
-            )
-        elif mode is not None and gke_version is not None and not gke.supports_dranet(gke_version, mode):
-            problems.append(
-                f"gkeVersion = {reading.shown('gkeVersion', gke_version)} is below the managed DRANET minimum "
-                f"for {mode} clusters; use {gke.DRANET_MINIMUM_VERSION[mode]} or later"
-            )
+            return [
+                f"gkeVersion = {shown} with capacity = spot: the Spot TPU node pools extend the kubelet's shutdown "
+                "grace period so the Ray workers can checkpoint before the node goes (docs/spot.md), which GKE takes "
+                f"from {gke.SPOT_SHUTDOWN_GRACE_MINIMUM_VERSION}; use {gke.SPOT_SHUTDOWN_GRACE_MINIMUM_VERSION} or "
+                "later, or another capacity choice"
+            ]
+        if not gke.supports_dranet(gke_version, mode):
+            return [
+                f"gkeVersion = {shown} is below the managed DRANET minimum for {mode} clusters; use "
+                f"{gke.DRANET_MINIMUM_VERSION[mode]} or later"
+            ]
     except ValueError as error:
-        problems.append(f"gkeVersion: {error}")
+        return [f"gkeVersion: {error}"]
+    return []
 
+
+def _standard_only_problems(reading: Reading, settings: _Read) -> list[str]:
+    """Settings set on an Autopilot stack that only a Standard cluster uses (refused, so their
+    other checks are skipped)."""
+    problems = []
     for field, instead in STANDARD_ONLY.items():
-        entry = _SETTINGS[field]
-        if mode == "autopilot" and raw.get(entry.key) is not None and values[field] not in (None, entry.default):
+        entry, value = _SETTINGS[field], reading.values[field]
+        if settings.mode == "autopilot" and reading.is_set(field) and value not in (None, entry.default):
             problems.append(
-                f"{entry.key} = {reading.shown(entry.key, list(values[field]) if entry.kind == 'array' else None)} does "
+                f"{entry.key} = {reading.shown(entry.key, list(value) if entry.kind == 'array' else None)} does "
                 f"nothing on an Autopilot stack ({instead}); unset it (`pulumi config rm {entry.key}`), or use "
                 "mode = standard"
             )
             reading.refused.add(field)
+    return problems
 
-    dcn_subnets = values["dcn_subnets"]
-    needed_networks = chosen.accelerator.dcn_networks if chosen else 0
-    if dcn_subnets is not None and mode == "standard" and reading.ok("dcn_subnets"):
-        # Each TPU VM of every slice takes one address in each DCN subnet.
-        vms = slices * chosen.accelerator.shape(topology).vms if chosen and topology_ok and slices else None
-        for problem in dcn.subnet_range_problems(dcn_subnets, vms=vms):
-            problems.append(f"dcnSubnets: {problem}; use {dcn.VALID_RULE}")
-        if region and reading.ok("region", "network") and values["network"]:
-            for problem in dcn.primary_overlap_problems(dcn_subnets, network=values["network"], region=region):
-                problems.append(f"dcnSubnets: {problem}")
-        if chosen is not None and len(dcn_subnets) != needed_networks:
-            problems.append(
-                f"dcnSubnets has {len(dcn_subnets)} ranges but TPU {chosen.accelerator.name} needs "
-                f"{needed_networks} DCN networks; give exactly {needed_networks} "
-                f"(default: {', '.join(dcn.DEFAULT_SUBNET_RANGES)})"
-            )
 
-    head_machine_type = values["head_machine_type"]
-    if mode == "standard" and head_machine_type and reading.ok("head_machine_type"):
-        autoscales = slices is not None and values["min_slices"] is not None and values["min_slices"] < slices
-        problems += _head_machine_problems(head_machine_type, autoscales=autoscales)
-    ray_image = values["ray_image"]
-    if ray_image and reading.ok("ray_image"):
-        problems += _ray_image_version_problems(reading.shown("rayImage"), ray_version_of(ray_image))
-    price = values["price_per_chip_hour"]
-    if price is not None and chosen is not None and topology_ok and slices is not None:
-        chips = slices * chosen.accelerator.shape(topology).chips
-        if not math.isfinite(price * chips * HOURS_PER_DAY):
-            problems.append(
-                f"pricePerChipHour = {reading.shown('pricePerChipHour')} is out of range: times the stack's {chips} "
-                f"chips and {HOURS_PER_DAY} hours it is more dollars per day than a number holds; use a price in US "
-                "dollars, for example 2.70"
-            )
-
-    reservation = values["reservation"]
-    if reservation is not None and reading.ok("reservation"):
-        if mode == "autopilot" and reservation.startswith("projects/"):
-            problems.append(
-                f"reservation = {reading.shown('reservation')} is a shared reservation's path, which an "
-                "Autopilot ComputeClass does not take as a name (it names the owner project apart); use a "
-                "reservation of this project, or mode = standard"
-            )
-    problems += _capacity_problems(reading, mode=mode, slices=slices)
-    if chosen is not None and mode is not None and reading.ok("capacity", "region", "zone") and region and zone:
-        if values["capacity"] is not None and FLEX_START in values["capacity"]:
-            problems += _flex_start_zone_problems(chosen.accelerator.name, mode, region, zone)
-    if values["production"] and values["deletion_protection"] is False:
+def _dcn_problems(reading: Reading, settings: _Read) -> list[str]:
+    """A Standard cluster's DCN subnets: valid ranges, room for every TPU VM, clear of the
+    primary network, one per DCN network."""
+    dcn_subnets, region, network = settings.dcn_subnets, settings.region, settings.network
+    if dcn_subnets is None or settings.mode != "standard" or not reading.ok("dcn_subnets"):
+        return []
+    # Each TPU VM of every slice takes one address in each DCN subnet.
+    vms = settings.shape[1].vms * settings.shape[2] if settings.shape is not None else None
+    problems = [
+        f"dcnSubnets: {problem}; use {dcn.VALID_RULE}" for problem in dcn.subnet_range_problems(dcn_subnets, vms=vms)
+    ]
+    if region and reading.ok("region", "network") and network:
+        problems += [
+            f"dcnSubnets: {problem}"
+            for problem in dcn.primary_overlap_problems(dcn_subnets, network=network, region=region)
+        ]
+    if settings.chosen is not None and len(dcn_subnets) != settings.dcn_networks:
         problems.append(
+            f"dcnSubnets has {len(dcn_subnets)} ranges but TPU {settings.chosen.accelerator.name} needs "
+            f"{settings.dcn_networks} DCN networks; give exactly {settings.dcn_networks} "
+            f"(default: {', '.join(dcn.DEFAULT_SUBNET_RANGES)})"
+        )
+    return problems
+
+
+def _image_and_machine_problems(reading: Reading, settings: _Read) -> list[str]:
+    problems = []
+    machine_type, slices, min_slices = settings.head_machine_type, settings.slices, settings.min_slices
+    if settings.mode == "standard" and machine_type and reading.ok("head_machine_type"):
+        autoscales = slices is not None and min_slices is not None and min_slices < slices
+        problems += _head_machine_problems(machine_type, autoscales=autoscales)
+    if settings.ray_image and reading.ok("ray_image"):
+        problems += _ray_image_version_problems(reading.shown("rayImage"), ray_version_of(settings.ray_image))
+    return problems
+
+
+def _price_problems(reading: Reading, settings: _Read) -> list[str]:
+    price = settings.price_per_chip_hour
+    if price is None or settings.shape is None:
+        return []
+    chips = settings.shape[2] * settings.shape[1].chips
+    if math.isfinite(price * chips * HOURS_PER_DAY):
+        return []
+    return [
+        f"pricePerChipHour = {reading.shown('pricePerChipHour')} is out of range: times the stack's {chips} "
+        f"chips and {HOURS_PER_DAY} hours it is more dollars per day than a number holds; use a price in US "
+        "dollars, for example 2.70"
+    ]
+
+
+def _protection_problems(reading: Reading, settings: _Read) -> list[str]:
+    if settings.production and settings.deletion_protection is False:
+        return [
             "production = true but deletionProtection is false: a production cluster must survive a "
             "`pulumi destroy` run against the wrong stack; run `pulumi config set deletionProtection true`"
-        )
+        ]
+    return []
 
-    # Names built from the settings above, each checked against the rule of the service that
-    # receives it (only when the settings themselves are valid, so one mistake is one message).
-    cluster_name, network = values["cluster_name"], values["network"]
+
+def _name_problems(reading: Reading, settings: _Read) -> list[str]:
+    """Names built from the settings above, each checked against the rule of the service that
+    receives it (only when the settings themselves are valid, so one mistake is one message)."""
+    problems = []
+    cluster_name, network, mode = settings.cluster_name, settings.network, settings.mode
     if reading.ok("cluster_name") and cluster_name is not None:
         problems += _cluster_derived_problems(
             cluster_name,
-            dcn_networks=needed_networks if mode == "standard" else 0,
-            builds_image=values["ray_image"] is None and reading.ok("ray_image"),
+            dcn_networks=settings.dcn_networks,
+            builds_image=settings.ray_image is None and reading.ok("ray_image"),
         )
-        if (
-            mode == "standard"
-            and needed_networks
-            and network in {resource_names.dcn_network_name(cluster_name, index) for index in range(needed_networks)}
-        ):
+        dcn_networks = {resource_names.dcn_network_name(cluster_name, index) for index in range(settings.dcn_networks)}
+        if network in dcn_networks:
             problems.append(
                 f"network = {reading.shown('network')} is one of the DCN networks the stack creates for the TPU "
                 f"NICs of cluster {cluster_name!r}; the cluster's primary network must be another one "
                 "(for example default)"
             )
-    if mode == "standard" and chosen is not None and topology_ok and slices is not None:
-        pool = resource_names.tpu_pool_name(chosen.accelerator.slice_type(topology), slices - 1)
+    if mode == "standard" and settings.shape is not None:
+        chosen, _, slices = settings.shape
+        pool = resource_names.tpu_pool_name(chosen.accelerator.slice_type(settings.topology), slices - 1)
         pool_problems = gcp_names.node_pool_name_problems(pool)
         if pool_problems:
             problems.append(
                 _derived_problem(
-                    "topology", topology, f"the node pool name {pool!r}", "GKE", pool_problems, "use a smaller slice"
+                    "topology",
+                    settings.topology,
+                    f"the node pool name {pool!r}",
+                    "GKE",
+                    pool_problems,
+                    "use a smaller slice",
                 )
             )
+    return problems
+
+
+def _stack_name_problems(stack: str) -> list[str]:
     stack_problems = gcp_names.label_value_problems(stack)
-    if stack_problems:
-        problems.append(
-            f"the stack name {stack!r} becomes the cluster's label {STACK_LABEL}={stack}, which GKE "
-            f"refuses: it {', '.join(stack_problems)}; use a stack named with {gcp_names.LABEL_VALUE_RULE}"
-        )
-
-    reading.raise_problems(SettingsError)
-    assert chosen is not None and slices is not None
-    return StackSettings(stack=stack, **{**values, "preset": chosen, "topology": topology, "slices": slices})
+    if not stack_problems:
+        return []
+    return [
+        f"the stack name {stack!r} becomes the cluster's label {STACK_LABEL}={stack}, which GKE "
+        f"refuses: it {', '.join(stack_problems)}; use a stack named with {gcp_names.LABEL_VALUE_RULE}"
+    ]
 
 
-def _capacity_problems(reading: Reading, *, mode: str | None, slices: int | None) -> list[str]:
+def _reservation_problems(reading: Reading, settings: _Read) -> list[str]:
+    reservation = settings.reservation
+    if reservation is None or not reading.ok("reservation"):
+        return []
+    if settings.mode == "autopilot" and reservation.startswith("projects/"):
+        return [
+            f"reservation = {reading.shown('reservation')} is a shared reservation's path, which an "
+            "Autopilot ComputeClass does not take as a name (it names the owner project apart); use a "
+            "reservation of this project, or mode = standard"
+        ]
+    return []
+
+
+def _capacity_problems(reading: Reading, settings: _Read) -> list[str]:
     """What the capacity choices need of each other and of the cluster's mode."""
-    values, problems = reading.values, []
-    capacity, reservation = values["capacity"], values["reservation"]
-    capacity_ok = reading.ok("capacity") and capacity is not None
-    if capacity_ok and mode == "standard" and len(capacity) > 1:
+    problems = []
+    capacity, reservation, mode, slices = settings.capacity, settings.reservation, settings.mode, settings.slices
+    if not reading.ok("capacity"):
+        capacity = None
+    if capacity is not None and mode == "standard" and len(capacity) > 1:
         problems.append(
             f"capacity = {reading.shown('capacity', list(capacity))} is a fallback order, which a Standard cluster "
             "cannot follow: each TPU node pool has one provisioning model; choose one (for example "
             f"`pulumi config set capacity {capacity[0]}`), or use mode = autopilot, whose ComputeClass tries its "
             "choices in order"
         )
-    if capacity_ok and RESERVATION in capacity and reservation is None and reading.ok("reservation"):
+    if capacity is not None and RESERVATION in capacity and reservation is None and reading.ok("reservation"):
         problems.append(
             f"capacity = {reading.shown('capacity', list(capacity))} includes reservation, but no reservation is "
             "named; run `pulumi config set reservation <name>`"
         )
-    if capacity_ok and reservation is not None and reading.ok("reservation") and RESERVATION not in capacity:
+    if capacity is not None and reservation is not None and reading.ok("reservation") and RESERVATION not in capacity:
         problems.append(
             f"reservation = {reading.shown('reservation')} does nothing while capacity = "
             f"{reading.shown('capacity', list(capacity))} does not include reservation; add it (`pulumi config "
             "set capacity reservation`), or `pulumi config rm reservation`"
         )
-    min_slices = values["min_slices"]
+    min_slices = settings.min_slices
     if min_slices is not None and slices is not None and reading.ok("min_slices") and min_slices > slices:
         problems.append(
             f"minSlices = {reading.shown('minSlices')} is more than the stack's {slices} slice(s); use 0 to {slices}"
         )
-    elif capacity_ok and mode == "standard" and FLEX_START in capacity and min_slices and reading.ok("min_slices"):
+    elif (
+        capacity is not None
+        and mode == "standard"
+        and FLEX_START in capacity
+        and min_slices
+        and reading.ok("min_slices")
+    ):
         problems.append(
             f"minSlices = {reading.shown('minSlices')} with capacity = flex-start: GKE's flex-start TPU node pools "
             "start at 0 nodes and get a slice only when a job asks for one; set minSlices to 0, or choose "
@@ -616,7 +750,7 @@ def _capacity_problems(reading: Reading, *, mode: str | None, slices: int | None
         min_slices is not None
         and slices is not None
         and min_slices >= slices
-        and reading.raw.get(_SETTINGS["idle_timeout_seconds"].key) is not None
+        and reading.is_set("idle_timeout_seconds")
         and reading.ok("idle_timeout_seconds", "min_slices")
     ):
         problems.append(
@@ -625,6 +759,21 @@ def _capacity_problems(reading: Reading, *, mode: str | None, slices: int | None
             "rm idleTimeoutSeconds`"
         )
     return problems
+
+
+def _flex_start_problems(reading: Reading, settings: _Read) -> list[str]:
+    chosen, mode, capacity, region, zone = (
+        settings.chosen,
+        settings.mode,
+        settings.capacity,
+        settings.region,
+        settings.zone,
+    )
+    if chosen is None or mode is None or not (reading.ok("capacity", "region", "zone") and region and zone):
+        return []
+    if capacity is None or FLEX_START not in capacity:
+        return []
+    return _flex_start_zone_problems(chosen.accelerator.name, mode, region, zone)
 
 
 def _flex_start_zone_problems(accelerator: str, mode: str, region: str, zone: str) -> list[str]:

@@ -23,7 +23,7 @@ from domain.job import MAX_FAILURES, MAX_PREEMPTIONS, MIN_SLICES, PRESET, RUN_NA
 from domain.presets import PRESETS
 from domain.problems import ProblemsError
 from domain.queueing import WORKER_GROUP_START_TIMEOUT_ENV
-from domain.setting import read, setting, settings_of
+from domain.setting import Reading, read, setting, settings_of
 from domain.stack_identity import StackIdentity
 
 # Runtime env fields that make Ray download or install something on every worker at every job
@@ -205,12 +205,12 @@ IGNORED_WHEN = (
 )
 
 
-def _ignored_problems(reading: Any, raw: Mapping[str, Any], *, where: set[str]) -> list[str]:
+def _ignored_problems(reading: Reading, *, where: set[str]) -> list[str]:
     problems = []
     values = reading.values
     for field, when, why in IGNORED_WHEN:
         entry = _SETTINGS[field]
-        if when in where and raw.get(entry.key) is not None and values[field] not in (None, entry.default):
+        if when in where and reading.is_set(field) and values[field] not in (None, entry.default):
             problems.append(
                 f"{entry.key} = {reading.shown(entry.key)} does nothing on this stack: {why}; unset it "
                 f"(`pulumi config rm {entry.key}`)"
@@ -294,9 +294,9 @@ def parse_workload_settings(
 
     infra_stack, address = values["infra_stack"], values["address"]
     # Where the job runs decides which presets fit; with both or neither set, that is the problem.
-    local = raw.get("address") is not None and infra_stack is None
-    on_infra = infra_stack is not None and raw.get("address") is None
-    if (raw.get("infraStack") is None) == (raw.get("address") is None):
+    local = reading.is_set("address") and infra_stack is None
+    on_infra = infra_stack is not None and not reading.is_set("address")
+    if reading.is_set("infra_stack") == reading.is_set("address"):
         problems.append(
             "set exactly one of infraStack (the infra stack to train on, e.g. "
             "organization/maxtext-tpu-infra/dev) or address (a Ray dashboard URL such as "
@@ -306,7 +306,7 @@ def parse_workload_settings(
     chosen = PRESETS.get(preset) if preset is not None else None
     tpu_presets = ", ".join(p.name for p in PRESETS.values() if p.runs_on_tpu)
     cpu_presets = ", ".join(p.name for p in PRESETS.values() if not p.runs_on_tpu)
-    if local and raw.get("preset") is None:
+    if local and not reading.is_set("preset"):
         problems.append(
             f"preset is required with address (the infra stack's preset is used otherwise); use {cpu_presets}"
         )
@@ -346,7 +346,7 @@ def parse_workload_settings(
     where = {"local" if local else "infra" if on_infra else "neither"}
     if not values["elastic"]:
         where.add("not elastic")
-    problems += _ignored_problems(reading, raw, where=where)
+    problems += _ignored_problems(reading, where=where)
     reading.raise_problems(WorkloadSettingsError)
     return WorkloadSettings(
         stack=stack,

@@ -1,9 +1,12 @@
 """Stack settings: defaults, and bad input that must stop the program with a useful message."""
 
+from typing import get_type_hints
+
 import pytest
 
 from domain.capacity import settings_cost
-from domain.settings import MAX_SLICES, SettingsError, parse_settings
+from domain.presets import Preset
+from domain.settings import MAX_SLICES, SettingsError, StackSettings, _Read, parse_settings
 
 PROJECT = "maxtext-tpu-infra"
 VALID = {"gcp:project": "my-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b"}
@@ -154,3 +157,13 @@ def test_a_head_machine_with_room_for_the_head_alone_fits_a_stack_that_does_not_
     assert fixed.head_machine_type == "n2-custom-16-19456" and not fixed.autoscales
     with pytest.raises(SettingsError, match=r"head's and its autoscaler's requests of 16\.5 GiB"):
         parse(headMachineType="n2-custom-16-19456", minSlices="1")
+
+
+def test_the_typed_reading_the_cross_checks_use_has_the_settings_own_types_or_none():
+    """parse_settings' checks read typed attributes (domain/settings.py `_Read`), each a setting
+    of StackSettings under its own name and type, None where unset or refused."""
+    settings, typed = get_type_hints(StackSettings), get_type_hints(_Read)
+    resolved = {"chosen": Preset | None, "topology": str}  # the preset and its topology, resolved
+    for name, hint in typed.items():
+        assert hint == resolved.get(name, settings.get(name, object) | None), name
+    assert set(typed) - set(resolved) <= set(settings)

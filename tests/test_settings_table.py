@@ -1,5 +1,5 @@
 """Each setting is declared once (a `setting(...)` field of its project's settings class); the
-reader, Pulumi.yaml's `config:` block and the README's tables all derive from that declaration."""
+reader, Pulumi.yaml's `config:` block and docs/reference.md's tables all derive from that declaration."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from domain.setting import SECRET, markdown_table, pulumi_yaml_config, read, set
 from domain.settings import SettingsError, StackSettings, parse_settings
 from domain.workload_settings import WorkloadSettings
 from stack_config import raw_config
-from stack_config.sync import PROJECTS, README, project_file, synced_project_file, synced_readme
+from stack_config.sync import PROJECTS, REFERENCE, project_file, synced_project_file, synced_reference
 from tests.support.pulumi_harness import INFRA_PROJECT, run_program, stack_config
 
 GCP = {"gcp:project": "my-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b"}
@@ -130,6 +130,14 @@ def test_a_setting_declared_from_another_keeps_its_rule_and_takes_the_changes_gi
     assert read(Narrower, {"count": "0"}, project_name="demo").problems == ["count = 0 is out of range; use 1 to 4"]
 
 
+def test_a_setting_is_set_when_the_stack_gives_it_a_value_even_its_default():
+    reading = example({"count": "2", "name": None})
+    assert reading.is_set("count") and reading.is_set("project")  # gcp:project, by its field
+    assert not reading.is_set("ratio") and not reading.is_set("name")
+    with pytest.raises(KeyError):
+        reading.is_set("colour")  # not a field: a mistake, not "unset"
+
+
 def test_a_refused_value_is_none_and_marked_refused_so_later_checks_can_skip_it():
     reading = example({"count": "9", "name": "Ray"})
     assert reading.values["count"] is None and not reading.ok("count") and not reading.ok("name")
@@ -165,8 +173,8 @@ def test_pulumi_yaml_declares_exactly_the_settings_classes_settings(directory, c
 
 
 def test_readme_tables_are_the_settings_classes_tables():
-    text = README.read_text()
-    assert text == synced_readme(text), "run ./scripts/sync-settings"
+    text = REFERENCE.read_text()
+    assert text == synced_reference(text), "run ./scripts/sync-settings"
     for _, cls, _ in PROJECTS:
         assert markdown_table(cls) in text
     # Markdown would take <preset> for an HTML tag and hide it; inside a code span it is literal.
@@ -194,7 +202,7 @@ def test_shipped_workloads_stack_files_read_cleanly(stack):
 
 def test_a_new_setting_is_one_declaration():
     """A made-up setting added to the infra class is read, typed, range-checked, documented in
-    Pulumi.yaml's block and the README table, and known to the misspelling check: nothing else
+    Pulumi.yaml's block and the reference table, and known to the misspelling check: nothing else
     was written for it."""
 
     @dataclasses.dataclass(frozen=True, kw_only=True)
