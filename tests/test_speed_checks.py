@@ -296,8 +296,8 @@ def test_what_docs_capacity_says_of_the_70b_v6e_64_run_and_of_maxtexts_flops_cou
         assert f"{ratio}" in capacity
 
 
-def test_what_the_readme_says_of_the_prediction_is_what_the_data_gives():
-    readme = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
+def test_what_docs_fit_check_says_of_the_prediction_is_what_the_data_gives():
+    readme = " ".join((Path(__file__).parents[1] / "docs" / "fit-check.md").read_text().split())
     checks = run_checks(MODEL, published_runs())
     held_out = [c for c in checks if c.held_out]
     as_published = [c for c in held_out if c.as_published]

@@ -1,6 +1,6 @@
 """Each infra stack output is declared once (an `output(...)` field of `InfraOutputs`); the
 export (tests/test_infra_program.py checks it), the workloads reader, the workloads tests' fake
-outputs and the README's table derive from or are checked against that declaration."""
+outputs and docs/reference.md's table derive from or are checked against that declaration."""
 
 from __future__ import annotations
 
@@ -20,7 +20,15 @@ from domain.stack_outputs import (
     output,
     outputs_of,
 )
-from stack_config.sync import OUTPUTS_END, OUTPUTS_START, PROJECTS, README, end_marker, start_marker, synced_readme
+from stack_config.sync import (
+    OUTPUTS_END,
+    OUTPUTS_START,
+    PROJECTS,
+    REFERENCE,
+    end_marker,
+    start_marker,
+    synced_reference,
+)
 from tests.test_workloads_program import INFRA_OUTPUTS as FAKE_INFRA_OUTPUTS
 from workloads.job_inputs import infra_output_problems
 
@@ -28,17 +36,17 @@ NAMES = [entry.name for entry in STACK_OUTPUTS]
 
 
 def test_readme_lists_exactly_the_declared_outputs():
-    """Run ./scripts/sync-settings after changing an output; the README says where the table goes."""
-    text = README.read_text()
-    assert OUTPUTS_START in text and OUTPUTS_END in text, "README.md needs the outputs:infra markers"
+    """Run ./scripts/sync-settings after changing an output; docs/reference.md says where the table goes."""
+    text = REFERENCE.read_text()
+    assert OUTPUTS_START in text and OUTPUTS_END in text, "docs/reference.md needs the outputs:infra markers"
     assert text.split(OUTPUTS_START, 1)[1].split(OUTPUTS_END, 1)[0] == markdown_table()
-    assert synced_readme(text) == text
+    assert synced_reference(text) == text
 
 
 def test_sync_writes_the_outputs_table_between_its_markers():
     stale = f"intro\n{OUTPUTS_START}| `clusterName` | old |\n{OUTPUTS_END}after\n"
     settings_tables = "".join(start_marker(name) + end_marker(name) for _, _, name in PROJECTS)
-    synced = synced_readme(settings_tables + stale)
+    synced = synced_reference(settings_tables + stale)
     assert synced.endswith(f"intro\n{OUTPUTS_START}{markdown_table()}{OUTPUTS_END}after\n")
 
 
@@ -82,7 +90,7 @@ def _values(cls: type, **extra: Any) -> Any:
 
 def test_a_new_output_is_one_declaration():
     """A made-up output added to the record is exported by its camelCase name, documented in the
-    README's table and read by the workloads stack as declared; a program that gives it no value
+    reference table and read by the workloads stack as declared; a program that gives it no value
     fails before returning."""
 
     @dataclasses.dataclass(frozen=True, kw_only=True)
