@@ -1,21 +1,15 @@
 """What a training run did with its time: restarts, preemptions, recomputed steps and goodput.
 
-The trainer writes one line per event to the job's log, `maxtext-tpu-event {json}` (see
-`event_line`): rank 0 of every worker group writes `attempt` when it starts, `step` for each step
-MaxText completes (with the wall-clock time MaxText logged it at), and `notice` when Ray Train
-tells it that a node of the group is being drained for preemption; the driver writes `failed`
-with the budget that ran out. Ray Train's controller logs each retry decision with the budget it
-charged ("[FailurePolicy] RETRY", "Source: preemption", "Error count: 1 (max allowed: inf)").
-`RunRecord` reads all of that back from the log, in bounded memory (one small entry per distinct
-step), and `RunRecord.summary` turns it into the job's goodput outputs.
+The trainer's events (domain/job_events.py: a worker group's `attempt`, each `step` with the
+time MaxText logged it, a `failed` run) and Ray Train's retry decisions with the budget each was
+charged to, as the job's reader (domain/job_log.py) finds them in the log, are kept by
+`RunRecord` in bounded memory (one small entry per distinct step); `RunRecord.summary` turns them
+into the job's goodput outputs.
 
 A line may be read more than once (one process's log forwarded twice): events are told apart by
-their time, and Ray Train's counts are cumulative, so the largest one read is the count.
-
-A log is read as it is: a line may be cut, hold stray bytes, or come from a trainer of another
-version. Every field of every event is checked (the event models below); an event line that
-fails is skipped and counted (`event_lines_skipped`), never raised, so no line of the log can
-keep a job from being recorded. An event of a kind this module does not read is passed over.
+their time, and Ray Train's counts are cumulative, so the largest one read is the count. An event
+line the reader could not use is counted here (`event_lines_skipped`), never raised, so no line
+of the log can keep a job from being recorded.
 
 Definitions (all from the log, none estimated):
 - restarts: worker groups started after the first one (after a failure, a preemption, or a
@@ -39,32 +33,20 @@ Definitions (all from the log, none estimated):
 from __future__ import annotations
 
 import itertools
-import json
 import math
-import re
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-EVENT_PREFIX = "maxtext-tpu-event "
-# Ray echoes the job's command at the top of its log: that line is the command (it may print
-# events, or step lines), not something the job printed.
-ENTRYPOINT_ECHO = "Running entrypoint for job"
-# A step number has at most this many digits (MaxText's runs are far shorter): a longer one is a
-# damaged line, and every count derived from steps stays a number JSON and Pulumi can hold.
-STEP_DIGITS = 15
-STEP_NUMBER = f"[0-9]{{1,{STEP_DIGITS}}}"
-
-# MaxText's step line (its metric logger), without what Ray puts in front of it.
-MAXTEXT_STEP = re.compile(rf"completed step: (?P<step>{STEP_NUMBER}), seconds: (?P<seconds>[0-9.]+)")
-# Ray Train 2.60's retry decisions (ray/train/v2/_internal/execution/failure_handling/default.py),
-# one field per line, each prefixed by Ray with the controller actor's name. A count of more
-# than nine digits is not Ray's.
-RAY_TRAIN_CONTROLLER = "(TrainController"
-RAY_TRAIN_SOURCE = re.compile(r"^\s*Source: (?P<source>[a-z ]+?)\s*$")
-RAY_TRAIN_COUNT = re.compile(r"^\s*Error count: (?P<count>[0-9]{1,9}) \(max allowed: (?P<allowed>[^)]+)\)")
-PREEMPTION_SOURCE, FAILURE_SOURCE = "preemption", "worker group"
+from domain.job_events import (
+    FAILURE_SOURCE,
+    PREEMPTION_SOURCE,
+    AttemptEvent,
+    Event,
+    FailedEvent,
+    RetryCount,
+    RetrySource,
+    StepEvent,
+)
 
 OUTPUTS = (
     "restarts",
@@ -79,116 +61,6 @@ OUTPUTS = (
     # field of the wrong type): skipped, so the numbers above leave them out.
     "event_lines_skipped",
 )
-
-
-def event_line(event: str, **fields: Any) -> str:
-    """One event as a log line: the prefix, then compact JSON with the event's name first."""
-    return EVENT_PREFIX + json.dumps({"event": event, **fields}, separators=(",", ":"))
-
-
-# ------------------------------------------------------------------ the events, field by field
-# Strict: a number must be a JSON number (not a string, not a boolean), finite, and a step an
-# integer. Fields a kind does not declare are ignored, so the trainer may add some.
-_STRICT = ConfigDict(strict=True, extra="ignore", frozen=True)
-Time = Annotated[float, Field(allow_inf_nan=False)]
-Step = Annotated[int, Field(ge=0, lt=10**STEP_DIGITS)]
-Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-
-
-class AttemptEvent(BaseModel):
-    """A worker group started (rank 0 of the group writes it)."""
-
-    model_config = _STRICT
-    event: Literal["attempt"]
-    time: Time
-    workers: Annotated[int, Field(ge=1)] | None = None
-
-
-class StepEvent(BaseModel):
-    """MaxText completed a step: when it logged it, and the step's own seconds."""
-
-    model_config = _STRICT
-    event: Literal["step"]
-    time: Time
-    step: Step
-    seconds: Seconds
-
-
-class NoticeEvent(BaseModel):
-    """Ray Train told the group that a node is being drained for preemption."""
-
-    model_config = _STRICT
-    event: Literal["notice"]
-    time: Time | None = None
-    deadline_ms: int | None = None
-    preempted_ranks: list[Annotated[int, Field(ge=0)]] | None = None
-
-
-class FailedEvent(BaseModel):
-    """The driver's last word on a failed run: the retry budget that ran out."""
-
-    model_config = _STRICT
-    event: Literal["failed"]
-    time: Time | None = None
-    message: str
-
-
-Event = AttemptEvent | StepEvent | NoticeEvent | FailedEvent
-# The kinds this module reads. Any other kind is another reader's (the trainer may add kinds):
-# it is passed over, and not counted as damaged.
-EVENT_KINDS: dict[str, type[Event]] = {
-    "attempt": AttemptEvent,
-    "step": StepEvent,
-    "notice": NoticeEvent,
-    "failed": FailedEvent,
-}
-
-
-class BadEventLine(ValueError):
-    """A line with the event prefix that holds no readable event."""
-
-
-def _event_object(line: str) -> dict[str, Any] | None:
-    """The JSON object after the event prefix; None for a line without the prefix. Raises
-    BadEventLine when what follows the prefix is not an object with a string `event`."""
-    start = line.find(EVENT_PREFIX)
-    if start < 0:
-        return None
-    try:
-        event = json.loads(line[start + len(EVENT_PREFIX) :])
-    except (ValueError, RecursionError) as error:  # cut, stray bytes, too deep, too many digits
-        raise BadEventLine(f"not JSON ({error.__class__.__name__})") from None
-    if not isinstance(event, dict):
-        raise BadEventLine(f"a JSON {type(event).__name__}, not an object")
-    if not isinstance(event.get("event"), str):
-        raise BadEventLine("no string `event` field")
-    return event
-
-
-def parse_event(line: str) -> dict[str, Any] | None:
-    """The event on a log line, wherever Ray's prefix put it, as its JSON object (any kind, its
-    fields unchecked); None for any other line, and for a line whose JSON is cut or damaged (a
-    log is read as it is, stray bytes included)."""
-    try:
-        return _event_object(line)
-    except BadEventLine:
-        return None
-
-
-def read_event(line: str) -> Event | None:
-    """The event on a log line, every field checked; None for a line that is no event, or an
-    event of a kind not in EVENT_KINDS. Raises BadEventLine, saying why, for an event line that
-    is damaged or has a field of the wrong type."""
-    event = _event_object(line)
-    if event is None or (model := EVENT_KINDS.get(event["event"])) is None:
-        return None
-    try:
-        return model.model_validate(event)
-    except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in problem['loc'])}: {problem['msg']}" for problem in error.errors()
-        )
-        raise BadEventLine(f"{event['event']} event: {problems}") from None
 
 
 def finite(value: float | None, digits: int) -> float | None:
@@ -214,8 +86,8 @@ class Attempt:
 
 @dataclass
 class RunRecord:
-    """Reads a job's log lines, in order, and keeps only what the summary needs. No line can
-    make it raise: an event line it cannot use is skipped and counted."""
+    """What a job's events and Ray Train's decisions say, fed in the log's order by the job's
+    reader (domain/job_log.py), keeping only what the summary needs."""
 
     attempts: list[Attempt] = field(default_factory=list)
     # step -> (runs, MaxText's seconds for its latest run, when that run was logged)
@@ -229,29 +101,17 @@ class RunRecord:
     first_skip: str | None = None
     _source: str | None = None
 
-    def add_text(self, text: str) -> None:
-        for line in text.splitlines():
-            self.add_line(line)
+    def skip(self, why: str) -> None:
+        """An event line the reader could not use, and why."""
+        self.skipped += 1
+        self.first_skip = self.first_skip or why
 
-    def add_line(self, line: str) -> None:
-        if line.startswith(ENTRYPOINT_ECHO):
-            return
-        try:
-            event = read_event(line)
-        except BadEventLine as error:
-            self.skipped += 1
-            self.first_skip = self.first_skip or str(error)
-            return
-        if event is not None:
-            self.add(event)
-        elif RAY_TRAIN_CONTROLLER in line:
-            self._controller_line(line.split("\x1b[0m", 1)[-1].split(") ", 1)[-1])
-
-    def _controller_line(self, text: str) -> None:
-        if (source := RAY_TRAIN_SOURCE.match(text)) is not None:
-            self._source = source["source"]
-        elif (count := RAY_TRAIN_COUNT.match(text)) is not None and self._source is not None:
-            self.charged[self._source] = max(self.charged.get(self._source, 0), int(count["count"]))
+    def ray_train(self, fact: RetrySource | RetryCount) -> None:
+        """A line of Ray Train's retry decision: its source, then the count charged to it."""
+        if isinstance(fact, RetrySource):
+            self._source = fact.source
+        elif self._source is not None:
+            self.charged[self._source] = max(self.charged.get(self._source, 0), fact.count)
             self._source = None
 
     def add(self, event: Event) -> None:
@@ -307,17 +167,3 @@ class RunRecord:
             else None,
             "event_lines_skipped": self.skipped,
         }
-
-
-def maxtext_step(message: str) -> tuple[int, float] | None:
-    """(step, seconds) from MaxText's step message, or None for any other message (and for one
-    whose numbers do not read: the trainer calls this from a logging handler, where an
-    exception would reach MaxText's own logging call)."""
-    match = MAXTEXT_STEP.search(message)
-    if match is None:
-        return None
-    try:
-        seconds = float(match["seconds"])
-    except ValueError:  # "1.2.3"
-        return None
-    return (int(match["step"]), seconds) if math.isfinite(seconds) else None

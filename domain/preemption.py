@@ -73,10 +73,6 @@ RESTART_GRACE_SECONDS = -RESTART_LEAD_SECONDS
 # A TPU model's save takes longer: docs/spot.md says which fit where.
 SAVE_ALLOWANCE_SECONDS = 3.0
 
-# The trainer's event (domain.goodput.event_line) for the checkpoint MaxText wrote at a
-# preemption notice: its step, and how long before the node's deadline it was committed.
-NOTICE_SAVED_EVENT = "notice_saved"
-
 DRAIN_TIMEOUT_ENV = "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"
 POLL_INTERVAL_ENV = "RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S"
 

@@ -23,9 +23,10 @@ from pathlib import Path
 import pytest
 
 from domain.goodput import OUTPUTS as GOODPUT_OUTPUTS
-from domain.goodput import RunRecord, parse_event
 from domain.job import JobSpec, resolve_job
-from domain.preemption import NOTICE_POLL_SECONDS, NOTICE_SAVED_EVENT, PREEMPTION_POLL_SECONDS, RESTART_LEAD_SECONDS
+from domain.job_events import NOTICE_SAVED_EVENT, parse_event
+from domain.job_log import JobLog
+from domain.preemption import NOTICE_POLL_SECONDS, PREEMPTION_POLL_SECONDS, RESTART_LEAD_SECONDS
 from tests.support.provider_run import ProviderRun
 from trainer.maxtext_trainer import checkpoint_directory
 from workloads import ray_job
@@ -158,8 +159,9 @@ def test_a_preempted_node_saves_at_the_notice_shrinks_resumes_grows_back_and_suc
     outs = run.outs
     assert outs is not None and outs["status"] == "SUCCEEDED"
     print("outputs:", {key: outs[key] for key in (*GOODPUT_OUTPUTS, "duration_seconds")})  # shown with -s
-    record = RunRecord()
-    record.add_text(full_log)
+    read = JobLog()
+    read.add_text(full_log)
+    record = read.record
     deadline = saved["time"] + saved["seconds_to_deadline"]
     started = [None if attempt.started is None else round(attempt.started - deadline, 1) for attempt in record.attempts]
     print("measured:", measured, "; the save at the notice:", saved, "; attempts started, from the deadline:", started)

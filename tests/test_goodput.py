@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from domain.goodput import OUTPUTS, RunRecord, event_line, maxtext_step, parse_event
+from domain.goodput import OUTPUTS, RunRecord
+from domain.job_events import event_line, maxtext_step, parse_event
+from domain.job_log import JobLog
 
 WORKER = "\x1b[36m(RayTrainWorker pid=101)\x1b[0m "
 CONTROLLER = "\x1b[36m(TrainController pid=77)\x1b[0m "
@@ -29,10 +31,9 @@ def retry(source: str, count: int | str, allowed: str = "inf") -> list[str]:
 
 
 def read(lines: list[str]) -> RunRecord:
-    record = RunRecord()
-    for line in lines:
-        record.add_line(line)
-    return record
+    log = JobLog()
+    log.add_lines(lines)
+    return log.record
 
 
 def test_an_event_line_reads_back_wherever_ray_puts_it():

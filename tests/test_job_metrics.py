@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from workloads.job_metrics import StepCollector, parse_steps
+from domain.job_log import JobLog, StepCollector
 
 STEP = (
     "completed step: {step}, seconds: {seconds}, TFLOP/s/device: {tflops}, Tokens/s/device: {tokens}, "
@@ -17,6 +17,18 @@ STEP = (
 
 def line(step: int, loss: object = 2.5, tokens: object = 100.0, tflops: object = 2.0, seconds: object = 0.5) -> str:
     return STEP.format(step=step, seconds=seconds, tflops=tflops, tokens=tokens, loss=loss)
+
+
+class Recording(StepCollector):
+    """A collector that also lists the steps the reader gave it."""
+
+    def __init__(self):
+        super().__init__()
+        self.read: list[int] = []
+
+    def add_step(self, step):
+        self.read.append(step.step)
+        super().add_step(step)
 
 
 def strict_json(summary: dict) -> dict:
@@ -39,9 +51,9 @@ UNREADABLE = {
 @pytest.mark.parametrize("bad", UNREADABLE.values(), ids=UNREADABLE.keys())
 def test_a_step_line_whose_numbers_do_not_read_is_no_step(bad):
     log = "\n".join([line(1, loss=3.0), bad, line(2, loss=2.0)])
-    assert [step.step for step in parse_steps(log)] == [1, 2]
-    collector = StepCollector()
-    collector.add(log)
+    collector = Recording()
+    JobLog(collector).add_text(log)
+    assert collector.read == [1, 2]
     assert collector.summary()["steps_completed"] == 3 and collector.summary()["final_loss"] == 2.0
 
 

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from domain import gke, preemption
-from domain.goodput import parse_event
+from domain.job_events import NOTICE_SAVED_EVENT, parse_event
 from domain.settings import SettingsError, parse_settings
 from trainer import maxtext_trainer
 
@@ -187,7 +187,7 @@ def test_the_trainer_names_the_step_it_saved_at_the_notice_periodic_or_not(monke
     assert maxtext_trainer._report_the_notice_save(notice_with_deadline_in(30), config, rank0=True) is False
     out = capsys.readouterr().out
     [saved] = events(out)
-    assert (saved["event"], saved["step"]) == (preemption.NOTICE_SAVED_EVENT, step)
+    assert (saved["event"], saved["step"]) == (NOTICE_SAVED_EVENT, step)
     assert 28 < saved["seconds_to_deadline"] <= 30
     assert f"the checkpoint at the preemption notice is step {step}, committed" in out
     assert "s before the node's deadline" in out

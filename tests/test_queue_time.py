@@ -229,7 +229,7 @@ def test_the_queue_deadline_does_not_depend_on_the_skew_between_the_two_clocks(o
 def python(*lines: str) -> str:
     """A job that plays the trainer: its lines run after `time` and `event_line` are imported
     (the project is installed in the head's environment, as the trainer needs it)."""
-    return "python -c " + shlex.quote("; ".join(("import time", "from domain.goodput import event_line", *lines)))
+    return "python -c " + shlex.quote("; ".join(("import time", "from domain.job_events import event_line", *lines)))
 
 
 def now() -> str:

@@ -15,10 +15,10 @@ import time
 import pytest
 from ray.job_submission import JobStatus, JobSubmissionClient
 
-from domain.goodput import event_line
+from domain.job_events import event_line
+from domain.job_log import StepCollector
 from tests.support.fake_jobs_api import TRACEBACK_500, FakeHttpServer, FakeJobsApi
 from workloads import jobs_api, ray_job, smoke
-from workloads.job_metrics import StepCollector
 from workloads.jobs_api import ErrorKind, JobsApi, JobsApiError, classify
 from workloads.local_ray import LocalRayHead, free_port
 from workloads.ray_job import (

@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from domain.goodput import event_line, maxtext_step
 from domain.job import JobSpec
+from domain.job_events import NOTICE_SAVED_EVENT, event_line, maxtext_step
 from domain.maxtext_config import base_config_path
-from domain.preemption import NOTICE_POLL_SECONDS, NOTICE_SAVED_EVENT, RESTART_GRACE_SECONDS, run_completed
+from domain.preemption import NOTICE_POLL_SECONDS, RESTART_GRACE_SECONDS, run_completed
 
 # Environment for CPU workers: JAX on the CPU backend, and MaxText without Google Cloud clients
 # (faster start, nothing to authenticate on a laptop).

@@ -42,13 +42,12 @@ from pulumi.dynamic import (
 from pulumi.runtime import rpc
 
 from domain.goodput import OUTPUTS as GOODPUT_OUTPUTS
-from domain.goodput import RunRecord
+from domain.job_log import JobLog, StepCollector
 from domain.queueing import WORKER_GROUP_START_TIMEOUT_ENV, Node, slices_up, waiting_line
 from domain.stack_identity import digest
 from domain.stack_identity import integral as _integral
 from domain.workload_settings import TIMEOUT_SECONDS
 from stack_config import stack_identity
-from workloads.job_metrics import ENTRYPOINT_ECHO, StepCollector
 from workloads.jobs_api import LOST_CONTACT_KINDS, ErrorKind, JobsApi, JobsApiError
 
 # ---------------------------------------------------------------------- the resource's record
@@ -178,11 +177,10 @@ def _iso(milliseconds: int | None) -> str | None:
     return datetime.fromtimestamp(milliseconds / 1000, tz=UTC).isoformat(timespec="seconds")
 
 
-def _tail(log: str, lines: int = LOG_TAIL_LINES) -> str:
-    """The log's last lines for an error message, without Ray's echo of the command (which may
-    hold settings the stack keeps secret)."""
-    kept = [line for line in log.splitlines() if not line.startswith(ENTRYPOINT_ECHO)]
-    return "\n".join(kept[-lines:])
+def _shown(read: JobLog, problem: str | None) -> str:
+    """The log's last lines for an error message (the reader leaves out Ray's echo of the
+    command, which may hold settings the stack keeps secret), or why the log could not be read."""
+    return f"--- last {LOG_TAIL_LINES} log lines ---\n{read.tail_text()}" if problem is None else problem
 
 
 class ProgressReporter:
@@ -345,7 +343,7 @@ class Deadlines:
 
     `queue`: queue_timeout_seconds, how long the job may wait for its slices, from its start on
     the cluster (Ray's start_time) until its first worker group starts (the trainer's first
-    `attempt` event, see domain/goodput.py). `run`: timeout_seconds, how long it may run from
+    `attempt` event, see domain/job_events.py). `run`: timeout_seconds, how long it may run from
     then until it ends. Both count on the cluster's clock (RunClock). A job given no queue
     deadline (state written before there was one, or a command that starts no worker group)
     has no wait apart: its run deadline counts from its start, as it always did."""
@@ -397,15 +395,12 @@ class QueueWatch:
             return info.start_time / 1000 if info.start_time else None
         return self.started_at
 
-    def read(self, info, tail: str) -> None:
-        """Looks for the first worker group in a tail of the log."""
+    def read(self, info, tail: JobLog) -> None:
+        """Looks for the first worker group in a tail of the log, as the job's reader read it."""
         if not self.waiting:
             return
-        record = RunRecord()
-        record.add_text(tail)
-        if record.attempts:  # an `attempt` event, or a step (whose group's start the tail lost)
-            first = record.attempts[0]
-            seen = first.started if first.started is not None else first.first_step_at
+        # An `attempt` event, or a step (whose group's start the tail lost).
+        if (seen := tail.first_group_start()) is not None:
             whole, _ = self._first_group(info)
             self._started(info, whole if whole is not None else seen)
 
@@ -465,16 +460,12 @@ class QueueWatch:
 
     def _first_group(self, info) -> tuple[float | None, str | None]:
         """The first worker group's start from the whole log, and why the log could not be read."""
-        record = RunRecord()
+        whole = JobLog()
         try:
-            for line in self.api.log_lines(info.submission_id, info.driver_node_id):
-                record.add_line(line)
+            whole.add_lines(self.api.log_lines(info.submission_id, info.driver_node_id))
         except JobsApiError as error:
             return None, f"the job's log could not be read ({error})"
-        if not record.attempts:
-            return None, None
-        first = record.attempts[0]
-        return (first.started if first.started is not None else first.first_step_at), None
+        return whole.first_group_start(), None
 
     def _started(self, info, at: float | None) -> None:
         if at is None:
@@ -597,21 +588,17 @@ class RayJobProvider(ResourceProvider):
         deadlines = Deadlines.of(props)
         info = self._wait(api, job_id, deadlines, progress, steps, clock)
         status = str(info.status)
-        log, log_problem = self._read_log(api, info, steps)
         if status != "SUCCEEDED":
             # Ray's message repeats the log; its first line is the reason. The trainer says which
-            # retry budget ran out, when one did.
+            # retry budget ran out, when one did (its last word: the tail has it).
+            read, log_problem = self._read_log(api, info, steps)
             reason = (info.message or "no message").splitlines()[0]
-            shown = f"--- last {LOG_TAIL_LINES} log lines ---\n{_tail(log)}" if log_problem is None else log_problem
-            record = RunRecord()
-            record.add_text(log)
-            headline = f"RayJob {job_id} ended {status}" + (f": {record.failure}" if record.failure else "")
-            raise RayJobError(f"{headline}.\n{shown}\nstatus: {status}; message: {reason}")
+            failure = read.record.failure
+            headline = f"RayJob {job_id} ended {status}" + (f": {failure}" if failure else "")
+            raise RayJobError(f"{headline}.\n{_shown(read, log_problem)}\nstatus: {status}; message: {reason}")
+        goodput, log_problem = self._read_whole_log(api, info, steps)
         if log_problem is not None:
             progress.status(log_problem)
-        goodput, goodput_problem = self._read_goodput(api, info)
-        if goodput_problem is not None:
-            progress.status(goodput_problem)
         summary = steps.summary()
         if summary.get("diverged"):
             progress.status("SUCCEEDED, but the run DIVERGED: its last loss is not a finite number")
@@ -627,32 +614,39 @@ class RayJobProvider(ResourceProvider):
         }
 
     @staticmethod
-    def _read_goodput(api: JobsApi, info) -> tuple[dict[str, Any], str | None]:
-        """The goodput outputs, from one streamed read of the whole log (the events are spread
-        over all of it); on failure, None for each and a line saying why. Like the metrics, they
-        can never change what the job's status says."""
-        record = RunRecord()
+    def _read_whole_log(api: JobsApi, info, steps: StepCollector) -> tuple[dict[str, Any], str | None]:
+        """The ended job's log, read once, whole and streamed (the events are spread over all of
+        it): its last steps into `steps`, and the goodput outputs. On failure, None for each
+        goodput output and a line saying why. A log can never change what the job's status says."""
+        no_goodput = dict.fromkeys(GOODPUT_OUTPUTS)
+        if not info.driver_node_id:
+            return no_goodput, "the job never started a driver, so it has no log"
+        read = JobLog(steps)
         try:
-            for line in api.log_lines(info.submission_id, info.driver_node_id):
-                record.add_line(line)
+            read.add_lines(api.log_lines(info.submission_id, info.driver_node_id))
         except JobsApiError as error:
-            return dict.fromkeys(GOODPUT_OUTPUTS), f"the job's log could not be read whole ({error}); no goodput"
+            return no_goodput, (
+                f"the job's log could not be read whole ({error}); its metrics are only what was seen before, "
+                "and it has no goodput"
+            )
         start = info.start_time / 1000 if info.start_time else None
         end = info.end_time / 1000 if info.end_time else None
-        return record.summary(start, end), None
+        return read.record.summary(start, end), None
 
     @staticmethod
-    def _read_log(api: JobsApi, info, steps: StepCollector) -> tuple[str, str | None]:
-        """The log's tail, read into `steps`; on failure, empty text and a line saying that the
-        metrics are incomplete. A log can never change what the job's status says."""
+    def _read_log(api: JobsApi, info, steps: StepCollector) -> tuple[JobLog, str | None]:
+        """The log's tail, read once by the job's reader (its steps into `steps`); on failure, an
+        empty read and a line saying that the metrics are incomplete. A log can never change what
+        the job's status says."""
+        read = JobLog(steps, tail_lines=LOG_TAIL_LINES)
         if not info.driver_node_id:
-            return "", "the job never started a driver, so it has no log"
+            return read, "the job never started a driver, so it has no log"
         try:
-            log = api.log_tail(info.submission_id, info.driver_node_id).decode("utf-8", errors="replace")
+            tail = api.log_tail(info.submission_id, info.driver_node_id)
         except JobsApiError as error:
-            return "", f"the job's log could not be read ({error}); its metrics are only what was seen before"
-        steps.add(log)
-        return log, None
+            return read, f"the job's log could not be read ({error}); its metrics are only what was seen before"
+        read.add_text(tail.decode("utf-8", errors="replace"))
+        return read, None
 
     @staticmethod
     def _submit(api: JobsApi, job_id: str, props: dict[str, Any]) -> None:
@@ -732,11 +726,11 @@ class RayJobProvider(ResourceProvider):
                 return info
             if time.monotonic() - last_logs_at >= PROGRESS_EVERY_SECONDS:
                 if info.driver_node_id:
-                    log, problem = self._read_log(api, info, steps)
+                    tail, problem = self._read_log(api, info, steps)
                     if problem is not None and not log_problem_shown:
                         progress.status(problem)
                         log_problem_shown = True
-                    queue.read(info, log)
+                    queue.read(info, tail)
                     progress.update(steps)
                 queue.count()
                 last_logs_at = time.monotonic()
@@ -748,8 +742,7 @@ class RayJobProvider(ResourceProvider):
             if run_from is not None and clock.since(run_from) > deadlines.run:
                 final = stop_and_confirm(api, job_id)
                 info = api.call(f"asking for {job_id}", lambda client: client.get_job_info(job_id))
-                log, problem = self._read_log(api, info, steps)
-                shown = f"--- last {LOG_TAIL_LINES} log lines ---\n{_tail(log)}" if problem is None else problem
+                tail, problem = self._read_log(api, info, steps)
                 since = (
                     f"of its first worker group's start ({_iso(int(run_from * 1000))})"
                     if deadlines.queue is not None
@@ -757,7 +750,7 @@ class RayJobProvider(ResourceProvider):
                 )
                 raise RayJobError(
                     f"RayJob {job_id} did not finish within timeout_seconds={deadlines.run:.0f} {since}; "
-                    f"it was stopped\n{shown}\n"
+                    f"it was stopped\n{_shown(tail, problem)}\n"
                     f"status: {final} (timeout after {deadlines.run:.0f} s)"
                 )
             time.sleep(POLL_SECONDS)
@@ -769,12 +762,11 @@ class RayJobProvider(ResourceProvider):
         shows it stopped, and raises saying it could not get its slices."""
         final = stop_and_confirm(api, job_id)
         info = api.call(f"asking for {job_id}", lambda client: client.get_job_info(job_id))
-        log, problem = self._read_log(api, info, steps)
-        shown = f"--- last {LOG_TAIL_LINES} log lines ---\n{_tail(log)}" if problem is None else problem
+        tail, problem = self._read_log(api, info, steps)
         raise RayJobError(
             f"RayJob {job_id} could not get capacity: its first worker group did not start within "
             f"queueTimeoutSeconds = {deadlines.queue:.0f} of the job's start ({_iso(info.start_time)}), so it "
-            f"was stopped. {queue.capacity_report()}\n{shown}\n"
+            f"was stopped. {queue.capacity_report()}\n{_shown(tail, problem)}\n"
             f"status: {final} (queue timeout after {deadlines.queue:.0f} s)"
         )
 

@@ -12,6 +12,7 @@ from ray.job_submission import JobSubmissionClient
 
 from domain.goodput import RunRecord
 from domain.job import JobSpec
+from domain.job_log import JobLog
 from workloads import ray_job
 from workloads.ray_job import RayJobProvider
 
@@ -56,9 +57,9 @@ class ProviderRun:
             return ""
 
     def record(self) -> RunRecord:
-        record = RunRecord()
-        record.add_text(self.log())
-        return record
+        read = JobLog()
+        read.add_text(self.log())
+        return read.record
 
     def wait_for(self, condition: Callable[[], Any], what: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
