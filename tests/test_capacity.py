@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from domain.capacity import (
+    GIB,
     LLAMA_FORMULA,
+    WORKING_SET_ACTIVATION_FACTOR,
+    WORKING_SET_FP32_CAST_FACTOR,
     cost_per_hour,
     estimate_memory,
     job_cost,
@@ -15,12 +21,26 @@ from domain.capacity import (
     model_shape,
     settings_cost,
     stack_cost,
+    working_set_units,
+)
+from domain.hbm_estimate import (
+    BEGIN,
+    END,
+    Compiled,
+    Point,
+    error_table,
+    estimate_of,
+    fit_working_set,
+    job_of,
+    load_points,
+    max_error_gib,
 )
 from domain.presets import PROCEDURE_OVERRIDES, maxtext_overrides, preset
 from domain.settings import parse_settings
 from domain.tpu_catalog import RESERVATION_ASSUMPTION, accelerator
 
 V6E = accelerator("v6e")
+CAPACITY_DOC = Path(__file__).parents[1] / "docs" / "capacity.md"
 
 
 def overrides(name: str, slices: int = 2, **extra) -> dict:
@@ -78,6 +98,123 @@ def test_bf16_halves_weight_bytes(model, slices):
     fp32 = estimate_memory(overrides(model, slices, weight_dtype="float32"), chips_per_slice=16, slices=slices)
     bf16 = estimate_memory(overrides(model, slices, weight_dtype="bfloat16"), chips_per_slice=16, slices=slices)
     assert bf16.state_gib == pytest.approx(fp32.state_gib / 2)
+
+
+# --- Where the working set's constants come from: the recorded compiles ---------------------
+
+
+def test_the_working_set_constants_are_the_fit_of_the_recorded_compiles():
+    """The constants in domain/capacity.py are the least-squares fit of the compiles recorded in
+    domain/hbm_estimate_points.json: re-measure (python -m benchmarks.hbm_estimate_points) and
+    paste its rounded fit when they differ."""
+    assert fit_working_set(load_points()).rounded == (WORKING_SET_ACTIVATION_FACTOR, WORKING_SET_FP32_CAST_FACTOR)
+
+
+def recorded_like(point: Point, *, activation: float, cast: float, argument_gib: float) -> Point:
+    """`point` as if the compiler had placed exactly the estimate's terms with these constants
+    as temporaries, beside `argument_gib` of arguments."""
+    job = job_of(point)
+    chips = preset(point.preset).accelerator.shape(point.topology).chips
+    estimate = estimate_memory(job.maxtext_overrides, chips_per_slice=chips, slices=point.slices)
+    a_units, c_units = working_set_units(job.maxtext_overrides, chips_per_slice=chips, slices=point.slices)
+    temporaries = (
+        estimate.gradients_gib
+        + estimate.saved_activations_gib
+        + estimate.logits_gib
+        + (activation * a_units + cast * c_units) / GIB
+    )
+    total = argument_gib + temporaries
+    return replace(point, compiled=Compiled(True, argument_gib, temporaries, 0.0, 0.0, total))
+
+
+def test_the_fit_recovers_the_constants_the_temporaries_were_made_with_whatever_the_arguments():
+    """Fitted on the compiler's temporaries (total minus arguments), never on its total: the
+    procedure's 70B figure the compiler calls 'temporaries' is the total, arguments included."""
+    points = load_points()
+    arguments = [3.0, 40.0, 0.5, 17.0, 9.0, 25.0, 1.0]
+    made = [
+        recorded_like(point, activation=2.25, cast=1.5, argument_gib=arguments[index % len(arguments)])
+        for index, point in enumerate(points)
+    ]
+    fit = fit_working_set(made)
+    assert fit.activation_factor == pytest.approx(2.25, rel=1e-9)
+    assert fit.fp32_cast_factor == pytest.approx(1.5, rel=1e-9)
+    assert fit.rounded == (2.25, 1.5)
+
+
+def test_the_fit_minimises_the_squared_error():
+    """Moving either constant off the fit raises the sum of squared errors on the recorded points."""
+    points = load_points()
+    fit = fit_working_set(points)
+
+    def squared_error(activation: float, cast: float) -> float:
+        total = 0.0
+        for point in points:
+            job = job_of(point)
+            chips = preset(point.preset).accelerator.shape(point.topology).chips
+            estimate = estimate_memory(job.maxtext_overrides, chips_per_slice=chips, slices=point.slices)
+            a_units, c_units = working_set_units(job.maxtext_overrides, chips_per_slice=chips, slices=point.slices)
+            rest = estimate.gradients_gib + estimate.saved_activations_gib + estimate.logits_gib
+            modelled = rest + (activation * a_units + cast * c_units) / GIB
+            total += (modelled - point.compiled.temporaries_gib) ** 2
+        return total
+
+    best = squared_error(fit.activation_factor, fit.fp32_cast_factor)
+    for da, dc in ((0.05, 0), (-0.05, 0), (0, 0.05), (0, -0.05)):
+        assert squared_error(fit.activation_factor + da, fit.fp32_cast_factor + dc) > best
+
+
+def test_points_that_cannot_determine_both_constants_are_refused():
+    bf16_only = [point for point in load_points() if job_of(point).maxtext_overrides.get("weight_dtype") == "bfloat16"]
+    assert bf16_only
+    with pytest.raises(ValueError, match="do not determine both working-set constants"):
+        fit_working_set(bf16_only)
+    unmeasured = [replace(point, compiled=None) for point in load_points()[:2]]
+    with pytest.raises(ValueError, match=r"not measured: .*python -m benchmarks\.hbm_estimate_points"):
+        fit_working_set(unmeasured)
+
+
+def test_the_recorded_points_are_the_presets_and_the_procedures_jobs():
+    """The fit covers what the policies judge: each preset as shipped and each procedure's job."""
+    points = load_points()
+    for name in ("llama3-8b", "llama3-70b"):
+        assert any(p.preset == name and not p.overrides for p in points), name
+        assert any(p.preset == name and p.overrides == PROCEDURE_OVERRIDES[name] for p in points), name
+    assert all(p.compiled is not None for p in points)
+
+
+def test_the_state_term_is_the_compilers_arguments_on_every_recorded_point():
+    for point in load_points():
+        assert estimate_of(point).state_gib == pytest.approx(point.compiled.argument_gib, abs=0.02), point.name
+
+
+def test_the_estimate_is_within_its_stated_error_of_every_recorded_compile():
+    """The memory policies call the estimate off by up to about 5 GiB (policies/rules/rayjob.py):
+    it is, on every recorded configuration (fitted to the totals as temporaries it was off by
+    up to 25 GiB; dividing logits and q/k/v by tensor parallelism, by up to 9.8 GiB)."""
+    assert max_error_gib(load_points()) < 5.0
+
+
+def test_tensor_parallelism_splits_the_state_but_not_the_activations_per_chip():
+    """MaxText splits the batch over data and FSDP only: with tensor parallelism 4 a chip holds
+    4 x per_device_batch_size sequences with the vocabulary and heads split 4 ways, the same
+    logits and saved q/k/v bytes as FSDP 16 (measured: 1.8 GiB more in all, not 3.9 less)."""
+    fsdp = estimate_memory(overrides("llama3-8b"), chips_per_slice=16, slices=2)
+    tensor = estimate_memory(
+        overrides("llama3-8b", ici_fsdp_parallelism=4, ici_tensor_parallelism=4), chips_per_slice=16, slices=2
+    )
+    assert tensor.logits_gib == fsdp.logits_gib == pytest.approx(4 * 4096 * 128256 * 2 / GIB)
+    assert tensor.saved_activations_gib == fsdp.saved_activations_gib
+    assert tensor.state_gib == fsdp.state_gib  # 16 shards either way
+
+
+def test_docs_capacity_shows_the_error_table_of_the_recorded_compiles():
+    """docs/capacity.md's table of the estimate's error is error_table() of the recorded data:
+    paste `python -m benchmarks.hbm_estimate_points --report`'s table between the markers."""
+    text = CAPACITY_DOC.read_text()
+    assert BEGIN in text and END in text, f"docs/capacity.md has no {BEGIN} ... {END} table"
+    block = text.split(BEGIN, 1)[1].split(END, 1)[0].strip()
+    assert block == error_table(load_points())
 
 
 def test_the_fallback_flops_are_six_per_parameter_per_token_plus_attention_and_say_so():
