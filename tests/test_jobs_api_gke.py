@@ -1,139 +1,32 @@
 """The GKE path to the Jobs API, end to end on loopback: a fake Kubernetes API server (HTTPS with
 its own CA, bearer-token auth, the service-proxy URL scheme that consumes `Authorization`, and the
-Secret KubeRay keeps the Ray token in) in front of a real Ray head with token authentication, a
-fake GKE API for "is the cluster gone?", and a fake gke-gcloud-auth-plugin on PATH."""
+Secret KubeRay keeps the Ray token in) in front of a real Ray head with token authentication (the
+slow tests) or a fake one, a fake GKE API for "is the cluster gone?", and a fake
+gke-gcloud-auth-plugin on PATH."""
 
 from __future__ import annotations
 
 import base64
-import datetime
-import ipaddress
+import gc
 import json
 import os
-import ssl
 import stat
 import tempfile
-import threading
 import time
-import urllib.error
-import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
-from tests.support.fake_jobs_api import FakeHttpServer
+from tests.support.fake_jobs_api import FakeApiServer, FakeHttpServer, self_signed_certificate
 from workloads import ray_job
 from workloads.jobs_api import GKE_API_OVERRIDE_ENV, ErrorKind, JobsApi, JobsApiError
 from workloads.ray_job import RayJobError, RayJobGuardProvider, RayJobProvider
 
-pytestmark = pytest.mark.slow
+slow = pytest.mark.slow
 TOKEN = "fake-access-token"
 AUTH_SECRET = "maxtext-tpu-cluster"
 CLUSTER_ID = "projects/p/locations/us-east5-b/clusters/maxtext-tpu"
 STEP = "completed step: 0, seconds: 0.1, TFLOP/s/device: 1.0, Tokens/s/device: 10.0, total_weights: 64, loss: 2.5"
-
-
-def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fake-kube-apiserver")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = directory / "apiserver.crt", directory / "apiserver.key"
-    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return cert_path, key_path
-
-
-class FakeApiServer:
-    """Forwards `/api/v1/namespaces/NS/services/SVC:PORT/proxy/...` to the Ray head, as the
-    Kubernetes API server does, for requests carrying the expected bearer token."""
-
-    def __init__(self, cert: Path, key: Path, namespace: str, service: str, head_port: int, ray_token: str):
-        prefix = f"/api/v1/namespaces/{namespace}/services/{service}:{head_port}/proxy"
-        secret_path = f"/api/v1/namespaces/{namespace}/secrets/{AUTH_SECRET}"
-        self.seen_tokens: list[str] = []
-        self.forwarded_headers: list[dict[str, str]] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _forward(self):
-                outer.seen_tokens.append(self.headers.get("Authorization", ""))
-                if self.headers.get("Authorization") != f"Bearer {TOKEN}":
-                    return self._reply(401, b'{"kind":"Status","code":401}', "application/json")
-                if self.path == secret_path:
-                    data = {"auth_token": base64.b64encode(ray_token.encode()).decode()}
-                    return self._reply(200, json.dumps({"kind": "Secret", "data": data}).encode(), "application/json")
-                if not self.path.startswith(prefix):
-                    return self._reply(404, b'{"kind":"Status","code":404}', "application/json")
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else None
-                # As the API server does: `Authorization` authenticated this request and is
-                # dropped; every other header goes on to the service.
-                headers = {
-                    name: value
-                    for name, value in self.headers.items()
-                    if name.lower() not in ("authorization", "host", "content-length")
-                }
-                outer.forwarded_headers.append(headers)
-                request = urllib.request.Request(
-                    f"http://127.0.0.1:{head_port}{self.path[len(prefix) :]}",
-                    data=body,
-                    method=self.command,
-                    headers=headers,
-                )
-                try:
-                    with urllib.request.urlopen(request, timeout=30) as response:
-                        self._reply(response.status, response.read(), response.headers.get("Content-Type"))
-                except urllib.error.HTTPError as error:
-                    self._reply(error.code, error.read(), error.headers.get("Content-Type"))
-
-            do_GET = do_POST = do_DELETE = _forward
-
-            def _reply(self, status, payload, content_type):
-                self.send_response(status)
-                self.send_header("Content-Type", content_type or "application/octet-stream")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(cert, key)
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def endpoint(self) -> str:
-        return f"127.0.0.1:{self.server.server_address[1]}"
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture
@@ -160,7 +53,14 @@ def api_server(tmp_path, local_ray_head, monkeypatch):
     cert, key = self_signed_certificate(tmp_path)
     ray_token = local_ray_head.token_path.read_text().strip()
     with FakeApiServer(
-        cert, key, "training", "maxtext-tpu-cluster-head-svc", local_ray_head.dashboard_port, ray_token
+        cert,
+        key,
+        "training",
+        "maxtext-tpu-cluster-head-svc",
+        local_ray_head.dashboard_port,
+        ray_token,
+        token=TOKEN,
+        auth_secret=AUTH_SECRET,
     ) as server:
         server.ca = base64.b64encode(cert.read_bytes()).decode()
         server.ray_token = ray_token
@@ -202,6 +102,7 @@ def ca_files() -> set[Path]:
     return set(Path(tempfile.gettempdir()).glob("gke-ca-*.pem"))
 
 
+@slow
 def test_a_job_runs_through_the_api_server_proxy(api_server, local_ray_head, auth_plugin, monkeypatch, capsys):
     monkeypatch.setattr(ray_job, "POLL_SECONDS", 0.2)
     before = ca_files()
@@ -225,6 +126,7 @@ def test_a_job_runs_through_the_api_server_proxy(api_server, local_ray_head, aut
     assert ca_files() == before  # the CA file lived only as long as the call
 
 
+@slow
 def test_destroy_fails_when_the_gcloud_login_has_expired(api_server, local_ray_head, tmp_path, monkeypatch, gke_api):
     plugin = tmp_path / "expired" / "gke-gcloud-auth-plugin"
     plugin.parent.mkdir()
@@ -243,6 +145,7 @@ def test_destroy_fails_when_the_gcloud_login_has_expired(api_server, local_ray_h
         assert f"GKE cluster {CLUSTER_ID} is not known to be gone" in message
 
 
+@slow
 def test_destroy_with_the_api_server_unreachable_asks_gke_whether_the_cluster_is_gone(
     api_server, local_ray_head, auth_plugin, gke_api, capsys
 ):
@@ -258,6 +161,7 @@ def test_destroy_with_the_api_server_unreachable_asks_gke_whether_the_cluster_is
     assert gke_api.requests == [("GET", f"/v1/{CLUSTER_ID}")]
 
 
+@slow
 def test_destroy_through_the_proxy_stops_a_running_job(api_server, local_ray_head, auth_plugin):
     from ray.job_submission import JobStatus, JobSubmissionClient
 
@@ -272,6 +176,7 @@ def test_destroy_through_the_proxy_stops_a_running_job(api_server, local_ray_hea
         ray.get_job_status(job_id)
 
 
+@slow
 def test_a_missing_service_is_not_a_missing_job(api_server, local_ray_head, auth_plugin):
     target = {**gke_target(api_server, local_ray_head.dashboard_port), "service": "no-such-svc"}
     with JobsApi(gke=target) as api, pytest.raises(JobsApiError) as caught:
@@ -279,6 +184,7 @@ def test_a_missing_service_is_not_a_missing_job(api_server, local_ray_head, auth
     assert caught.value.kind is ErrorKind.UNREACHABLE
 
 
+@slow
 def test_an_untrusted_certificate_is_refused(api_server, local_ray_head, auth_plugin, tmp_path):
     (tmp_path / "other").mkdir()
     other_ca, _ = self_signed_certificate(tmp_path / "other")
@@ -287,8 +193,179 @@ def test_an_untrusted_certificate_is_refused(api_server, local_ray_head, auth_pl
         JobsApi(gke=target).check_reachable()
 
 
+@slow
 def test_a_missing_auth_plugin_says_how_to_install_it(api_server, local_ray_head, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(JobsApiError, match="gcloud components install gke-gcloud-auth-plugin") as caught:
         JobsApi(gke=gke_target(api_server, local_ray_head.dashboard_port)).check_reachable()
     assert caught.value.kind is ErrorKind.CREDENTIALS
+
+
+# ---------------------------------------------------------------- the same path with a fake head
+
+RAY_TOKEN = "fake-ray-token"
+
+
+def fake_ray_head() -> FakeHttpServer:
+    """A Ray head with no job: its version, and Ray's 404 for any job."""
+
+    def answer(_method: str, path: str) -> tuple[int, bytes]:
+        if path == "/api/version":
+            return 200, json.dumps({"version": "4", "ray_version": "2.60.0", "ray_commit": "x"}).encode()
+        return 404, b"Job does not exist"
+
+    return FakeHttpServer(answer)
+
+
+@pytest.fixture
+def fake_cluster(tmp_path, monkeypatch):
+    """The fake API server in front of a fake head; its target's CA, and a fresh empty temporary
+    directory as the one `tempfile` (and every library using it) writes to."""
+    monkeypatch.delenv("RAY_AUTH_TOKEN_PATH", raising=False)
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    (tmp_path / "certificate").mkdir()
+    cert, key = self_signed_certificate(tmp_path / "certificate")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    with fake_ray_head() as head:
+        port = head.server.server_address[1]
+        service = "maxtext-tpu-cluster-head-svc"
+        with FakeApiServer(
+            cert, key, "training", service, port, RAY_TOKEN, token=TOKEN, auth_secret=AUTH_SECRET
+        ) as server:
+            server.ca = base64.b64encode(cert.read_bytes()).decode()
+            server.head = head
+            server.scratch = scratch
+            server.target = gke_target(server, port)
+            yield server
+
+
+def use_the_gke_path_and_fail(target: dict) -> JobsApi:
+    """Every GKE request kind (the Secret, the version check, a Ray SDK call, the node list) on one
+    JobsApi, ending in an exception, and the object left open."""
+    api = JobsApi(gke=target)
+    api.check_reachable()
+    with pytest.raises(JobsApiError) as caught:
+        api.call("reading RayJob x", lambda client: client.get_job_info("x"))
+    assert caught.value.kind is ErrorKind.NOT_FOUND  # Ray's own 404, through the proxy
+    with pytest.raises(JobsApiError):
+        api.nodes()  # the fake head has no state API: 404
+    return api
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="the CA is a memory file only where the OS has them")
+def test_the_gke_path_never_writes_a_ca_or_token_file(fake_cluster, auth_plugin):
+    api = use_the_gke_path_and_fail(fake_cluster.target)
+    # The CA was used (a request was verified against it) and nothing is on disk, even before close.
+    assert fake_cluster.forwarded_headers and list(fake_cluster.scratch.iterdir()) == []
+    del api
+    gc.collect()
+    assert list(fake_cluster.scratch.iterdir()) == []
+
+
+def test_without_memory_files_the_ca_file_goes_with_its_object_even_unclosed(fake_cluster, auth_plugin, monkeypatch):
+    monkeypatch.delattr(os, "memfd_create", raising=False)
+    api = use_the_gke_path_and_fail(fake_cluster.target)
+    [directory] = fake_cluster.scratch.iterdir()  # one private directory holds the CA while in use
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    assert [path.name for path in directory.iterdir()] == ["ca.pem"]
+    del api  # never closed
+    gc.collect()
+    assert list(fake_cluster.scratch.iterdir()) == []
+    with JobsApi(gke=fake_cluster.target) as api:  # and closed: gone at the end of the block
+        api.check_reachable()
+    assert list(fake_cluster.scratch.iterdir()) == []
+
+
+def test_the_tokens_travel_in_the_headers_each_reader_expects(fake_cluster, auth_plugin, monkeypatch):
+    with fake_gke_api(exists=True) as gke:
+        monkeypatch.setenv(GKE_API_OVERRIDE_ENV, gke.address + "/")
+        with JobsApi(gke=fake_cluster.target) as api:
+            api.check_reachable()
+            check = api.cluster_check()
+    assert not check.gone and "still exists (status RUNNING)" in check.evidence
+    # The API server saw only the operator's token; the head only Ray's (from the Secret).
+    assert set(fake_cluster.seen_tokens) == {f"Bearer {TOKEN}"}
+    assert {h.get("X-Ray-Authorization") for h in fake_cluster.forwarded_headers} == {f"Bearer {RAY_TOKEN}"}
+    assert [h.get("authorization") for h in gke.headers] == [f"Bearer {TOKEN}"]
+
+
+def test_a_failing_auth_plugin_is_a_credentials_error(fake_cluster, tmp_path, monkeypatch):
+    plugin = tmp_path / "expired" / "gke-gcloud-auth-plugin"
+    plugin.parent.mkdir()
+    plugin.write_text("#!/bin/sh\necho 'ERROR: Reauthentication failed.' >&2\nexit 1\n")
+    plugin.chmod(plugin.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{plugin.parent}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(JobsApiError, match="gcloud auth login") as caught:
+        JobsApi(gke=fake_cluster.target).check_reachable()
+    assert caught.value.kind is ErrorKind.CREDENTIALS
+    assert fake_cluster.seen_tokens == []  # nothing was sent without a token
+
+
+def test_the_api_servers_refusal_is_unauthorized_by_its_status(fake_cluster, tmp_path, monkeypatch):
+    plugin = tmp_path / "other" / "gke-gcloud-auth-plugin"
+    plugin.parent.mkdir()
+    credential = {"kind": "ExecCredential", "apiVersion": "client.authentication.k8s.io/v1beta1"}
+    credential["status"] = {"token": "someone-elses-token"}
+    plugin.write_text(f"#!/bin/sh\necho '{json.dumps(credential)}'\n")
+    plugin.chmod(plugin.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{plugin.parent}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(JobsApiError, match=f"Secret training/{AUTH_SECRET} failed: HTTP 401") as caught:
+        JobsApi(gke=fake_cluster.target).check_reachable()
+    assert caught.value.kind is ErrorKind.UNAUTHORIZED
+
+
+def test_a_missing_secret_means_the_cluster_is_not_there(fake_cluster, auth_plugin):
+    target = {**fake_cluster.target, "auth_secret": "no-such-secret"}
+    with pytest.raises(JobsApiError, match="no-such-secret failed: HTTP 404") as caught:
+        JobsApi(gke=target).check_reachable()
+    assert caught.value.kind is ErrorKind.UNREACHABLE
+
+
+# ---------------------------------------------------------------- the Ray SDK's error text
+
+
+@pytest.mark.parametrize(
+    "status, body, kind",
+    [
+        (404, "Job x does not exist", ErrorKind.NOT_FOUND),
+        (404, '{"kind": "Status", "apiVersion": "v1", "reason": "NotFound", "code": 404}', ErrorKind.UNREACHABLE),
+        (503, "no endpoints available for service", ErrorKind.SERVER_ERROR),
+        (400, "bad request", ErrorKind.REJECTED),
+    ],
+)
+def test_the_installed_ray_sdks_error_text_is_read_for_its_status(status, body, kind, monkeypatch):
+    """The one parse of text: `ray_sdk_answer`, against the errors the installed SDK raises. A new
+    Ray that words them differently fails here; the pin says which version the parse was read on."""
+    import ray
+    from ray.job_submission import JobSubmissionClient
+
+    from domain.ray_version import RAY_VERSION
+    from workloads.jobs_api import classify, ray_sdk_answer
+
+    assert ray.__version__ == RAY_VERSION == "2.60.0", "re-read Ray's dashboard_sdk.py errors for ray_sdk_answer"
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+
+    def answer(_method: str, path: str) -> tuple[int, bytes]:
+        if path == "/api/version":
+            return 200, json.dumps({"version": "4", "ray_version": "2.60.0", "ray_commit": "x"}).encode()
+        return status, body.encode()
+
+    with FakeHttpServer(answer) as fake:
+        client = JobSubmissionClient(fake.address)
+        with pytest.raises(RuntimeError) as caught:
+            client.get_job_info("x")
+    assert ray_sdk_answer(caught.value) == (kind, status) == classify(caught.value)
+
+
+def test_the_installed_ray_sdks_failed_version_check_is_no_jobs_api(monkeypatch):
+    from ray.job_submission import JobSubmissionClient
+
+    from workloads.jobs_api import ray_sdk_answer
+
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    with FakeHttpServer(lambda _method, _path: (404, b"")) as fake, pytest.raises(RuntimeError) as caught:
+        JobSubmissionClient(fake.address)
+    assert ray_sdk_answer(caught.value) == (ErrorKind.UNREACHABLE, 404)
+    assert ray_sdk_answer(RuntimeError("something else")) is None

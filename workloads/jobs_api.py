@@ -2,18 +2,19 @@
 API server's service proxy, authenticated like kubectl with the operator's own Google login.
 
 The Jobs API runs arbitrary commands, so on GKE it is never exposed: the head service stays
-ClusterIP and requests go `https://<endpoint>/api/v1/namespaces/<ns>/services/<svc>:<port>/proxy`
-with a short-lived token from `gke-gcloud-auth-plugin`, checked against the cluster's CA. Ray's
-own token (token authentication is on for every cluster we start) travels in
-`X-Ray-Authorization`, the header Ray reads behind proxies: the API server consumes
-`Authorization`. On GKE the Ray token is read at run time from the Secret KubeRay generated; for
-a local head it is found the way Ray finds it (`RAY_AUTH_TOKEN`, `RAY_AUTH_TOKEN_PATH`,
-`~/.ray/auth_token`). No token, credential or CA file outlives the call that needed it, and none
-is ever an input, an output or a log line.
+ClusterIP and requests go `https://<endpoint>/api/v1/namespaces/<ns>/services/<svc>:<port>/proxy`.
+The `kubernetes` client, given the exec-form kubeconfig the infra stack exports
+(`domain.kubeconfig`), runs `gke-gcloud-auth-plugin` for a short-lived token and reads the Ray
+token from the Secret KubeRay generated; the GKE API is asked through google-auth. Ray's own
+token (token authentication is on for every cluster we start) travels in `X-Ray-Authorization`,
+the header Ray reads behind proxies: the API server consumes `Authorization`. For a local head
+the Ray token is found the way Ray finds it (`RAY_AUTH_TOKEN`, `RAY_AUTH_TOKEN_PATH`,
+`~/.ray/auth_token`). The cluster's CA is held in memory (see `CaBundle`): no token, credential or
+CA file is left behind, and none is ever an input, an output or a log line.
 
-Every failure is classified once, here (`JobsApiError.kind`), because "the job record is gone"
-and "the cluster did not answer" call for opposite actions: the first lets a resource go, the
-second must never.
+Every failure is classified once, here (`JobsApiError.kind`), from HTTP status codes, because
+"the job record is gone" and "the cluster did not answer" call for opposite actions: the first
+lets a resource go, the second must never.
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ import ipaddress
 import json
 import os
 import re
-import subprocess
+import shutil
+import socket
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +39,7 @@ from urllib.parse import urlparse
 
 import requests
 
+from domain.kubeconfig import AUTH_PLUGIN, gke_kubeconfig
 from domain.kuberay import RAY_AUTH_TOKEN_KEY
 
 # Tokens from the auth plugin live an hour: mint a new client well before that.
@@ -82,9 +86,13 @@ class JobsApiError(RuntimeError):
         self.status = status
 
 
-# The Ray SDK turns every non-200 answer into RuntimeError("Request failed with status code N: body.")
-_STATUS = re.compile(r"status code (\d{3})")
-_KUBERNETES_STATUS = '"kind":"Status"'
+def _is_kubernetes_status(body: str) -> bool:
+    """Whether an answer's body is a Kubernetes `Status` object: the API server's own answer."""
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(answer, dict) and answer.get("kind") == "Status"
 
 
 def kind_of_status(status: int, body: str = "") -> ErrorKind:
@@ -92,12 +100,35 @@ def kind_of_status(status: int, body: str = "") -> ErrorKind:
     if status == 404:
         # The API server's own 404 (namespace or head service missing) is a Kubernetes Status
         # object, not Ray's "job does not exist": the cluster, not the job, is what is missing.
-        return ErrorKind.UNREACHABLE if _KUBERNETES_STATUS in body.replace(" ", "") else ErrorKind.NOT_FOUND
+        return ErrorKind.UNREACHABLE if _is_kubernetes_status(body) else ErrorKind.NOT_FOUND
     if status in (401, 403):
         return ErrorKind.UNAUTHORIZED
     if status >= 500:
         return ErrorKind.SERVER_ERROR
     return ErrorKind.REJECTED
+
+
+# The Ray Jobs SDK (ray 2.60.0, ray/dashboard/modules/dashboard_sdk.py) gives an answer other
+# than 200 only as the text of a RuntimeError: `_raise_error`'s "Request failed with status code
+# N: BODY." and the version check's "Version check returned 404. ...".
+_RAY_SDK_FAILED = re.compile(r"Request failed with status code (\d{3}): (.*)\.", re.DOTALL)
+_RAY_SDK_NO_JOBS_API = "Version check returned 404."
+
+
+def ray_sdk_answer(error: BaseException) -> tuple[ErrorKind, int] | None:
+    """What the Ray SDK's RuntimeError says the answer was: the one place its text is read,
+    because the SDK keeps neither the status nor the body anywhere else (tests pin it to the
+    installed Ray). None for an error that is not such an answer."""
+    if not isinstance(error, RuntimeError):
+        return None
+    text = str(error)
+    if text.startswith(_RAY_SDK_NO_JOBS_API):
+        return ErrorKind.UNREACHABLE, 404  # the SDK's first request found no Jobs API there at all
+    match = _RAY_SDK_FAILED.fullmatch(text)
+    if match is None:
+        return None
+    status = int(match.group(1))
+    return kind_of_status(status, match.group(2)), status
 
 
 def classify(error: BaseException) -> tuple[ErrorKind, int | None]:
@@ -114,20 +145,31 @@ def classify(error: BaseException) -> tuple[ErrorKind, int | None]:
     # requests' exceptions are OSErrors; the SDK's version check raises the builtin ConnectionError.
     if isinstance(error, (ConnectionError, TimeoutError, OSError)):
         return ErrorKind.UNREACHABLE, None
-    text = str(error)
-    if text.startswith("Version check returned 404"):
-        return ErrorKind.UNREACHABLE, 404  # the SDK's first request found no Jobs API there at all
-    match = _STATUS.search(text)
-    if match is None:
-        return ErrorKind.REJECTED, None
-    status = int(match.group(1))
-    return kind_of_status(status, text), status
+    answer = ray_sdk_answer(error)
+    return answer if answer is not None else (ErrorKind.REJECTED, None)
 
 
 def _first_line(error: BaseException, limit: int = 300) -> str:
     text = str(error).strip().splitlines()
     line = text[0] if text else error.__class__.__name__
     return line if len(line) <= limit else line[:limit] + "..."
+
+
+def _within(seconds: float, name: str, operation: Callable[[], Any]) -> dict[str, Any]:
+    """Runs `operation()` in a thread for at most `seconds`: {"value": ...} or {"error": ...}, or
+    {} when it did not finish (the abandoned thread ends when its request or process does)."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = operation()
+        except BaseException as error:
+            outcome["error"] = error
+
+    worker = threading.Thread(target=run, name=name, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    return outcome if not worker.is_alive() else {}
 
 
 @dataclass(frozen=True)
@@ -150,6 +192,12 @@ class GkeTarget:
     def proxy_url(self) -> str:
         return f"{self.server}/api/v1/namespaces/{self.namespace}/services/{self.service}:{self.port}/proxy"
 
+    @property
+    def kubeconfig(self) -> dict[str, Any]:
+        """The exec-form kubeconfig the infra stack exports as `kubeconfig`, built by the same
+        function from the same endpoint and CA (so no job input changes)."""
+        return gke_kubeconfig(self.cluster_id or self.endpoint, self.endpoint, self.ca_certificate)
+
     @classmethod
     def from_inputs(cls, values: Mapping[str, Any]) -> GkeTarget:
         return cls(
@@ -163,28 +211,71 @@ class GkeTarget:
         )
 
 
-def _gke_token() -> str:
-    """A fresh access token from gke-gcloud-auth-plugin (the exec plugin kubectl uses)."""
-    try:
-        completed = subprocess.run(["gke-gcloud-auth-plugin"], capture_output=True, text=True, timeout=60, check=True)
-        return json.loads(completed.stdout)["status"]["token"]
-    except FileNotFoundError:
+def kube_configuration(target: GkeTarget) -> Any:
+    """A `kubernetes.client.Configuration` for the target's cluster, with a fresh token: loading
+    the exec-form kubeconfig runs gke-gcloud-auth-plugin.
+
+    The CA goes to the client in memory (`ca_cert_data`), not through the loader: kubernetes
+    37.0.2's loader writes `certificate-authority-data` to a `mkstemp` file that it removes only
+    when the interpreter exits. The loader also swallows a failing plugin (it logs the error and
+    loads no token), so a missing token is a CREDENTIALS error here."""
+    from kubernetes import client, config
+
+    kubeconfig = target.kubeconfig
+    [entry] = kubeconfig["clusters"]
+    ca_pem = base64.b64decode(entry["cluster"].pop("certificate-authority-data")).decode()
+    if shutil.which(AUTH_PLUGIN) is None:
         raise JobsApiError(
             ErrorKind.CREDENTIALS,
-            "gke-gcloud-auth-plugin is not installed; install it with "
-            "`gcloud components install gke-gcloud-auth-plugin` and log in with `gcloud auth login`",
+            f"{AUTH_PLUGIN} is not installed; install it with `gcloud components install {AUTH_PLUGIN}` "
+            "and log in with `gcloud auth login`",
+        )
+    configuration = client.Configuration()
+    outcome = _within(
+        REQUEST_TIMEOUT_SECONDS,
+        AUTH_PLUGIN,
+        lambda: config.load_kube_config_from_dict(kubeconfig, client_configuration=configuration),
+    )
+    if "error" in outcome:
+        raise JobsApiError(
+            ErrorKind.CREDENTIALS, f"the kubeconfig could not be loaded: {_first_line(outcome['error'])}"
         ) from None
-    except subprocess.CalledProcessError as error:
+    if "value" not in outcome or not configuration.api_key.get("BearerToken"):
         raise JobsApiError(
             ErrorKind.CREDENTIALS,
-            f"gke-gcloud-auth-plugin failed (exit {error.returncode}); your gcloud login may have "
-            "expired: run `gcloud auth login`",
-        ) from None
-    except (subprocess.TimeoutExpired, ValueError, KeyError, TypeError):
-        raise JobsApiError(
-            ErrorKind.CREDENTIALS,
-            "gke-gcloud-auth-plugin gave no token; run `gcloud auth login` and try again",
-        ) from None
+            f"{AUTH_PLUGIN} gave no token; your gcloud login may have expired: run `gcloud auth login`",
+        )
+    configuration.ca_cert_data = ca_pem
+    return configuration
+
+
+def _bearer_token(configuration: Any) -> str:
+    """The token the exec plugin gave (the loader keeps it as the whole `Bearer <token>` value)."""
+    return str(configuration.get_api_key_with_prefix("BearerToken")).removeprefix("Bearer ")
+
+
+class CaBundle:
+    """The cluster's CA as a path, for the Ray SDK and `requests`, which take a CA bundle only as
+    a path. Where the OS has anonymous memory files (Linux: memfd_create), the path is
+    /proc/self/fd/N of one: no directory lists it and it is gone once closed or the process ends,
+    however it ends. Elsewhere it is a file in a private temporary directory, removed by `close()`
+    or, for an object never closed, when it is collected or the interpreter exits."""
+
+    def __init__(self, pem: bytes):
+        if hasattr(os, "memfd_create"):
+            fd = os.memfd_create("gke-ca", os.MFD_CLOEXEC)
+            with os.fdopen(os.dup(fd), "wb") as file:
+                file.write(pem)
+            self.path = f"/proc/self/fd/{fd}"
+            self._release = weakref.finalize(self, os.close, fd)
+        else:
+            directory = tempfile.mkdtemp(prefix="gke-ca-")
+            self.path = os.path.join(directory, "ca.pem")
+            Path(self.path).write_bytes(pem)
+            self._release = weakref.finalize(self, shutil.rmtree, directory, ignore_errors=True)
+
+    def close(self) -> None:
+        self._release()
 
 
 def local_ray_token() -> str | None:
@@ -220,7 +311,7 @@ class ClusterCheck:
 
 class JobsApi:
     """One target's Jobs API for the length of one provider operation (use it in `with`): hands
-    out a JobSubmissionClient, re-authenticating when due, and removes the CA file it needed."""
+    out a JobSubmissionClient, re-authenticating when due."""
 
     def __init__(self, address: str | None = None, gke: Mapping[str, Any] | None = None):
         if (address is None) == (gke is None):
@@ -230,7 +321,7 @@ class JobsApi:
         self._client = None
         self._headers: dict[str, str] = {}
         self._minted_at = 0.0
-        self._ca_file: str | None = None
+        self._ca: CaBundle | None = None
 
     def __enter__(self) -> JobsApi:
         return self
@@ -239,9 +330,9 @@ class JobsApi:
         self.close()
 
     def close(self) -> None:
-        if self._ca_file is not None:
-            Path(self._ca_file).unlink(missing_ok=True)
-            self._ca_file = None
+        if self._ca is not None:
+            self._ca.close()
+            self._ca = None
         self._client = None
 
     # ------------------------------------------------------------------ describing the target
@@ -288,35 +379,33 @@ class JobsApi:
     def _verify(self) -> str | bool:
         if self.gke is None:
             return True
-        if self._ca_file is None:
-            # requests takes a CA bundle only as a path; the file lives as long as this object's
-            # `with` block and is removed in `close()`.
-            with tempfile.NamedTemporaryFile("wb", prefix="gke-ca-", suffix=".pem", delete=False) as ca:
-                ca.write(base64.b64decode(self.gke.ca_certificate))
-                self._ca_file = ca.name
-        return self._ca_file
+        if self._ca is None:
+            self._ca = CaBundle(base64.b64decode(self.gke.ca_certificate))
+        return self._ca.path
 
-    def _ray_token_from_secret(self, gke_token: str) -> str | None:
+    def _ray_token_from_secret(self, configuration: Any) -> str | None:
+        from kubernetes import client
+        from kubernetes.client.rest import ApiException
+        from urllib3.exceptions import HTTPError
+
         assert self.gke is not None
         if self.gke.auth_secret is None:
             return None
-        url = f"{self.gke.server}/api/v1/namespaces/{self.gke.namespace}/secrets/{self.gke.auth_secret}"
         what = f"reading the Ray token from Secret {self.gke.namespace}/{self.gke.auth_secret}"
         try:
-            response = requests.get(
-                url,
-                headers={"Authorization": f"Bearer {gke_token}"},
-                verify=self._verify(),
-                timeout=REQUEST_TIMEOUT_SECONDS,
-            )
-        except OSError as error:
+            with client.ApiClient(configuration) as api_client:
+                secret = client.CoreV1Api(api_client).read_namespaced_secret(
+                    self.gke.auth_secret, self.gke.namespace, _request_timeout=REQUEST_TIMEOUT_SECONDS
+                )
+        except ApiException as error:
+            if not error.status:  # the client's own failure before any answer (status 0): TLS
+                raise JobsApiError(ErrorKind.UNREACHABLE, f"{what} failed: {_first_line(error)}") from None
+            # No Secret: the RayCluster is not (or no longer) there.
+            kind = ErrorKind.UNREACHABLE if error.status == 404 else kind_of_status(error.status)
+            raise JobsApiError(kind, f"{what} failed: HTTP {error.status}", error.status) from None
+        except (HTTPError, OSError) as error:
             raise JobsApiError(ErrorKind.UNREACHABLE, f"{what} failed: {_first_line(error)}") from None
-        if response.status_code != 200:
-            kind = kind_of_status(response.status_code, response.text)
-            if response.status_code == 404:
-                kind = ErrorKind.UNREACHABLE  # no Secret: the RayCluster is not (or no longer) there
-            raise JobsApiError(kind, f"{what} failed: HTTP {response.status_code}", response.status_code)
-        encoded = (response.json().get("data") or {}).get(RAY_AUTH_TOKEN_KEY)
+        encoded = (secret.data or {}).get(RAY_AUTH_TOKEN_KEY)
         if not encoded:
             raise JobsApiError(ErrorKind.UNAUTHORIZED, f"{what}: the Secret has no {RAY_AUTH_TOKEN_KEY} key")
         return base64.b64decode(encoded).decode().strip()
@@ -326,9 +415,9 @@ class JobsApi:
         if self.gke is None:
             token = local_ray_token()
             return {"Authorization": f"Bearer {token}"} if token else {}
-        gke_token = _gke_token()
-        headers = {"Authorization": f"Bearer {gke_token}"}
-        ray_token = self._ray_token_from_secret(gke_token)
+        configuration = kube_configuration(self.gke)
+        headers = {"Authorization": f"Bearer {_bearer_token(configuration)}"}
+        ray_token = self._ray_token_from_secret(configuration)
         if ray_token:
             headers[RAY_TOKEN_HEADER] = f"Bearer {ray_token}"
         return headers
@@ -379,18 +468,8 @@ class JobsApi:
         unreachable: the Ray SDK sends its requests with no timeout, so a server that accepts a
         connection and never answers would otherwise hang create and destroy forever. (The
         abandoned request's thread ends when its connection does.)"""
-        outcome: dict[str, Any] = {}
-
-        def run() -> None:
-            try:
-                outcome["value"] = operation(self.client())
-            except BaseException as error:
-                outcome["error"] = error
-
-        worker = threading.Thread(target=run, name=f"jobs-api: {what}", daemon=True)
-        worker.start()
-        worker.join(REQUEST_TIMEOUT_SECONDS)
-        if worker.is_alive():
+        outcome = _within(REQUEST_TIMEOUT_SECONDS, f"jobs-api: {what}", lambda: operation(self.client()))
+        if not outcome:
             raise JobsApiError(
                 ErrorKind.UNREACHABLE,
                 f"{what} at {self.describe()}: {ErrorKind.UNREACHABLE.value} (no answer within "
@@ -474,7 +553,7 @@ class JobsApi:
         except OSError as error:
             raise JobsApiError(ErrorKind.UNREACHABLE, f"{what}: {_first_line(error)}") from None
         if response.status_code != 200:
-            kind = kind_of_status(response.status_code, response.text[:1000])
+            kind = kind_of_status(response.status_code, response.text)
             raise JobsApiError(kind, f"{what}: HTTP {response.status_code}", response.status_code)
         try:
             answer = response.json()
@@ -506,7 +585,7 @@ class JobsApi:
                 stream=True,
             ) as response:
                 if response.status_code != 200:
-                    kind = kind_of_status(response.status_code, response.text[:1000])
+                    kind = kind_of_status(response.status_code, response.text)
                     raise JobsApiError(kind, f"{what}: HTTP {response.status_code}", response.status_code)
                 yield from response.iter_content(chunk_size=64 * 1024)
         except JobsApiError:
@@ -523,34 +602,46 @@ class JobsApi:
         with its jobs. Anything else is not proof.
         """
         if self.gke is None:
-            if not _is_loopback(self.address):
-                return ClusterCheck(False, f"{self.address} is not on this machine, so its silence proves nothing")
-            try:
-                requests.get(f"{self.address}/api/version", timeout=5)
-            except requests.exceptions.ConnectionError as error:
-                if "refused" in str(error).lower():
-                    return ClusterCheck(True, f"nothing listens at {self.address} any more: the local head is gone")
-                return ClusterCheck(False, f"{self.address} did not answer ({_first_line(error)})")
-            except OSError as error:
-                return ClusterCheck(False, f"{self.address} did not answer ({_first_line(error)})")
-            return ClusterCheck(False, f"a server still answers at {self.address}")
+            return self._local_head_check()
         if self.gke.cluster_id is None:
             return ClusterCheck(
                 False, "the stack does not record the GKE cluster's id (re-run `pulumi up` on the infra stack)"
             )
+        from google.auth.transport.requests import AuthorizedSession
+        from google.oauth2.credentials import Credentials
+
         try:
-            token = _gke_token()
+            token = _bearer_token(kube_configuration(self.gke))
         except JobsApiError as error:
             return ClusterCheck(False, f"the GKE API could not be asked: {error}")
         base = os.environ.get(GKE_API_OVERRIDE_ENV) or GKE_API_DEFAULT
-        url = f"{base.rstrip('/')}/v1/{self.gke.cluster_id}"
-        try:
-            response = requests.get(url, headers={"Authorization": f"Bearer {token}"}, timeout=REQUEST_TIMEOUT_SECONDS)
-        except OSError as error:
-            return ClusterCheck(False, f"the GKE API did not answer ({_first_line(error)})")
+        # The plugin's token is the operator's Google access token: it has no refresh, so a 401
+        # is an answer like any other rather than a retry.
+        with AuthorizedSession(Credentials(token), refresh_status_codes=()) as session:
+            try:
+                response = session.get(f"{base.rstrip('/')}/v1/{self.gke.cluster_id}", timeout=REQUEST_TIMEOUT_SECONDS)
+            except OSError as error:
+                return ClusterCheck(False, f"the GKE API did not answer ({_first_line(error)})")
         if response.status_code == 404:
             return ClusterCheck(True, f"the GKE API says cluster {self.gke.cluster_id} no longer exists")
         if response.status_code == 200:
             status = response.json().get("status", "unknown")
             return ClusterCheck(False, f"GKE cluster {self.gke.cluster_id} still exists (status {status})")
         return ClusterCheck(False, f"the GKE API answered HTTP {response.status_code} for {self.gke.cluster_id}")
+
+    def _local_head_check(self) -> ClusterCheck:
+        if not _is_loopback(self.address):
+            return ClusterCheck(False, f"{self.address} is not on this machine, so its silence proves nothing")
+        url = urlparse(self.address)
+        try:
+            socket.create_connection((url.hostname, url.port or 80), timeout=5).close()
+        except ConnectionRefusedError:
+            return ClusterCheck(True, f"nothing listens at {self.address} any more: the local head is gone")
+        except OSError as error:
+            return ClusterCheck(False, f"{self.address} did not answer ({_first_line(error)})")
+        # Something accepts connections: whether it answers HTTP is the rest of the evidence.
+        try:
+            requests.get(f"{self.address}/api/version", timeout=5)
+        except OSError as error:
+            return ClusterCheck(False, f"{self.address} did not answer ({_first_line(error)})")
+        return ClusterCheck(False, f"a server still answers at {self.address}")
