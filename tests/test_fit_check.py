@@ -460,9 +460,10 @@ def test_the_usable_hbm_of_a_refusal_is_the_compilers_own():
 
 
 def test_the_memory_policy_never_blocks_a_model_the_estimate_was_not_fitted_on():
-    """MaxText's published GPT-3 175B recipe on one v6e-256 compiles here to 30.27 GiB per chip
-    (domain/tpu_recipes_v6e.json); the estimate, fitted to Llama 3 only, says 41.9 GiB: beyond
-    its 'clearly over' margin, so the mandatory rule refused a job the compiler fits."""
+    """MaxText's published GPT-3 175B recipe on one v6e-256 at batch 5 instead of 3: the estimate,
+    fitted to Llama 3 only, says 42.7 GiB, beyond its 'clearly over' margin (the recipe's own batch
+    3 compiles to 30.27 GiB, domain/tpu_recipes_v6e.json, and the estimate's error on GPT-3 is
+    not measured), so the mandatory rule only advises a fit check."""
     from types import SimpleNamespace
 
     from policies.rules import rayjob
@@ -483,7 +484,7 @@ def test_the_memory_policy_never_blocks_a_model_the_estimate_was_not_fitted_on()
         topology="16x16",
         overrides={
             "model_name": "gpt3-175b",
-            "per_device_batch_size": "3",
+            "per_device_batch_size": "5",
             "ici_fsdp_parallelism": "256",
             "dcn_fsdp_parallelism": "1",
             "weight_dtype": "float32",
@@ -497,6 +498,10 @@ def test_the_memory_policy_never_blocks_a_model_the_estimate_was_not_fitted_on()
         },
     )
     assert validate_config.recorded_result(gpt3) is None  # the estimate speaks, not a cached compile
+    from domain.capacity import estimate_memory
+
+    estimate = estimate_memory(gpt3.maxtext_overrides, chips_per_slice=256, slices=1).total_gib
+    assert estimate > rayjob.CLEARLY_OVER * ACCELERATORS["v6e"].usable_hbm_gib  # the guard is what spares it
     assert reports(rayjob.fits_hbm, gpt3) == []
     [advice] = reports(rayjob.hbm_headroom, gpt3)  # it still advises a fit check
     assert "python -m trainer.fit_check" in advice
