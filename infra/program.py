@@ -15,15 +15,18 @@ from domain.capacity import settings_cost
 from domain.paths import PROJECT_ROOT
 from domain.settings import StackSettings
 from domain.stack_outputs import InfraOutputs, exported
-from infra.components.apis import ProjectApis
-from infra.components.cluster import GkeCluster
-from infra.components.kuberay import KubeRay
-from infra.components.network import DcnNetworks
-from infra.components.storage import CheckpointStorage
-from infra.components.tpu_slices import TpuSlices
-from infra.components.worker_image import WorkerImage
+from infra.components.apis import ProjectApis, ProjectApisArgs
+from infra.components.cluster import GkeCluster, GkeClusterArgs
+from infra.components.kuberay import KubeRay, KubeRayArgs
+from infra.components.network import DcnNetworks, DcnNetworksArgs
+from infra.components.storage import CheckpointStorage, CheckpointStorageArgs
+from infra.components.tpu_slices import TpuSlices, TpuSlicesArgs
+from infra.components.worker_image import WorkerImage, WorkerImageArgs
 
-# The worker image's build context: the repository root (domain/, trainer/, the trainer lock).
+
+def _after(*components: pulumi.ComponentResource) -> pulumi.ResourceOptions:
+    """Waits for every resource of `components` (the SDK expands a component into its children)."""
+    return pulumi.ResourceOptions(depends_on=list(components))
 
 
 def build(settings: StackSettings) -> dict[str, Any]:
@@ -33,18 +36,48 @@ def build(settings: StackSettings) -> dict[str, Any]:
     cost = settings_cost(settings)
     if cost.price is None:
         pulumi.log.warn(f"TPU cost: {cost.basis}")
-    apis = ProjectApis("apis", settings)
-    networks = DcnNetworks("dcn", settings, apis) if settings.uses_dcn_networks else None
-    cluster = GkeCluster(settings.cluster_name, settings, apis)
-    slices = TpuSlices("tpu", settings, cluster, networks)
-    storage = CheckpointStorage("checkpoints", settings, apis, cluster)
-    # A configured image is used as-is; otherwise the stack builds and pushes its own.
+    apis = ProjectApis("apis", ProjectApisArgs.from_settings(settings))
+    networks = (
+        DcnNetworks("dcn", DcnNetworksArgs.from_settings(settings), _after(apis))
+        if settings.uses_dcn_networks
+        else None
+    )
+    cluster = GkeCluster(settings.cluster_name, GkeClusterArgs.from_settings(settings), _after(apis))
+    slices = TpuSlices(
+        "tpu",
+        TpuSlicesArgs.from_settings(
+            settings,
+            cluster_name=cluster.name,
+            node_service_account_email=cluster.node_service_account_email,
+            dcn_networks=networks.attachments if networks else [],
+            kubernetes=cluster.provider,
+        ),
+        _after(cluster),
+    )
+    # The bucket's IAM binding names the cluster's Workload Identity pool: after the cluster.
+    storage = CheckpointStorage(
+        "checkpoints", CheckpointStorageArgs.from_settings(settings, kubernetes=cluster.provider), _after(apis, cluster)
+    )
+    # A configured image is used as-is; otherwise the stack builds and pushes its own, from the
+    # repository root (domain/, trainer/, the trainer lock).
     image: pulumi.Input[str]
     if settings.ray_image is None:
-        image = WorkerImage("worker-image", settings, apis, PROJECT_ROOT).image
+        image = WorkerImage("worker-image", WorkerImageArgs.from_settings(settings, PROJECT_ROOT), _after(apis)).image
     else:
         image = settings.ray_image
-    ray = KubeRay("ray", settings, cluster, storage, slices, image)
+    # The Ray cluster waits for the cluster (the Ray CRD), its pods' identity and bucket access and
+    # their TPU capacity; for a built image through the image, an output of the build.
+    ray = KubeRay(
+        "ray",
+        KubeRayArgs.from_settings(
+            settings,
+            bucket_name=storage.bucket_name,
+            image=image,
+            kubeconfig=cluster.kubeconfig,
+            kubernetes=cluster.provider,
+        ),
+        _after(cluster, storage, slices),
+    )
     shape = settings.slice_shape
     return exported(
         InfraOutputs(

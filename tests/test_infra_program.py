@@ -347,6 +347,77 @@ def test_ray_cluster_waits_for_crd_identity_capacity_and_claims(standard_run):
         assert find(standard_run, POOL, pool).urn in ray_cluster.dependencies
 
 
+def waits_for(run, resource) -> set[str]:
+    """The URNs of every resource `resource` is created after: its own dependencies and its
+    ancestors' (a child registers once its component has, and a component's registration waits
+    for its dependencies), and theirs in turn."""
+    registered = {r.urn: r for r in run.registrations}  # the stack itself is not recorded
+    seen: set[str] = set()
+    pending = [resource]
+    while pending:
+        node = pending.pop()
+        while node is not None:
+            for urn in set(node.dependencies) - seen:
+                seen.add(urn)
+                pending.append(registered[urn])
+            node = registered.get(node.parent)
+    return seen
+
+
+# Which components each component waits for (infra/program.py): depending on a component is
+# depending on every resource under it.
+COMPONENT_DEPENDENCIES = {
+    "maxtext-tpu:project:ProjectApis": set(),
+    "maxtext-tpu:network:DcnNetworks": {"maxtext-tpu:project:ProjectApis"},
+    "maxtext-tpu:cluster:GkeCluster": {"maxtext-tpu:project:ProjectApis"},
+    "maxtext-tpu:image:WorkerImage": {"maxtext-tpu:project:ProjectApis"},
+    "maxtext-tpu:tpu:TpuSlices": {"maxtext-tpu:cluster:GkeCluster"},
+    "maxtext-tpu:storage:CheckpointStorage": {"maxtext-tpu:project:ProjectApis", "maxtext-tpu:cluster:GkeCluster"},
+    "maxtext-tpu:ray:KubeRay": {
+        "maxtext-tpu:cluster:GkeCluster",
+        "maxtext-tpu:storage:CheckpointStorage",
+        "maxtext-tpu:tpu:TpuSlices",
+    },
+}
+
+
+@pytest.mark.parametrize("run_name", ["standard_run", "autopilot_run"])
+def test_components_wait_for_the_components_they_use_and_so_do_their_children(request, run_name):
+    run = request.getfixturevalue(run_name)
+    components = {r.type: r for r in run.registrations if not r.custom}
+    assert set(components) <= set(COMPONENT_DEPENDENCIES)
+
+    def under(component) -> set[str]:
+        return {r.urn for r in run.registrations if r.custom and r.parent == component.urn}
+
+    for type_token, component in components.items():
+        expected = set().union(*[under(components[used]) for used in COMPONENT_DEPENDENCIES[type_token]])
+        assert set(component.dependencies) == expected, type_token
+        for child in run.registrations:
+            if child.parent == component.urn:
+                # Recorded on the child itself, where the stack's state and the policies read it.
+                assert expected <= set(child.dependencies), (type_token, child.name)
+
+
+@pytest.mark.parametrize("run_name", ["standard_run", "autopilot_run"])
+def test_every_resource_waits_for_every_api(request, run_name):
+    run = request.getfixturevalue(run_name)
+    services = {s.urn for s in run.of_type("gcp:projects/service:Service")}
+    for resource in run.registrations:
+        if resource.custom and resource.urn not in services:
+            assert services <= waits_for(run, resource), resource.name
+
+
+def test_the_ray_cluster_waits_for_everything_its_pods_use(standard_run):
+    ray_cluster = standard_run.one(RAY_CLUSTER)
+    needed = {
+        standard_run.one(t).urn
+        for t in (CLUSTER, CRD_WAIT, KSA, BUCKET, BUCKET_IAM, CLAIM_TEMPLATE, "command:local:Command")
+    }
+    needed |= {r.urn for r in standard_run.of_type(POOL)}  # the head's and every slice's
+    assert needed <= waits_for(standard_run, ray_cluster)
+
+
 def test_kubernetes_objects_use_the_explicit_provider(standard_run):
     provider = standard_run.one("pulumi:providers:kubernetes")
     for resource in standard_run.registrations:

@@ -3,7 +3,10 @@ on-demand CPU pool for the Ray head, and an explicit Kubernetes provider for it.
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
@@ -13,11 +16,30 @@ import pulumi_kubernetes as k8s
 from domain import gcp_resources
 from domain.kubeconfig import gke_kubeconfig
 from domain.settings import StackSettings
-from infra.components.apis import ProjectApis
+from infra.components import child_options
+
+
+@dataclass(frozen=True)
+class GkeClusterArgs:
+    project: str
+    node_account: Mapping[str, Any]
+    # The cluster's arguments, given its nodes' service account email (known once the account exists).
+    cluster: Callable[[pulumi.Input[str]], dict[str, Any]]
+    # The Ray head's pool, given the cluster's name and the nodes' email; None on Autopilot, which
+    # has no node pools.
+    head_pool: Callable[[pulumi.Input[str], pulumi.Input[str]], dict[str, Any]] | None
+
+    @classmethod
+    def from_settings(cls, settings: StackSettings) -> GkeClusterArgs:
+        return cls(
+            project=settings.project,
+            node_account=gcp_resources.node_service_account_args(settings),
+            cluster=functools.partial(gcp_resources.cluster_args, settings),
+            head_pool=None if settings.is_autopilot else functools.partial(gcp_resources.head_pool_args, settings),
+        )
 
 
 class GkeCluster(pulumi.ComponentResource):
-    cluster: gcp.container.Cluster
     name: pulumi.Output[str]
     # The full resource name, projects/P/locations/L/clusters/N (the provider's id of the cluster).
     cluster_id: pulumi.Output[str]
@@ -27,55 +49,41 @@ class GkeCluster(pulumi.ComponentResource):
     kubeconfig: pulumi.Output[dict[str, Any]]
     node_service_account_email: pulumi.Output[str]
     provider: k8s.Provider
-    # What Kubernetes objects must wait for: the cluster and, on Standard, the head's node pool.
-    ready: list[pulumi.Resource]
 
-    def __init__(
-        self,
-        name: str,
-        settings: StackSettings,
-        apis: ProjectApis,
-        opts: pulumi.ResourceOptions | None = None,
-    ):
+    def __init__(self, name: str, args: GkeClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("maxtext-tpu:cluster:GkeCluster", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
+        child = child_options(self, opts)
 
-        node_account = gcp.serviceaccount.Account(
-            f"{name}-nodes",
-            **gcp_resources.node_service_account_args(settings),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[apis]),
-        )
+        node_account = gcp.serviceaccount.Account(f"{name}-nodes", **args.node_account, opts=child)
         node_roles = [
             gcp.projects.IAMMember(
                 f"{name}-nodes-{role.split('/')[-1]}",
-                project=settings.project,
+                project=args.project,
                 role=role,
                 member=node_account.email.apply(lambda email: f"serviceAccount:{email}"),
                 opts=child,
             )
             for role in gcp_resources.NODE_SERVICE_ACCOUNT_ROLES
         ]
-        self.cluster = gcp.container.Cluster(
+        cluster = gcp.container.Cluster(
             name,
-            **gcp_resources.cluster_args(settings, node_account.email),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[apis, *node_roles]),
+            **args.cluster(node_account.email),
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=node_roles)),
         )
-        self.ready = [self.cluster]
-        if not settings.is_autopilot:
-            head_pool = gcp.container.NodePool(
+        if args.head_pool is not None:
+            gcp.container.NodePool(
                 f"{name}-{gcp_resources.HEAD_POOL_NAME}",
-                **gcp_resources.head_pool_args(settings, self.cluster.name, node_account.email),
+                **args.head_pool(cluster.name, node_account.email),
                 opts=child,
             )
-            self.ready.append(head_pool)
 
-        self.name = self.cluster.name
-        self.cluster_id = self.cluster.id
-        self.endpoint = self.cluster.endpoint
-        self.ca_certificate = self.cluster.master_auth.cluster_ca_certificate
+        self.name = cluster.name
+        self.cluster_id = cluster.id
+        self.endpoint = cluster.endpoint
+        self.ca_certificate = cluster.master_auth.cluster_ca_certificate
         self.node_service_account_email = node_account.email
-        self.kubeconfig = pulumi.Output.all(self.cluster.name, self.cluster.endpoint, self.ca_certificate).apply(
-            lambda values: gke_kubeconfig(f"gke_{settings.project}_{values[0]}", values[1], values[2])
+        self.kubeconfig = pulumi.Output.all(cluster.name, cluster.endpoint, self.ca_certificate).apply(
+            lambda values: gke_kubeconfig(f"gke_{args.project}_{values[0]}", values[1], values[2])
         )
         self.provider = k8s.Provider(
             f"{name}-k8s",

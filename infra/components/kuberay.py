@@ -3,18 +3,48 @@ template and the RayCluster built by `domain.kuberay`."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
 import pulumi
 import pulumi_kubernetes as k8s
 
 from domain import kuberay
 from domain.settings import StackSettings
-from infra.components.cluster import GkeCluster
-from infra.components.storage import CheckpointStorage
-from infra.components.tpu_slices import TpuSlices
+from infra.components import child_options
 from infra.crd_wait import CrdEstablished
 
 
-def _custom_resource(name: str, manifest: dict, opts: pulumi.ResourceOptions):
+@dataclass(frozen=True)
+class KubeRayArgs:
+    # The DRANET ResourceClaimTemplate the workers claim their DCN interfaces through, if any.
+    claim_template: Mapping[str, Any] | None
+    ray_cluster: Mapping[str, Any]
+    kubeconfig: pulumi.Input[dict[str, Any]]
+    kubernetes: k8s.Provider
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: StackSettings,
+        *,
+        bucket_name: pulumi.Input[str],
+        image: pulumi.Input[str],
+        kubeconfig: pulumi.Input[dict[str, Any]],
+        kubernetes: k8s.Provider,
+    ) -> KubeRayArgs:
+        return cls(
+            claim_template=kuberay.resource_claim_template(settings) if kuberay.uses_dranet(settings) else None,
+            # The bucket name and a built image are outputs: they ride inside the manifest as
+            # opaque values, and the image's build becomes a dependency of the RayCluster.
+            ray_cluster=kuberay.ray_cluster(settings, bucket_name, image),
+            kubeconfig=kubeconfig,
+            kubernetes=kubernetes,
+        )
+
+
+def _custom_resource(name: str, manifest: Mapping[str, Any], opts: pulumi.ResourceOptions):
     """Any manifest (built-in kinds too) as a resource; its type token comes from apiVersion/kind."""
     return k8s.apiextensions.CustomResource(
         name,
@@ -34,41 +64,18 @@ class KubeRay(pulumi.ComponentResource):
     # kuberay.RAY_AUTH_TOKEN_KEY), in the RayCluster's namespace: a name, never the token.
     auth_secret_name: pulumi.Output[str]
 
-    def __init__(
-        self,
-        name: str,
-        settings: StackSettings,
-        cluster: GkeCluster,
-        storage: CheckpointStorage,
-        slices: TpuSlices,
-        image: pulumi.Input[str],
-        opts: pulumi.ResourceOptions | None = None,
-    ):
+    def __init__(self, name: str, args: KubeRayArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("maxtext-tpu:ray:KubeRay", name, None, opts)
-        crd_ready = CrdEstablished(
-            f"{name}-crd-ready",
-            kubeconfig=cluster.kubeconfig,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=cluster.ready),
-        )
-        k8s_opts = pulumi.ResourceOptions(parent=self, provider=cluster.provider)
+        child = child_options(self, opts)
+        crd_ready = CrdEstablished(f"{name}-crd-ready", kubeconfig=args.kubeconfig, opts=child)
+        k8s_opts = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(provider=args.kubernetes))
         claim_templates = []
-        if kuberay.uses_dranet(settings):
-            claim_templates.append(
-                _custom_resource(
-                    f"{name}-netdev-claim",
-                    kuberay.resource_claim_template(settings),
-                    pulumi.ResourceOptions.merge(k8s_opts, pulumi.ResourceOptions(depends_on=storage.ready)),
-                )
-            )
+        if args.claim_template is not None:
+            claim_templates.append(_custom_resource(f"{name}-netdev-claim", args.claim_template, k8s_opts))
         _custom_resource(
             f"{name}-cluster",
-            # The bucket name and a built image are outputs: they ride inside the manifest as
-            # opaque values, and the image's build becomes a dependency of the RayCluster.
-            kuberay.ray_cluster(settings, storage.bucket_name, image),
-            pulumi.ResourceOptions.merge(
-                k8s_opts,
-                pulumi.ResourceOptions(depends_on=[crd_ready, *storage.ready, *slices.capacity, *claim_templates]),
-            ),
+            args.ray_cluster,
+            pulumi.ResourceOptions.merge(k8s_opts, pulumi.ResourceOptions(depends_on=[crd_ready, *claim_templates])),
         )
         self.ray_cluster_name = pulumi.Output.from_input(kuberay.RAY_CLUSTER_NAME)
         self.head_service_name = pulumi.Output.from_input(kuberay.head_service_name())

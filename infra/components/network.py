@@ -3,12 +3,46 @@ the intra-network firewall rule the manual procedure forgets."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
 import pulumi
 import pulumi_gcp as gcp
 
 from domain import gcp_resources
 from domain.settings import StackSettings
-from infra.components.apis import ProjectApis
+from infra.components import child_options
+
+# A resource's arguments given its network's id (known once the network exists).
+OnNetwork = Callable[[pulumi.Input[str]], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class DcnNetworkArgs:
+    network: Mapping[str, Any]
+    subnet: OnNetwork
+    firewall: OnNetwork
+
+
+@dataclass(frozen=True)
+class DcnNetworksArgs:
+    # In NIC order.
+    networks: tuple[DcnNetworkArgs, ...]
+
+    @classmethod
+    def from_settings(cls, settings: StackSettings) -> DcnNetworksArgs:
+        return cls(
+            tuple(
+                DcnNetworkArgs(
+                    network=gcp_resources.dcn_network_args(settings, index),
+                    subnet=functools.partial(gcp_resources.dcn_subnet_args, settings, index),
+                    firewall=functools.partial(gcp_resources.dcn_firewall_args, settings, index),
+                )
+                for index in range(len(settings.dcn_subnets))
+            )
+        )
 
 
 class DcnNetworks(pulumi.ComponentResource):
@@ -17,34 +51,16 @@ class DcnNetworks(pulumi.ComponentResource):
     # (network, subnetwork) name pairs, in NIC order, for the TPU node pools.
     attachments: list[tuple[pulumi.Output[str], pulumi.Output[str]]]
 
-    def __init__(
-        self,
-        name: str,
-        settings: StackSettings,
-        apis: ProjectApis,
-        opts: pulumi.ResourceOptions | None = None,
-    ):
+    def __init__(self, name: str, args: DcnNetworksArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("maxtext-tpu:network:DcnNetworks", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
+        child = child_options(self, opts)
         self.attachments = []
         subnets = []
         networks = []
-        for index in range(len(settings.dcn_subnets)):
-            network = gcp.compute.Network(
-                f"{name}-net-{index + 1}",
-                **gcp_resources.dcn_network_args(settings, index),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[apis]),
-            )
-            subnet = gcp.compute.Subnetwork(
-                f"{name}-subnet-{index + 1}",
-                **gcp_resources.dcn_subnet_args(settings, index, network.id),
-                opts=child,
-            )
-            gcp.compute.Firewall(
-                f"{name}-net-{index + 1}-allow-internal",
-                **gcp_resources.dcn_firewall_args(settings, index, network.id),
-                opts=child,
-            )
+        for number, dcn in enumerate(args.networks, start=1):
+            network = gcp.compute.Network(f"{name}-net-{number}", **dcn.network, opts=child)
+            subnet = gcp.compute.Subnetwork(f"{name}-subnet-{number}", **dcn.subnet(network.id), opts=child)
+            gcp.compute.Firewall(f"{name}-net-{number}-allow-internal", **dcn.firewall(network.id), opts=child)
             networks.append(network)
             subnets.append(subnet)
             self.attachments.append((network.name, subnet.name))
