@@ -487,7 +487,7 @@ KIND_VALUES = {"string": str, "integer": int, "number": (float, type(None)), "ar
 
 @pytest.mark.parametrize("run_name", ["standard_run", "autopilot_run"])
 def test_the_stack_exports_exactly_the_declared_outputs_of_their_declared_types(request, run_name):
-    """domain/stack_outputs.py declares every output once, and the README's table (types included)
+    """domain/stack_outputs.py declares every output once, and docs/reference.md's table (types included)
     and the workloads reader derive from it: what the program exports is exactly that."""
     outputs = request.getfixturevalue(run_name).outputs
     assert set(outputs) == {entry.name for entry in STACK_OUTPUTS}
