@@ -264,15 +264,17 @@ class CaBundle:
     def __init__(self, pem: bytes):
         if hasattr(os, "memfd_create"):
             fd = os.memfd_create("gke-ca", os.MFD_CLOEXEC)
+            self._release = weakref.finalize(self, os.close, fd)
             with os.fdopen(os.dup(fd), "wb") as file:
                 file.write(pem)
             self.path = f"/proc/self/fd/{fd}"
-            self._release = weakref.finalize(self, os.close, fd)
-        else:
-            directory = tempfile.mkdtemp(prefix="gke-ca-")
-            self.path = os.path.join(directory, "ca.pem")
-            Path(self.path).write_bytes(pem)
-            self._release = weakref.finalize(self, shutil.rmtree, directory, ignore_errors=True)
+            if os.path.isfile(self.path):
+                return
+            self._release()  # no /proc to name it by (some containers): the file below instead
+        directory = tempfile.mkdtemp(prefix="gke-ca-")
+        self.path = os.path.join(directory, "ca.pem")
+        Path(self.path).write_bytes(pem)
+        self._release = weakref.finalize(self, shutil.rmtree, directory, ignore_errors=True)
 
     def close(self) -> None:
         self._release()
