@@ -16,6 +16,8 @@ from typing import Any
 
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider
 
+from domain.kubeconfig import ca_apart
+
 RAY_CLUSTER_CRD = "rayclusters.ray.io"
 DEFAULT_TIMEOUT_SECONDS = 900
 POLL_SECONDS = 5.0
@@ -41,7 +43,13 @@ def wait_for_crd(
     from kubernetes.client.rest import ApiException
     from urllib3.exceptions import HTTPError
 
-    api_client = config.new_client_from_config_dict(kubeconfig)
+    # The CA in memory: the loader would leave it in a temporary file until the process exits.
+    without_ca, ca = ca_apart(kubeconfig)
+    configuration = client.Configuration()
+    config.load_kube_config_from_dict(without_ca, client_configuration=configuration)
+    if ca is not None:
+        configuration.ca_cert_data = ca
+    api_client = client.ApiClient(configuration)
     api = client.ApiextensionsV1Api(api_client)
     server = api_client.configuration.host
     deadline = time.monotonic() + timeout_seconds

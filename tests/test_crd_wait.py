@@ -146,3 +146,40 @@ def test_provider_is_pickled_by_reference():
     assert b"infra.crd_wait" in serialized and b"CrdEstablishedProvider" in serialized
     assert isinstance(dill.loads(serialized), CrdEstablishedProvider)
     assert len(serialized) < 200
+
+
+def test_the_clusters_ca_never_lands_in_a_file(tmp_path, monkeypatch):
+    """The kubernetes client's loader writes `certificate-authority-data` to a temporary file it
+    removes only when the process exits: the CA goes to the client in memory instead."""
+    import base64
+    import ssl
+    import tempfile
+
+    from tests.support.fake_jobs_api import self_signed_certificate
+
+    cert, key = self_signed_certificate(tmp_path)
+    watched = tmp_path / "tmp"
+    watched.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(watched))
+    api = FakeApiServer()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    api.server.socket = context.wrap_socket(api.server.socket, server_side=True)
+    with api:
+        kubeconfig = api.kubeconfig
+        cluster = kubeconfig["clusters"][0]["cluster"]
+        cluster["server"] = cluster["server"].replace("http://", "https://")
+        cluster["certificate-authority-data"] = base64.b64encode(cert.read_bytes()).decode()
+        wait_for_crd(kubeconfig, RAY_CLUSTER_CRD, timeout_seconds=10, poll_seconds=0.05)
+    assert list(watched.iterdir()) == []
+    assert "certificate-authority-data" in cluster  # the caller's kubeconfig is left as it was
+
+
+def test_ca_apart_takes_the_ca_out_of_a_copy():
+    from domain.kubeconfig import ca_apart, gke_kubeconfig
+
+    original = gke_kubeconfig("c", "10.0.0.1", "LS0tQ0EtLS0=")  # base64 of "---CA---"
+    stripped, ca = ca_apart(original)
+    assert ca == "---CA---" and "certificate-authority-data" not in stripped["clusters"][0]["cluster"]
+    assert original["clusters"][0]["cluster"]["certificate-authority-data"] == "LS0tQ0EtLS0="
+    assert ca_apart(stripped) == (stripped, None)

@@ -39,7 +39,7 @@ from urllib.parse import urlparse
 
 import requests
 
-from domain.kubeconfig import AUTH_PLUGIN, gke_kubeconfig
+from domain.kubeconfig import AUTH_PLUGIN, ca_apart, gke_kubeconfig
 from domain.kuberay import RAY_AUTH_TOKEN_KEY
 
 # Tokens from the auth plugin live an hour: mint a new client well before that.
@@ -221,9 +221,7 @@ def kube_configuration(target: GkeTarget) -> Any:
     loads no token), so a missing token is a CREDENTIALS error here."""
     from kubernetes import client, config
 
-    kubeconfig = target.kubeconfig
-    [entry] = kubeconfig["clusters"]
-    ca_pem = base64.b64decode(entry["cluster"].pop("certificate-authority-data")).decode()
+    kubeconfig, ca_pem = ca_apart(target.kubeconfig)
     if shutil.which(AUTH_PLUGIN) is None:
         raise JobsApiError(
             ErrorKind.CREDENTIALS,
