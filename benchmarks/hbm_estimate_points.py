@@ -1,8 +1,8 @@
-"""Compile every point of domain/hbm_estimate_points.json with the fit check (the TPU workers'
+"""Compile every point of domain/perf/hbm_estimate_points.json with the fit check (the TPU workers'
 flags) and record the compiler's per-chip arguments, temporaries, outputs, aliased bytes and
 total there, with the MaxText, JAX and libtpu versions they were measured on. The analytic
-estimate's working-set constants (domain/capacity.py) are fitted to these points; a test fails
-when the constants are not what the recorded points give (domain/hbm_estimate.py).
+estimate's working-set constants (domain/perf/capacity.py) are fitted to these points; a test fails
+when the constants are not what the recorded points give (domain/perf/hbm_estimate.py).
 
 Run after a MaxText or libtpu upgrade, or after adding a point, then refit:
 
@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from benchmarks.published_recipes import pinned
-from domain.hbm_estimate import (
+from domain.perf.hbm_estimate import (
     BEGIN,
     END,
     POINTS_FILE,
@@ -60,7 +60,7 @@ def report() -> None:
     fit = fit_working_set(points)
     print(
         f"fitted: WORKING_SET_ACTIVATION_FACTOR = {fit.activation_factor:.4f}, "
-        f"WORKING_SET_FP32_CAST_FACTOR = {fit.fp32_cast_factor:.4f} (declared in domain/capacity.py: "
+        f"WORKING_SET_FP32_CAST_FACTOR = {fit.fp32_cast_factor:.4f} (declared in domain/perf/capacity.py: "
         f"{', '.join(map(str, declared_factors()))}; rounded fit: {', '.join(map(str, fit.rounded))})"
     )
     print(f"largest error of the declared constants: {max_error_gib(points):.2f} GiB")

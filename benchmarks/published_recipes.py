@@ -1,7 +1,7 @@
 """Compile every published v6e MaxText run with the fit check and record what it says in
-domain/tpu_recipes_v6e.json: whether it fits, its sizes, MaxText's count of its tokens and FLOPs,
+domain/perf/tpu_recipes_v6e.json: whether it fits, its sizes, MaxText's count of its tokens and FLOPs,
 and the profile the speed model reads. A run that does not fit as published and offloads its
-output projection is compiled again with it recomputed (domain/published_recipes.py).
+output projection is compiled again with it recomputed (domain/perf/published_recipes.py).
 
 Run after a MaxText or libtpu upgrade, then `python -m benchmarks.speed_report` for the tables
 in docs/capacity.md:
@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from domain.paths import PROJECT_ROOT
-from domain.published_recipes import OUT_PROJ_RECOMPUTED, RECIPES_FILE, PublishedRun, load
+from domain.perf.published_recipes import OUT_PROJ_RECOMPUTED, RECIPES_FILE, PublishedRun, load
 from trainer.fit_check import FitResult, published_job, run_fit_check
 
 

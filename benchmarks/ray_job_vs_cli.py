@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 from ray.job_submission import JobStatus, JobSubmissionClient
 
-from domain.job import resolve_job
+from domain.training.job import resolve_job
 from workloads.local_ray import TRAINER_VENV, LocalRayHead
 from workloads.ray_job import RayJobProvider
 

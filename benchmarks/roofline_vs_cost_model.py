@@ -2,7 +2,7 @@
 
 The fit check stops the compile before code generation, so it never sees libtpu's per-instruction
 `estimated_cycles`; it times each instruction by its matmul FLOPs or HBM bytes instead, at the
-rates in domain/speed_anchors.py. Those rates come from this comparison. Run it on the dump of a
+rates in domain/perf/speed_anchors.py. Those rates come from this comparison. Run it on the dump of a
 full compile:
 
     .venv/bin/python -m trainer.fit_check --preset llama3-8b --full-compile --hlo-dump /tmp/dump
@@ -10,7 +10,7 @@ full compile:
 
 It prints, per dump and class, the class's share of the cost model's cycles and the cost model's
 cycles over the roofline's at peak (918 TFLOP/s, 1640 GB/s on v6e): the divisor of the peak rate
-in domain/speed_anchors.py. Then the step's compute at the model's rates over the cost model's.
+in domain/perf/speed_anchors.py. Then the step's compute at the model's rates over the cost model's.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import argparse
 from collections import defaultdict
 from pathlib import Path
 
-from domain.hlo_profile import WORK_KINDS, computation_runs, computation_work, parse_module
-from domain.speed_anchors import V6E, V6E_HBM
+from domain.perf.hlo_profile import WORK_KINDS, computation_runs, computation_work, parse_module
+from domain.perf.speed_anchors import V6E, V6E_HBM
 
 # The cost model's cycle: 524,288 FLOPs per cycle at peak (it times the largest matmul fusions
 # at 95% of peak at this clock).

@@ -3,7 +3,7 @@
 
     .venv/bin/python -m benchmarks.speed_report
 
-Reads only recorded data (domain/tpu_recipes_v6e.json): no compile. Re-record the data first with
+Reads only recorded data (domain/perf/tpu_recipes_v6e.json): no compile. Re-record the data first with
 `python -m benchmarks.published_recipes` after a MaxText or libtpu upgrade.
 """
 
@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from domain.presets import PRESETS
-from domain.published_recipes import PublishedRun, published_runs
-from domain.speed_anchors import speed_model
-from domain.speed_checks import RunCheck, comparable_pairs, constant_mfu, mean_absolute, preset_footing, run_checks
-from domain.step_time import SpeedModel, ici_share
+from domain.perf.published_recipes import PublishedRun, published_runs
+from domain.perf.speed_anchors import speed_model
+from domain.perf.speed_checks import RunCheck, comparable_pairs, constant_mfu, mean_absolute, preset_footing, run_checks
+from domain.perf.step_time import SpeedModel, ici_share
+from domain.training.presets import PRESETS
 
 BEGIN, END = "<!-- speed-report -->", "<!-- /speed-report -->"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pulumi
 
-from domain.settings import StackSettings, parse_settings
+from domain.config.settings import StackSettings, parse_settings
 from stack_config import raw_config
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider
 
-from domain.kubeconfig import ca_apart
+from domain.gcp.kubeconfig import ca_apart
 
 RAY_CLUSTER_CRD = "rayclusters.ray.io"
 DEFAULT_TIMEOUT_SECONDS = 900

@@ -10,11 +10,11 @@ from typing import Any
 
 import pulumi
 
-from domain import kuberay
-from domain.capacity import settings_cost
+from domain.config.settings import StackSettings
+from domain.config.stack_outputs import InfraOutputs, exported
 from domain.paths import PROJECT_ROOT
-from domain.settings import StackSettings
-from domain.stack_outputs import InfraOutputs, exported
+from domain.perf.capacity import settings_cost
+from domain.ray import kuberay
 from infra.components.apis import ProjectApis, ProjectApisArgs
 from infra.components.cluster import GkeCluster, GkeClusterArgs
 from infra.components.kuberay import KubeRay, KubeRayArgs
@@ -31,7 +31,7 @@ def _after(*components: pulumi.ComponentResource) -> pulumi.ResourceOptions:
 
 def build(settings: StackSettings) -> dict[str, Any]:
     """Creates every resource of the procedure; returns the stack outputs by their stable names
-    (declared in domain/stack_outputs.py: every declared output gets a value here)."""
+    (declared in domain/config/stack_outputs.py: every declared output gets a value here)."""
     # Priced first: a price no number can hold stops the program before any resource exists.
     cost = settings_cost(settings)
     if cost.price is None:

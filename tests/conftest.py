@@ -34,7 +34,7 @@ def _own_fit_check_cache(request, tmp_path_factory, monkeypatch):
     its own, so a fit check run before it (by hand, or by a `fitcheck` test) cannot change what
     it asserts. `fitcheck` tests keep the real cache: they are the compiles it saves."""
     if request.node.get_closest_marker("fitcheck") is None:
-        from domain import fit_results
+        from domain.perf import fit_results
 
         monkeypatch.setattr(fit_results, "CACHE_DIR", tmp_path_factory.mktemp("fit-check-cache"))
 

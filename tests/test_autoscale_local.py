@@ -25,7 +25,7 @@ import ray
 from ray.job_submission import JobSubmissionClient
 from ray.util.state import list_nodes, list_placement_groups
 
-from domain.job import resolve_job
+from domain.training.job import resolve_job
 from tests.support.processes import process_start
 from tests.support.provider_run import ProviderRun
 from workloads import job_inputs, ray_job

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from domain.capacity import (
+from domain.config.settings import parse_settings
+from domain.perf.capacity import (
     GIB,
     LLAMA_FORMULA,
     WORKING_SET_ACTIVATION_FACTOR,
@@ -23,7 +24,7 @@ from domain.capacity import (
     stack_cost,
     working_set_units,
 )
-from domain.hbm_estimate import (
+from domain.perf.hbm_estimate import (
     BEGIN,
     END,
     Compiled,
@@ -35,9 +36,8 @@ from domain.hbm_estimate import (
     load_points,
     max_error_gib,
 )
-from domain.presets import PROCEDURE_OVERRIDES, maxtext_overrides, preset
-from domain.settings import parse_settings
-from domain.tpu_catalog import RESERVATION_ASSUMPTION, accelerator
+from domain.tpu.tpu_catalog import RESERVATION_ASSUMPTION, accelerator
+from domain.training.presets import PROCEDURE_OVERRIDES, maxtext_overrides, preset
 
 V6E = accelerator("v6e")
 CAPACITY_DOC = Path(__file__).parents[1] / "docs" / "capacity.md"
@@ -104,8 +104,8 @@ def test_bf16_halves_weight_bytes(model, slices):
 
 
 def test_the_working_set_constants_are_the_fit_of_the_recorded_compiles():
-    """The constants in domain/capacity.py are the least-squares fit of the compiles recorded in
-    domain/hbm_estimate_points.json: re-measure (python -m benchmarks.hbm_estimate_points) and
+    """The constants in domain/perf/capacity.py are the least-squares fit of the compiles recorded in
+    domain/perf/hbm_estimate_points.json: re-measure (python -m benchmarks.hbm_estimate_points) and
     paste its rounded fit when they differ."""
     assert fit_working_set(load_points()).rounded == (WORKING_SET_ACTIVATION_FACTOR, WORKING_SET_FP32_CAST_FACTOR)
 
@@ -303,7 +303,7 @@ def test_flex_start_has_no_dollar_figure_unless_the_price_is_set():
     # Scaled to zero while idle: nothing is up, so that much is known.
     assert (cost.idle_dollars_per_hour, cost.idle_dollars_per_day) == (0.0, 0.0)
     assert cost.basis == (
-        "no dollar figure: the catalog (domain/tpu_catalog.py) has no flex-start list price for TPU v6e in "
+        "no dollar figure: the catalog (domain/tpu/tpu_catalog.py) has no flex-start list price for TPU v6e in "
         "us-east5; set pricePerChipHour to what you pay per chip-hour (`pulumi config set pricePerChipHour <dollars>`)"
     )
     priced = default_stack_cost(capacity="flex-start", pricePerChipHour="1.5")

@@ -176,7 +176,7 @@ def test_the_clusters_ca_never_lands_in_a_file(tmp_path, monkeypatch):
 
 
 def test_ca_apart_takes_the_ca_out_of_a_copy():
-    from domain.kubeconfig import ca_apart, gke_kubeconfig
+    from domain.gcp.kubeconfig import ca_apart, gke_kubeconfig
 
     original = gke_kubeconfig("c", "10.0.0.1", "LS0tQ0EtLS0=")  # base64 of "---CA---"
     stripped, ca = ca_apart(original)

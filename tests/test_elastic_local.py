@@ -22,11 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from domain.goodput import OUTPUTS as GOODPUT_OUTPUTS
-from domain.job import JobSpec, resolve_job
-from domain.job_events import NOTICE_SAVED_EVENT, parse_event
-from domain.job_log import JobLog
-from domain.preemption import NOTICE_POLL_SECONDS, PREEMPTION_POLL_SECONDS, RESTART_LEAD_SECONDS
+from domain.ray.preemption import NOTICE_POLL_SECONDS, PREEMPTION_POLL_SECONDS, RESTART_LEAD_SECONDS
+from domain.training.goodput import OUTPUTS as GOODPUT_OUTPUTS
+from domain.training.job import JobSpec, resolve_job
+from domain.training.job_events import NOTICE_SAVED_EVENT, parse_event
+from domain.training.job_log import JobLog
 from tests.support.provider_run import ProviderRun
 from trainer.maxtext_trainer import checkpoint_directory
 from workloads import ray_job
@@ -135,7 +135,7 @@ def test_a_preempted_node_saves_at_the_notice_shrinks_resumes_grows_back_and_suc
             assert saved["seconds_to_deadline"] > RESTART_LEAD_SECONDS, (saved, measured)
             # The one worker left starts after Ray Train's restart and its 60 s for a worker that
             # cannot start: the preempted node is still there when Ray Train counts the workers
-            # the cluster has room for (domain/preemption.py).
+            # the cluster has room for (domain/ray/preemption.py).
             run.wait_for(
                 lambda: len(run.record().attempts) >= 2,
                 "the worker group's restart",
@@ -154,7 +154,7 @@ def test_a_preempted_node_saves_at_the_notice_shrinks_resumes_grows_back_and_suc
     assert run.error is None, run.error
     # The preempted node ended on its own once Ray Train's restart left it idle, before its
     # deadline: its raylet ends with the drain's preemption reason, and never on `ray start`'s
-    # SIGTERM at the deadline, which Ray may record as an ordinary end (domain/preemption.py).
+    # SIGTERM at the deadline, which Ray may record as an ordinary end (domain/ray/preemption.py).
     assert "Local node finished draining" in preempted_node_log, preempted_node_log[-2000:]
     outs = run.outs
     assert outs is not None and outs["status"] == "SUCCEEDED"

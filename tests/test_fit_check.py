@@ -11,15 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from domain import fit_results, kuberay
-from domain.hlo_profile import StepProfile
-from domain.job import resolve_job
-from domain.presets import PRESETS, PROCEDURE_OVERRIDES
-from domain.published_recipes import OUT_PROJ_RECOMPUTED, RECIPES_FILE, published_runs
-from domain.settings import parse_settings
-from domain.speed_anchors import SPEED_MODELS
-from domain.step_time import raw_step_seconds
-from domain.tpu_catalog import ACCELERATORS
+from domain.config.settings import parse_settings
+from domain.perf import fit_results
+from domain.perf.hlo_profile import StepProfile
+from domain.perf.published_recipes import OUT_PROJ_RECOMPUTED, RECIPES_FILE, published_runs
+from domain.perf.speed_anchors import SPEED_MODELS
+from domain.perf.step_time import raw_step_seconds
+from domain.ray import kuberay
+from domain.tpu.tpu_catalog import ACCELERATORS
+from domain.training.job import resolve_job
+from domain.training.presets import PRESETS, PROCEDURE_OVERRIDES
 from tests.support.anchors import CALIBRATING_8B
 from trainer import fit_check, validate_config
 
@@ -91,7 +92,7 @@ def test_another_compiler_failure_is_reported_in_its_own_words(output, said):
 
 
 def test_the_compile_runs_with_exactly_the_workers_libtpu_flags(tmp_path, monkeypatch):
-    """One definition (the accelerator's, in domain/tpu_catalog.py) feeds the RayCluster's TPU
+    """One definition (the accelerator's, in domain/tpu/tpu_catalog.py) feeds the RayCluster's TPU
     workers and the fit check's compile."""
     settings = parse_settings(
         {"gcp:project": "my-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b"},
@@ -308,7 +309,7 @@ def test_the_published_8b_anchor_is_predicted_within_10_percent():
     job, flags = fit_check.published_job(run)
     result = fit_check.run_fit_check(job, extra_flags=flags)
     assert result.fits and result.prediction is not None
-    # The profile recorded in domain/tpu_recipes_v6e.json is what this compile says.
+    # The profile recorded in domain/perf/tpu_recipes_v6e.json is what this compile says.
     fresh = StepProfile.from_json(result.profile)
     assert raw_step_seconds(fresh, model.hardware) == pytest.approx(
         raw_step_seconds(anchor.profile, model.hardware), rel=0.01
@@ -369,7 +370,7 @@ def test_the_procedures_70b_job_does_not_fit(capsys):
     assert "CompileTimeHbmOom" in report and "exceeds available HBM (31.24G)" in report
 
 
-# MaxText's published Llama 3.1 8B recipe on one v6e-8 (domain/tpu_recipes_v6e.json), as the
+# MaxText's published Llama 3.1 8B recipe on one v6e-8 (domain/perf/tpu_recipes_v6e.json), as the
 # fit check compiles it: FSDP over the 8 chips, batch 3, 8k sequences, each layer's input and its
 # q/k/v and output projections offloaded to host memory.
 [RECIPE_8B_V6E_8] = [r for r in published_runs() if r.model_type == "llama3.1-8b" and r.slice_type == "v6e-8"]
@@ -462,7 +463,7 @@ def test_the_usable_hbm_of_a_refusal_is_the_compilers_own():
 def test_the_memory_policy_never_blocks_a_model_the_estimate_was_not_fitted_on():
     """MaxText's published GPT-3 175B recipe on one v6e-256 at batch 5 instead of 3: the estimate,
     fitted to Llama 3 only, says 42.7 GiB, beyond its 'clearly over' margin (the recipe's own batch
-    3 compiles to 30.27 GiB, domain/tpu_recipes_v6e.json, and the estimate's error on GPT-3 is
+    3 compiles to 30.27 GiB, domain/perf/tpu_recipes_v6e.json, and the estimate's error on GPT-3 is
     not measured), so the mandatory rule only advises a fit check."""
     from types import SimpleNamespace
 
@@ -498,7 +499,7 @@ def test_the_memory_policy_never_blocks_a_model_the_estimate_was_not_fitted_on()
         },
     )
     assert validate_config.recorded_result(gpt3) is None  # the estimate speaks, not a cached compile
-    from domain.capacity import estimate_memory
+    from domain.perf.capacity import estimate_memory
 
     estimate = estimate_memory(gpt3.maxtext_overrides, chips_per_slice=256, slices=1).total_gib
     assert estimate > rayjob.CLEARLY_OVER * ACCELERATORS["v6e"].usable_hbm_gib  # the guard is what spares it
@@ -522,7 +523,7 @@ def test_the_published_8b_v6e_8_recipe_needs_more_hbm_with_this_maxtext_and_fits
     job, flags = recipe_8b_v6e_8(**OUT_PROJ_RECOMPUTED)
     fits = fit_check.run_fit_check(job, extra_flags=flags)
     assert fits.fits and fits.total_gib == pytest.approx(21.83, abs=0.05), fits.report()
-    # What domain/tpu_recipes_v6e.json records of both compiles, and the speed model reads, is this.
+    # What domain/perf/tpu_recipes_v6e.json records of both compiles, and the speed model reads, is this.
     assert RECIPE_8B_V6E_8.compiled.total_gib == round(refused.total_gib, 2)
     assert RECIPE_8B_V6E_8.compiled_changed.total_gib == round(fits.total_gib, 2)
     assert RECIPE_8B_V6E_8.compiled_changed.profile == StepProfile.from_json(fits.profile)

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from domain import gcp_resources
-from domain.settings import parse_settings
+from domain.config.settings import parse_settings
+from domain.gcp import gcp_resources
 from tests.support.fake_container_api import gcloud_node_pool_create, gcloud_path
 
 pytestmark = pytest.mark.skipif(

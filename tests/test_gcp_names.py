@@ -1,14 +1,14 @@
-"""Google Cloud's naming rules (domain/gcp_names.py), image references (domain/images.py), the
-names the program derives (domain/resource_names.py) and the TPU zone table: exact answers on
+"""Google Cloud's naming rules (domain/gcp/gcp_names.py), image references (domain/gcp/images.py), the
+names the program derives (domain/gcp/resource_names.py) and the TPU zone table: exact answers on
 the edges of each rule."""
 
 from __future__ import annotations
 
 import pytest
 
-from domain import gcp_names, resource_names
-from domain.images import image_reference_problems
-from domain.tpu_catalog import ACCELERATORS, TPU_ZONES, accelerator, offered_regions, offered_zones, zone_region
+from domain.gcp import gcp_names, resource_names
+from domain.gcp.images import image_reference_problems
+from domain.tpu.tpu_catalog import ACCELERATORS, TPU_ZONES, accelerator, offered_regions, offered_zones, zone_region
 
 NOT_LOWER = "has characters other than lowercase letters, digits and '-'"
 

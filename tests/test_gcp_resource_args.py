@@ -3,8 +3,8 @@
 import pulumi_gcp as gcp
 import pytest
 
-from domain import gcp_resources, worker_image
-from domain.settings import parse_settings
+from domain.config.settings import parse_settings
+from domain.gcp import gcp_resources, worker_image
 from tests.support.typed_args import to_typed_args
 
 BASE = {"gcp:project": "my-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b"}

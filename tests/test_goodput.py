@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from domain.goodput import OUTPUTS, RunRecord
-from domain.job_events import event_line, maxtext_step, parse_event
-from domain.job_log import JobLog
+from domain.training.goodput import OUTPUTS, RunRecord
+from domain.training.job_events import event_line, maxtext_step, parse_event
+from domain.training.job_log import JobLog
 
 WORKER = "\x1b[36m(RayTrainWorker pid=101)\x1b[0m "
 CONTROLLER = "\x1b[36m(TrainController pid=77)\x1b[0m "

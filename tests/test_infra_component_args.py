@@ -10,8 +10,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 
-from domain import gcp_resources, kuberay, worker_image
-from domain.settings import parse_settings
+from domain.config.settings import parse_settings
+from domain.gcp import gcp_resources, worker_image
+from domain.ray import kuberay
 from infra.components.apis import ProjectApis, ProjectApisArgs
 from infra.components.cluster import GkeClusterArgs
 from infra.components.kuberay import KubeRayArgs

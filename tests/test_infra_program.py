@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from domain import kuberay
-from domain import settings as settings_module
-from domain.settings import SettingsError
-from domain.stack_outputs import STACK_OUTPUTS
+from domain.config import settings as settings_module
+from domain.config.settings import SettingsError
+from domain.config.stack_outputs import STACK_OUTPUTS
+from domain.ray import kuberay
 from infra.config import read_settings
 from infra.program import build
 from tests.conftest import run_infra
@@ -487,7 +487,7 @@ KIND_VALUES = {"string": str, "integer": int, "number": (float, type(None)), "ar
 
 @pytest.mark.parametrize("run_name", ["standard_run", "autopilot_run"])
 def test_the_stack_exports_exactly_the_declared_outputs_of_their_declared_types(request, run_name):
-    """domain/stack_outputs.py declares every output once, and docs/reference.md's table (types included)
+    """domain/config/stack_outputs.py declares every output once, and docs/reference.md's table (types included)
     and the workloads reader derive from it: what the program exports is exactly that."""
     outputs = request.getfixturevalue(run_name).outputs
     assert set(outputs) == {entry.name for entry in STACK_OUTPUTS}
@@ -558,7 +558,7 @@ def test_a_capacity_without_a_price_exports_no_dollar_figure():
 
 # What decides how a TPU pool's nodes come and go, by capacity choice (the rest of each pool is
 # the procedure's, above). A held slice has its count; a scaling one GKE autoscaling from 0 to the
-# slice's 4 VMs; flex-start adds what GKE requires of it (domain/gcp_resources.py cites it).
+# slice's 4 VMs; flex-start adds what GKE requires of it (domain/gcp/gcp_resources.py cites it).
 HELD = {"nodeCount": 4}
 SCALING = {"autoscaling": {"totalMinNodeCount": 0, "totalMaxNodeCount": 4}}
 REPAIRED = {"management": {"autoRepair": True, "autoUpgrade": True}}

@@ -5,7 +5,11 @@ import json
 
 import pytest
 
-from domain.job import (
+from domain.config.settings import SettingsError, parse_settings
+from domain.config.stack_identity import StackIdentity
+from domain.config.workload_settings import WorkloadSettingsError, parse_workload_settings
+from domain.tpu.tpu_catalog import ACCELERATORS
+from domain.training.job import (
     MAX_FAILURES,
     MIN_SLICES,
     RUN_NAME_MAX,
@@ -20,11 +24,7 @@ from domain.job import (
     run_name_is_valid,
     topology_problem,
 )
-from domain.presets import PRESETS, maxtext_overrides
-from domain.settings import SettingsError, parse_settings
-from domain.stack_identity import StackIdentity
-from domain.tpu_catalog import ACCELERATORS
-from domain.workload_settings import WorkloadSettingsError, parse_workload_settings
+from domain.training.presets import PRESETS, maxtext_overrides
 
 
 def resolve(preset="llama3-8b", **kwargs):
@@ -149,14 +149,14 @@ def test_elastic_70b_fits_both_the_smallest_and_the_largest_footprint():
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_every_preset_passes_the_typed_checks_it_imposes_on_users(name):
-    from domain.maxtext_config import key_problems, value_problems
+    from domain.training.maxtext_config import key_problems, value_problems
 
     overrides = maxtext_overrides(PRESETS[name], PRESETS[name].slices)
     assert key_problems(overrides) == [] and value_problems(overrides) == []
 
 
 def test_a_job_is_its_presets_settings_plus_the_users():
-    # What MaxText's config check compares an override against (domain/maxtext_validation.py).
+    # What MaxText's config check compares an override against (domain/training/maxtext_validation.py).
     for elastic in (False, True):
         job = resolve_job("llama3-8b", run_name="r", checkpoint_root="/c", elastic=elastic, overrides={"steps": 5})
         baseline = preset_maxtext_overrides("llama3-8b", slices=2, elastic=elastic)

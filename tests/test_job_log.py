@@ -1,4 +1,4 @@
-"""The one reader of a job's log (domain/job_log.py): one pass gives the progress, the metrics, the
+"""The one reader of a job's log (domain/training/job_log.py): one pass gives the progress, the metrics, the
 goodput and the last lines; an ended job's log is read once; the text of MaxText's step line and
 of Ray Train's retry decisions is read in one place, held to the versions the project pins."""
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from domain.goodput import RunRecord
-from domain.job_events import RetryCount, RetrySource, event_line, ray_train_retry_line
-from domain.job_log import JobLog, StepCollector
-from domain.ray_version import RAY_VERSION
+from domain.ray.ray_version import RAY_VERSION
+from domain.training.goodput import RunRecord
+from domain.training.job_events import RetryCount, RetrySource, event_line, ray_train_retry_line
+from domain.training.job_log import JobLog, StepCollector
 from tests.test_job_log_robustness import FakeRayHead, good_events, steps_log, text
 from tests.test_ray_job import inputs
 from workloads.ray_job import RayJobError, RayJobProvider
@@ -50,7 +50,7 @@ def ray_train_decision_lines(error: Exception, max_failures: int, max_preemption
 
 def test_ray_train_retry_text_is_read_from_the_pinned_ray_as_it_writes_it():
     """Ray's own text is the one thing not read from an event: held to the Ray the project pins
-    (domain/ray_version.py, which tests/test_worker_image.py holds requirements-trainer.txt to)."""
+    (domain/ray/ray_version.py, which tests/test_worker_image.py holds requirements-trainer.txt to)."""
     import ray
     from ray.train.v2.api.exceptions import PreemptionError, WorkerGroupError
     from ray.train.v2.api.preemption import PreemptionInfo
@@ -130,7 +130,7 @@ def test_an_ended_job_s_log_is_read_once():
 
 
 def test_the_step_line_and_the_event_prefix_are_read_in_one_module():
-    """MaxText's step text and the event prefix are spelled in domain/job_events.py only (the
+    """MaxText's step text and the event prefix are spelled in domain/training/job_events.py only (the
     trainer and the provider take them from there), so a change of either is one edit."""
     spelled = {
         path.relative_to(ROOT).as_posix()
@@ -138,4 +138,4 @@ def test_the_step_line_and_the_event_prefix_are_read_in_one_module():
         for path in (ROOT / package).rglob("*.py")
         if any(text in path.read_text() for text in ("completed step: ", "maxtext-tpu-event", "(TrainController"))
     }
-    assert spelled == {"domain/job_events.py"}
+    assert spelled == {"domain/training/job_events.py"}

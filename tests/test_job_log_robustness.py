@@ -19,7 +19,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from domain.job_events import event_line
+from domain.training.job_events import event_line
 from tests.test_ray_job import inputs
 from workloads import jobs_api, ray_job
 from workloads.jobs_api import JobsApi

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from domain.job_log import JobLog, StepCollector
+from domain.training.job_log import JobLog, StepCollector
 
 STEP = (
     "completed step: {step}, seconds: {seconds}, TFLOP/s/device: {tflops}, Tokens/s/device: {tokens}, "

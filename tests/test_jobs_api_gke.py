@@ -341,7 +341,7 @@ def test_the_installed_ray_sdks_error_text_is_read_for_its_status(status, body, 
     import ray
     from ray.job_submission import JobSubmissionClient
 
-    from domain.ray_version import RAY_VERSION
+    from domain.ray.ray_version import RAY_VERSION
     from workloads.jobs_api import classify, ray_sdk_answer
 
     assert ray.__version__ == RAY_VERSION == "2.60.0", "re-read Ray's dashboard_sdk.py errors for ray_sdk_answer"

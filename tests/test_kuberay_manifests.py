@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 import yaml
 
-from domain import kuberay, ray_head, tpu_catalog
-from domain import settings as settings_module
-from domain.settings import StackSettings, parse_settings
-from domain.tpu_catalog import ACCELERATORS
+from domain.config import settings as settings_module
+from domain.config.settings import StackSettings, parse_settings
+from domain.ray import kuberay, ray_head
+from domain.tpu import tpu_catalog
+from domain.tpu.tpu_catalog import ACCELERATORS
 from tests.conftest import run_infra
 from tests.support.k8s_conformance import (
     normalize_numbers,
@@ -348,7 +349,7 @@ def test_the_worker_group_scales_whole_slices_with_ray_autoscaler_v2(shape, monk
 
 
 def test_the_autoscaler_sidecar_asks_what_the_head_check_counts():
-    """The sidecar's resources are declared once (domain/ray_head.py) for the head's node check."""
+    """The sidecar's resources are declared once (domain/ray/ray_head.py) for the head's node check."""
     options = ray_cluster_of()["spec"]["autoscalerOptions"]
     assert options["resources"]["requests"] == {"cpu": ray_head.AUTOSCALER_CPU, "memory": ray_head.AUTOSCALER_MEMORY}
 

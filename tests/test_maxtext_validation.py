@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from domain import maxtext_validation
-from domain.job import JobError, JobSpec, resolve_job
-from domain.workload_settings import parse_workload_settings
+from domain.config.workload_settings import parse_workload_settings
+from domain.training import maxtext_validation
+from domain.training.job import JobError, JobSpec, resolve_job
 from tests.test_workloads_program import INFRA_OUTPUTS
 from tests.test_workloads_refusals import Bad, run_refused
 from trainer import validate_config

@@ -19,10 +19,11 @@ from typing import Any
 
 import pytest
 
-from domain import fit_results, maxtext_validation
-from domain.capacity import LLAMA_FORMULA, MAXTEXT_FLOPS, llama_formula_flops
-from domain.job import JobSpec, resolve_job
-from domain.tpu_catalog import accelerator
+from domain.perf import fit_results
+from domain.perf.capacity import LLAMA_FORMULA, MAXTEXT_FLOPS, llama_formula_flops
+from domain.tpu.tpu_catalog import accelerator
+from domain.training import maxtext_validation
+from domain.training.job import JobSpec, resolve_job
 from policies.check import resources_of
 from policies.evaluate import evaluate
 from tests.test_fit_check import TINY_BUFFERS, TINY_HLO, fake_compile

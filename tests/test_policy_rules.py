@@ -29,7 +29,7 @@ from pulumi_policy.proxy import (
     UNKNOWN_STRING_VALUE,
 )
 
-from domain.presets import PROCEDURE_OVERRIDES, maxtext_overrides, preset
+from domain.training.presets import PROCEDURE_OVERRIDES, maxtext_overrides, preset
 from policies.check import resources_of
 from policies.evaluate import Violation, evaluate, reconcile_config
 from policies.rules import ALL
@@ -148,8 +148,8 @@ def job_edit(overrides: dict[str, str] | None = None, **fields: Any) -> Callable
 def record_slow_fit_check(resources: list[dict[str, Any]]) -> None:
     """A fit check of exactly the training job's configuration, in this test's fit-check cache,
     predicting the step ten times slower than the 8B anchor's compile: a poor layout."""
-    from domain import fit_results
-    from domain.hlo_profile import StepProfile
+    from domain.perf import fit_results
+    from domain.perf.hlo_profile import StepProfile
     from policies.rules.rayjob import job_of
     from tests.support.anchors import CALIBRATING_8B, anchor_named
     from tests.test_workloads_program import recorded_fit_check
@@ -859,7 +859,7 @@ def test_the_evaluator_handles_unknowns_and_async_rules_as_the_analyzer_does():
 def test_the_memory_rules_defer_to_a_fit_check_of_exactly_the_job(shipped):
     """The estimate is for when the compiler has not spoken: once a fit check of exactly this
     configuration says it fits, the estimate's near-the-limit advisory is quiet."""
-    from domain import fit_results
+    from domain.perf import fit_results
     from policies.rules.rayjob import job_of
     from tests.test_workloads_program import recorded_fit_check
 

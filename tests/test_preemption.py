@@ -15,9 +15,10 @@ import time
 
 import pytest
 
-from domain import gke, preemption
-from domain.job_events import NOTICE_SAVED_EVENT, parse_event
-from domain.settings import SettingsError, parse_settings
+from domain.config.settings import SettingsError, parse_settings
+from domain.gcp import gke
+from domain.ray import preemption
+from domain.training.job_events import NOTICE_SAVED_EVENT, parse_event
 from trainer import maxtext_trainer
 
 BASE = {"gcp:project": "my-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b"}
@@ -215,7 +216,7 @@ def test_a_notice_during_the_last_steps_lets_the_group_finish_the_run(monkeypatc
 
 
 def test_the_workers_learn_where_maxtext_saves_and_the_run_length():
-    from domain.job import resolve_job
+    from domain.training.job import resolve_job
 
     job = resolve_job("tiny-cpu", run_name="r", checkpoint_root="gs://bucket/runs", overrides={"steps": 40})
     config = maxtext_trainer.build_trainer(job).train_loop_config

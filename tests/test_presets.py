@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from domain.presets import PRESETS, PROCEDURE_OVERRIDES, maxtext_overrides, preset
+from domain.training.presets import PRESETS, PROCEDURE_OVERRIDES, maxtext_overrides, preset
 
 
 def test_8b_keeps_the_procedure_job_but_shards_with_fsdp_only():

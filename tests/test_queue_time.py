@@ -12,14 +12,14 @@ import time
 import pytest
 from ray.job_submission import JobStatus
 
-from domain.job import resolve_job
-from domain.queueing import (
+from domain.ray.queueing import (
     TPU_SLICE_NAME_LABEL,
     WORKER_GROUP_START_TIMEOUT_ENV,
     Node,
     slices_up,
     waiting_line,
 )
+from domain.training.job import resolve_job
 from tests.support.fake_jobs_api import FakeHttpServer, FakeJobsApi
 from tests.test_ray_job import STEP, ClockedJobsApi, client, inputs, timed_create, wait_for
 from workloads import ray_job
@@ -229,7 +229,9 @@ def test_the_queue_deadline_does_not_depend_on_the_skew_between_the_two_clocks(o
 def python(*lines: str) -> str:
     """A job that plays the trainer: its lines run after `time` and `event_line` are imported
     (the project is installed in the head's environment, as the trainer needs it)."""
-    return "python -c " + shlex.quote("; ".join(("import time", "from domain.job_events import event_line", *lines)))
+    return "python -c " + shlex.quote(
+        "; ".join(("import time", "from domain.training.job_events import event_line", *lines))
+    )
 
 
 def now() -> str:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from domain import kuberay
-from domain.ray_version import RAY_VERSION
+from domain.ray import kuberay
+from domain.ray.ray_version import RAY_VERSION
 
 
 @pytest.mark.parametrize(

@@ -15,8 +15,8 @@ import time
 import pytest
 from ray.job_submission import JobStatus, JobSubmissionClient
 
-from domain.job_events import event_line
-from domain.job_log import StepCollector
+from domain.training.job_events import event_line
+from domain.training.job_log import StepCollector
 from tests.support.fake_jobs_api import TRACEBACK_500, FakeHttpServer, FakeJobsApi
 from workloads import jobs_api, ray_job, smoke
 from workloads.jobs_api import ErrorKind, JobsApi, JobsApiError, classify

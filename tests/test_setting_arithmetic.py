@@ -8,10 +8,10 @@ import ipaddress
 
 import pytest
 
-from domain import dcn, gcp_names, gke, k8s_names
-from domain.images import image_reference_problems, ray_version_of
-from domain.machine_types import MachineSize, machine_size
-from domain.tpu_catalog import ACCELERATORS
+from domain.gcp import dcn, gcp_names, gke, k8s_names
+from domain.gcp.images import image_reference_problems, ray_version_of
+from domain.gcp.machine_types import MachineSize, machine_size
+from domain.tpu.tpu_catalog import ACCELERATORS
 
 
 @pytest.mark.parametrize("vcpus, allocatable", [(1, 0.94), (2, 1.93), (4, 3.92), (8, 7.91), (16, 15.89), (96, 95.69)])

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from domain.setting import settings_of
-from domain.settings import SettingsError, StackSettings, parse_settings
-from domain.workload_settings import WorkloadSettings, WorkloadSettingsError, parse_workload_settings
+from domain.config.setting import settings_of
+from domain.config.settings import SettingsError, StackSettings, parse_settings
+from domain.config.workload_settings import WorkloadSettings, WorkloadSettingsError, parse_workload_settings
 
 INFRA_BASE = {"gcp:project": "my-gcp-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b"}
 WORKLOADS_BASE = {"infraStack": "organization/maxtext-tpu-infra/dev"}

@@ -4,9 +4,9 @@ from typing import get_type_hints
 
 import pytest
 
-from domain.capacity import settings_cost
-from domain.presets import Preset
-from domain.settings import MAX_SLICES, SettingsError, StackSettings, _Read, parse_settings
+from domain.config.settings import MAX_SLICES, SettingsError, StackSettings, _Read, parse_settings
+from domain.perf.capacity import settings_cost
+from domain.training.presets import Preset
 
 PROJECT = "maxtext-tpu-infra"
 VALID = {"gcp:project": "my-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b"}
@@ -160,7 +160,7 @@ def test_a_head_machine_with_room_for_the_head_alone_fits_a_stack_that_does_not_
 
 
 def test_the_typed_reading_the_cross_checks_use_has_the_settings_own_types_or_none():
-    """parse_settings' checks read typed attributes (domain/settings.py `_Read`), each a setting
+    """parse_settings' checks read typed attributes (domain/config/settings.py `_Read`), each a setting
     of StackSettings under its own name and type, None where unset or refused."""
     settings, typed = get_type_hints(StackSettings), get_type_hints(_Read)
     resolved = {"chosen": Preset | None, "topology": str}  # the preset and its topology, resolved

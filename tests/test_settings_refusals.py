@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from domain.setting import settings_of
-from domain.settings import SettingsError, StackSettings
+from domain.config.setting import settings_of
+from domain.config.settings import SettingsError, StackSettings
 from infra.config import read_settings
 from infra.program import build
 from tests.conftest import run_infra

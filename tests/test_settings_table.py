@@ -12,9 +12,9 @@ import pulumi
 import pytest
 import yaml
 
-from domain.setting import SECRET, markdown_table, pulumi_yaml_config, read, setting, settings_of
-from domain.settings import SettingsError, StackSettings, parse_settings
-from domain.workload_settings import WorkloadSettings
+from domain.config.setting import SECRET, markdown_table, pulumi_yaml_config, read, setting, settings_of
+from domain.config.settings import SettingsError, StackSettings, parse_settings
+from domain.config.workload_settings import WorkloadSettings
 from stack_config import raw_config
 from stack_config.sync import PROJECTS, REFERENCE, project_file, synced_project_file, synced_reference
 from tests.support.pulumi_harness import INFRA_PROJECT, run_program, stack_config
@@ -192,7 +192,7 @@ def test_every_project_setting_has_a_description_and_a_declared_default_where_it
 
 @pytest.mark.parametrize("stack", ["dev", "local"])
 def test_shipped_workloads_stack_files_read_cleanly(stack):
-    from domain.workload_settings import parse_workload_settings
+    from domain.config.workload_settings import parse_workload_settings
     from tests.support.shared import PROJECT_ROOT
 
     config = stack_config(stack, PROJECT_ROOT / "workloads")

@@ -76,7 +76,7 @@ def test_the_address_must_be_a_loopback_dashboard_url(address, capsys):
 
 def test_two_smoke_runs_started_in_the_same_second_get_two_runs(monkeypatch):
     """Two smoke runs (two users, or two test sessions sharing the head) in the same second."""
-    from domain.job import run_name_is_valid
+    from domain.training.job import run_name_is_valid
 
     monkeypatch.setattr(smoke.time, "strftime", lambda _format: "20261204-120000")
     names = []

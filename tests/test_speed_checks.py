@@ -1,4 +1,4 @@
-"""The speed model against MaxText's published v6e runs (domain/tpu_recipes_v6e.json): how each
+"""The speed model against MaxText's published v6e runs (domain/perf/tpu_recipes_v6e.json): how each
 is compiled here, the model family each belongs to, the error band a prediction carries, the
 held-out check against a constant MFU, and the ranking of runs a user chooses between. Pure: the
 compiles are recorded data (a `fitcheck` test in tests/test_fit_check.py compiles one again)."""
@@ -11,10 +11,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks import speed_report
-from domain.hlo_profile import Scope, StepProfile
-from domain.maxtext_config import base_config
-from domain.presets import PRESETS
-from domain.published_recipes import (
+from domain.perf.hlo_profile import Scope, StepProfile
+from domain.perf.published_recipes import (
     OUT_PROJ_RECOMPUTED,
     RECIPES_FILE,
     Compiled,
@@ -24,9 +22,11 @@ from domain.published_recipes import (
     model_family,
     published_runs,
 )
-from domain.speed_anchors import SPEED_MODELS
-from domain.speed_checks import RankedPair, RunCheck, comparable_pairs, constant_mfu, mean_absolute, run_checks
-from domain.step_time import Anchor, ErrorBand, SpeedModel
+from domain.perf.speed_anchors import SPEED_MODELS
+from domain.perf.speed_checks import RankedPair, RunCheck, comparable_pairs, constant_mfu, mean_absolute, run_checks
+from domain.perf.step_time import Anchor, ErrorBand, SpeedModel
+from domain.training.maxtext_config import base_config
+from domain.training.presets import PRESETS
 from tests.support.anchors import CALIBRATING_8B
 from trainer import fit_check
 
@@ -278,7 +278,7 @@ def test_what_docs_capacity_says_of_the_70b_v6e_64_run_and_of_maxtexts_flops_cou
     """The 70B v6e-64 run, predicted fast: with every second of its ICI exposed, the prediction
     is 18.4 s against the published 18.688 s. MaxText 0.2.5 counts 0.889 of the FLOPs the 8B
     recipes logged, and 0.933 of the 70B ones'."""
-    from domain.step_time import ici_share, raw_step_seconds
+    from domain.perf.step_time import ici_share, raw_step_seconds
 
     run = run_named("llama3_1_70b_8192_bs2 (1 x v6e-64)")
     found = next(a for a in MODEL.anchors if a.name == run.name)

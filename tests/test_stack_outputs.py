@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from domain.stack_outputs import (
+from domain.config.stack_outputs import (
     OPTIONAL_FOR_WORKLOADS,
     REQUIRED_BY_WORKLOADS,
     STACK_OUTPUTS,

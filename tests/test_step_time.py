@@ -1,5 +1,5 @@
-"""The step-time predictor: reading the compiler's optimized HLO (domain/hlo_profile.py) and
-turning it into seconds (domain/step_time.py). Pure: a small module written for these tests in
+"""The step-time predictor: reading the compiler's optimized HLO (domain/perf/hlo_profile.py) and
+turning it into seconds (domain/perf/step_time.py). Pure: a small module written for these tests in
 the format libtpu dumps (tests/fixtures/tiny_step.hlo.txt), and made-up profiles."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain import hlo_profile
-from domain.hlo_profile import Scope, StepProfile
-from domain.speed_anchors import SPEED_MODELS, speed_model
-from domain.step_time import Hardware, fitted_overhead, predict, raw_step_seconds, scope_times
+from domain.perf import hlo_profile
+from domain.perf.hlo_profile import Scope, StepProfile
+from domain.perf.speed_anchors import SPEED_MODELS, speed_model
+from domain.perf.step_time import Hardware, fitted_overhead, predict, raw_step_seconds, scope_times
 
 FIXTURE = Path(__file__).parent / "fixtures" / "tiny_step.hlo.txt"
 BUFFERS = Path(__file__).parent / "fixtures" / "tiny_step.buffer-assignment.txt"

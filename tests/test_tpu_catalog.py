@@ -4,8 +4,8 @@ import pytest
 from ray._private.accelerators.tpu import VALID_TPU_TOPOLOGY
 from ray.util.tpu import get_tpu_worker_resources
 
-from domain.capacity_choices import CAPACITY_CHOICES, FLEX_START, ON_DEMAND, RESERVATION, SPOT
-from domain.tpu_catalog import ACCELERATORS, accelerator, offered_regions
+from domain.tpu.capacity_choices import CAPACITY_CHOICES, FLEX_START, ON_DEMAND, RESERVATION, SPOT
+from domain.tpu.tpu_catalog import ACCELERATORS, accelerator, offered_regions
 
 
 def test_v6e_16_is_four_vms_of_four_chips():

@@ -15,8 +15,8 @@ import pytest
 from ray.job_submission import JobStatus, JobSubmissionClient
 from ray.util.state import list_actors
 
-from domain.goodput import OUTPUTS as GOODPUT_OUTPUTS
-from domain.job import JobSpec, resolve_job
+from domain.training.goodput import OUTPUTS as GOODPUT_OUTPUTS
+from domain.training.job import JobSpec, resolve_job
 from tests.support.provider_run import ProviderRun
 from workloads.ray_job import RayJobError
 

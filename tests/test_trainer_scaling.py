@@ -3,9 +3,9 @@
 import pytest
 from ray.util.tpu import get_tpu_worker_resources
 
-from domain import preemption
-from domain.job import JobSpec, resolve_job
-from domain.maxtext_config import base_config_path
+from domain.ray import preemption
+from domain.training.job import JobSpec, resolve_job
+from domain.training.maxtext_config import base_config_path
 from trainer import maxtext_trainer
 
 
@@ -48,7 +48,7 @@ def test_preemptions_use_up_a_budget_of_their_own():
 
 
 def test_a_restart_after_a_preemption_comes_before_the_drain_deadline():
-    """Charged to the preemption budget while the preempted node is still there (domain/preemption.py)."""
+    """Charged to the preemption budget while the preempted node is still there (domain/ray/preemption.py)."""
     config = maxtext_trainer.run_config(job(elastic=True)).failure_config
     assert config.preemption_grace_s == preemption.RESTART_GRACE_SECONDS == -preemption.RESTART_LEAD_SECONDS
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from domain import gcp_resources, worker_image
-from domain.ray_version import RAY_VERSION
-from domain.settings import SettingsError, parse_settings
+from domain.config.settings import SettingsError, parse_settings
+from domain.gcp import gcp_resources, worker_image
+from domain.ray.ray_version import RAY_VERSION
 from infra.program import PROJECT_ROOT
 from tests.conftest import run_infra
 from tests.support.pulumi_harness import stack_config
@@ -49,7 +49,7 @@ def tree(tmp_path: Path) -> Path:
         "trainer/__init__.py": "",
         "trainer/maxtext_trainer.py": "STEPS = 10\n",
         "domain/__init__.py": "",
-        "domain/job.py": "NAME = 'job'\n",
+        "domain/training/job.py": "NAME = 'job'\n",
         "README.md": "# readme\n",
         "tests/test_job.py": "def test(): pass\n",
         "infra/program.py": "PROGRAM = 1\n",
@@ -69,7 +69,7 @@ def test_tag_is_sixteen_hex_digits_and_stable(tree):
 def test_sources_are_the_dockerfile_the_lock_and_the_packages(tree):
     assert worker_image.image_sources(tree) == [
         "domain/__init__.py",
-        "domain/job.py",
+        "domain/training/job.py",
         "requirements-trainer.txt",
         "trainer/Dockerfile",
         "trainer/__init__.py",
@@ -83,9 +83,9 @@ def test_sources_are_the_dockerfile_the_lock_and_the_packages(tree):
         lambda root: (root / "trainer/maxtext_trainer.py").write_text("STEPS = 11\n"),
         lambda root: (root / "requirements-trainer.txt").write_text("maxtext[tpu]==0.2.6\n"),
         lambda root: (root / "trainer/Dockerfile").write_text("FROM rayproject/ray:2.61.0-py312\n"),
-        lambda root: (root / "domain/presets.py").write_text("PRESETS = {}\n"),
+        lambda root: (root / "domain/training/presets.py").write_text("PRESETS = {}\n"),
         lambda root: (root / "trainer/config.yml").write_text("steps: 5\n"),
-        lambda root: (root / "domain/job.py").rename(root / "domain/jobs.py"),
+        lambda root: (root / "domain/training/job.py").rename(root / "domain/jobs.py"),
     ],
     ids=["trainer-code", "lock", "dockerfile", "new-domain-module", "trainer-data-file", "rename"],
 )
@@ -119,7 +119,7 @@ def test_a_missing_dockerfile_is_named(tree):
 
 def test_the_repository_holds_every_image_source():
     sources = worker_image.image_sources(PROJECT_ROOT)
-    assert {"trainer/Dockerfile", "requirements-trainer.txt", "domain/worker_image.py"} <= set(sources)
+    assert {"trainer/Dockerfile", "requirements-trainer.txt", "domain/gcp/worker_image.py"} <= set(sources)
     assert re.fullmatch(r"[0-9a-f]{16}", worker_image.content_tag(PROJECT_ROOT))
 
 
@@ -144,7 +144,7 @@ def test_dockerfile_installs_the_lock_and_copies_the_packages():
     ],
 )
 def test_every_ray_pin_is_the_project_ray_version(path, pin):
-    """The files Python cannot import name the version of domain/ray_version.py, which the
+    """The files Python cannot import name the version of domain/ray/ray_version.py, which the
     image's base and the RayCluster's rayVersion (needed by KubeRay for token auth) read."""
     lines = (PROJECT_ROOT / path).read_text().splitlines()
     pins = [line.split("#")[0].strip() for line in lines if re.match(r"ray(\[|==)", line)]

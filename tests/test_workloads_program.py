@@ -7,8 +7,8 @@ import shlex
 
 import pytest
 
-from domain.job import JobError, JobSpec
-from domain.workload_settings import WorkloadSettingsError, parse_workload_settings
+from domain.config.workload_settings import WorkloadSettingsError, parse_workload_settings
+from domain.training.job import JobError, JobSpec
 from tests.support.pulumi_harness import PROJECT_ROOT, RecordingMonitor, run_program, stack_config
 from workloads.config import read_settings
 from workloads.program import build
@@ -88,7 +88,7 @@ def test_the_job_cost_is_estimated_before_it_runs():
 
 
 def test_a_capacity_without_a_price_gives_the_job_no_dollar_figure_and_says_why():
-    """A flex-start infra stack without pricePerChipHour exports no price (domain/capacity.py)."""
+    """A flex-start infra stack without pricePerChipHour exports no price (domain/perf/capacity.py)."""
     basis = "no dollar figure: the catalog has no flex-start list price for TPU v6e in us-east5"
     run, _ = run_workloads("dev", infra_outputs={**INFRA_OUTPUTS, "pricePerChipHourUsd": None, "costBasis": basis})
     outputs = run.outputs
@@ -98,7 +98,7 @@ def test_a_capacity_without_a_price_gives_the_job_no_dollar_figure_and_says_why(
 
 def recorded_fit_check(job):
     """A fit check of exactly `job`'s configuration, with the 8B anchor's recorded profile."""
-    from domain import fit_results
+    from domain.perf import fit_results
     from tests.support.anchors import CALIBRATING_8B, anchor_named
     from trainer.validate_config import model_flops
 
@@ -119,7 +119,7 @@ def recorded_fit_check(job):
 
 
 def test_the_estimate_uses_the_fit_checks_prediction_for_exactly_this_configuration(tmp_path):
-    from domain import fit_results
+    from domain.perf import fit_results
 
     _, inputs = run_workloads("dev")
     job = job_of(inputs["entrypoint"])

@@ -19,9 +19,9 @@ import pulumi
 import pytest
 from pulumi.runtime import settings as runtime_settings
 
-from domain.job import JobError
-from domain.problems import ProblemsError
-from domain.workload_settings import WorkloadSettingsError
+from domain.config.problems import ProblemsError
+from domain.config.workload_settings import WorkloadSettingsError
+from domain.training.job import JobError
 from tests.support.pulumi_harness import PROJECT_ROOT, RecordingMonitor, run_program, stack_config
 from tests.test_workloads_program import INFRA_OUTPUTS, INFRA_STACK, PROJECT, RAY_JOB, WORKLOADS_DIR, run_workloads
 from workloads.config import read_settings
@@ -308,7 +308,7 @@ ROWS = [
     Bad("queue-timeout-fraction", {"queueTimeoutSeconds": 60.5},
         f"queueTimeoutSeconds = 60.5 is not a whole number; {QUEUE_TIMEOUT}",
         ("queueTimeoutSeconds", "60.5", "use 30 to 604800 seconds")),
-    # Ray Train's worker-group start timeout is the queue deadline's (domain/queueing.py).
+    # Ray Train's worker-group start timeout is the queue deadline's (domain/ray/queueing.py).
     Bad("runtime-env-ray-train-start-timeout", {"runtimeEnv": {"env_vars": {"RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": "30"}}},
         "runtimeEnv.env_vars.RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S = 30 is the job's queue deadline, which "
         "queueTimeoutSeconds sets; remove it from runtimeEnv and set queueTimeoutSeconds instead (`pulumi config set "

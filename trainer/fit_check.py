@@ -17,8 +17,8 @@ scheduled the step, and has either run out of HBM or placed every buffer, and it
 full compile's time on 2 cores, which changes neither. `--full-compile` runs it anyway (errors
 libtpu raises only while generating code show up then).
 
-From the same compile it predicts the step: domain/hlo_profile.py reads the optimized module's
-matmuls, memory traffic, collectives and host transfers, and domain/step_time.py turns them into
+From the same compile it predicts the step: domain/perf/hlo_profile.py reads the optimized module's
+matmuls, memory traffic, collectives and host transfers, and domain/perf/step_time.py turns them into
 seconds, tokens/s per chip and MFU with the generation's calibrated speed model. `--output FILE`
 also writes the result as JSON, for the workloads stack's `fitCheckResult` setting.
 """
@@ -38,22 +38,22 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from domain import fit_results
-from domain.fit_results import (
+from domain.paths import TRAINER_PYTHON
+from domain.perf import fit_results
+from domain.perf.fit_results import (
     BUFFER_ASSIGNMENT,
     CODE_GENERATION,
     FitResult,
     configuration,
     libtpu_flags,
 )
-from domain.hlo_profile import HloError, buffer_memory, profile
-from domain.job import JobError, JobSpec, resolve_job
-from domain.maxtext_config import base_config, base_config_path
-from domain.paths import TRAINER_PYTHON
-from domain.presets import PRESETS
-from domain.published_recipes import PublishedRun, compile_spec
-from domain.speed_anchors import speed_model
-from domain.tpu_catalog import accelerator_by_ray_type
+from domain.perf.hlo_profile import HloError, buffer_memory, profile
+from domain.perf.published_recipes import PublishedRun, compile_spec
+from domain.perf.speed_anchors import speed_model
+from domain.tpu.tpu_catalog import accelerator_by_ray_type
+from domain.training.job import JobError, JobSpec, resolve_job
+from domain.training.maxtext_config import base_config, base_config_path
+from domain.training.presets import PRESETS
 from trainer.validate_config import counted_by_maxtext, model_flops
 
 GIB = 1024**3

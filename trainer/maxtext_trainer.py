@@ -1,4 +1,4 @@
-"""The JaxTrainer for a MaxText job, built from a resolved JobSpec (see domain/job.py).
+"""The JaxTrainer for a MaxText job, built from a resolved JobSpec (see domain/training/job.py).
 
 Both trainer programs are thin over this module: the multislice trainer runs a fixed number of
 workers; the elastic one runs on any whole number of slices between a minimum and the maximum and
@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from domain.job import JobSpec
-from domain.job_events import NOTICE_SAVED_EVENT, event_line, maxtext_step
-from domain.maxtext_config import base_config_path
-from domain.preemption import NOTICE_POLL_SECONDS, RESTART_GRACE_SECONDS, run_completed
+from domain.ray.preemption import NOTICE_POLL_SECONDS, RESTART_GRACE_SECONDS, run_completed
+from domain.training.job import JobSpec
+from domain.training.job_events import NOTICE_SAVED_EVENT, event_line, maxtext_step
+from domain.training.maxtext_config import base_config_path
 
 # Environment for CPU workers: JAX on the CPU backend, and MaxText without Google Cloud clients
 # (faster start, nothing to authenticate on a laptop).
@@ -77,7 +77,7 @@ def run_config(job: JobSpec):
         # the retries meant for real errors.
         # After a preemption, the restart comes shortly before the drain's deadline, so it is
         # charged to the preemption budget while the preempted node is still there; an elastic
-        # job then goes on with the slices that remain (domain/preemption.py says at what cost).
+        # job then goes on with the slices that remain (domain/ray/preemption.py says at what cost).
         failure_config=FailureConfig(
             max_failures=job.max_failures,
             max_preemption_failures=job.max_preemptions,

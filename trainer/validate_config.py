@@ -3,7 +3,7 @@ seconds, before anything is registered or submitted.
 
     python -m trainer.validate_config REQUESTS.json RESULTS.json   (in the trainer environment)
 
-Each request is one configuration as the job's workers would start it (domain/maxtext_validation.py
+Each request is one configuration as the job's workers would start it (domain/training/maxtext_validation.py
 builds them): MaxText's `pyconfig.initialize` loads base.yml and the model's config, merges the
 overrides and builds its pydantic config model, whose field types and validators are the checks
 MaxText runs at job start. The target's device count comes from MaxText's own knobs for
@@ -34,12 +34,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from domain import maxtext_validation
-from domain.capacity import MAXTEXT_FLOPS, ModelFlops, llama_formula_flops
-from domain.fit_results import FitResult, cached_result
-from domain.job import JobError, JobSpec
-from domain.maxtext_config import base_config_path
 from domain.paths import MAXTEXT_CONFIG_CACHE, PROJECT_ROOT, TRAINER_LOCK, TRAINER_PYTHON
+from domain.perf.capacity import MAXTEXT_FLOPS, ModelFlops, llama_formula_flops
+from domain.perf.fit_results import FitResult, cached_result
+from domain.training import maxtext_validation
+from domain.training.job import JobError, JobSpec
+from domain.training.maxtext_config import base_config_path
 from trainer.maxtext_trainer import CPU_WORKER_ENV
 
 CACHE_DIR = MAXTEXT_CONFIG_CACHE

@@ -7,19 +7,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from domain import maxtext_config
-from domain.capacity import job_cost
-from domain.fit_results import FitResult, configuration, libtpu_flags
-from domain.job import JobError, JobSpec, resolve_job
+from domain.config.stack_outputs import OPTIONAL_FOR_WORKLOADS, REQUIRED_BY_WORKLOADS
+from domain.config.workload_settings import WorkloadSettings
 from domain.paths import PROJECT_ROOT
-from domain.presets import PRESETS
-from domain.stack_outputs import OPTIONAL_FOR_WORKLOADS, REQUIRED_BY_WORKLOADS
-from domain.tpu_catalog import accelerator_by_ray_type
-from domain.workload_settings import WorkloadSettings
+from domain.perf.capacity import job_cost
+from domain.perf.fit_results import FitResult, configuration, libtpu_flags
+from domain.tpu.tpu_catalog import accelerator_by_ray_type
+from domain.training import maxtext_config
+from domain.training.job import JobError, JobSpec, resolve_job
+from domain.training.presets import PRESETS
 from trainer.validate_config import counted_by_maxtext, maxtext_problems, model_flops, recorded_result
 
 # The infra stack's outputs the job needs, and those it reads when present (see
-# domain/stack_outputs.py, where each output is declared).
+# domain/config/stack_outputs.py, where each output is declared).
 INFRA_OUTPUTS = REQUIRED_BY_WORKLOADS
 OPTIONAL_INFRA_OUTPUTS = OPTIONAL_FOR_WORKLOADS
 
@@ -241,7 +241,7 @@ def cost_estimate(
     The step time is the fit check's prediction for this exact configuration when there is one
     (estimateSource `prediction`), else model FLOPs per step over what the chips deliver at the
     assumed MFU (`assumedMfu`). The FLOPs (and the prediction's MFU) are MaxText's count for the
-    configuration (flopsSource `maxtext`; domain/capacity.py names the fallback). None for CPU
+    configuration (flopsSource `maxtext`; domain/perf/capacity.py names the fallback). None for CPU
     jobs."""
     if not job.use_tpu or job.total_steps is None:
         return dict.fromkeys(COST_OUTPUTS)

@@ -4,7 +4,7 @@ API server's service proxy, authenticated like kubectl with the operator's own G
 The Jobs API runs arbitrary commands, so on GKE it is never exposed: the head service stays
 ClusterIP and requests go `https://<endpoint>/api/v1/namespaces/<ns>/services/<svc>:<port>/proxy`.
 The `kubernetes` client, given the exec-form kubeconfig the infra stack exports
-(`domain.kubeconfig`), runs `gke-gcloud-auth-plugin` for a short-lived token and reads the Ray
+(`domain.gcp.kubeconfig`), runs `gke-gcloud-auth-plugin` for a short-lived token and reads the Ray
 token from the Secret KubeRay generated; the GKE API is asked through google-auth. Ray's own
 token (token authentication is on for every cluster we start) travels in `X-Ray-Authorization`,
 the header Ray reads behind proxies: the API server consumes `Authorization`. For a local head
@@ -39,8 +39,8 @@ from urllib.parse import urlparse
 
 import requests
 
-from domain.kubeconfig import AUTH_PLUGIN, ca_apart, gke_kubeconfig
-from domain.kuberay import RAY_AUTH_TOKEN_KEY
+from domain.gcp.kubeconfig import AUTH_PLUGIN, ca_apart, gke_kubeconfig
+from domain.ray.kuberay import RAY_AUTH_TOKEN_KEY
 
 # Tokens from the auth plugin live an hour: mint a new client well before that.
 TOKEN_REFRESH_SECONDS = 30 * 60

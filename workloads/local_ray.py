@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from domain.paths import PROJECT_ROOT
-from domain.preemption import DRAIN_TIMEOUT_ENV, POLL_INTERVAL_ENV, PREEMPTION_POLL_SECONDS
+from domain.ray.preemption import DRAIN_TIMEOUT_ENV, POLL_INTERVAL_ENV, PREEMPTION_POLL_SECONDS
 
 TRAINER_VENV = PROJECT_ROOT / ".venv-trainer"
 

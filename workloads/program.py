@@ -14,7 +14,7 @@ from typing import Any
 
 import pulumi
 
-from domain.workload_settings import WorkloadSettings
+from domain.config.workload_settings import WorkloadSettings
 from workloads import job_inputs
 from workloads.job_inputs import COST_OUTPUTS, INFRA_OUTPUTS, OPTIONAL_INFRA_OUTPUTS
 from workloads.ray_job import (

@@ -41,12 +41,12 @@ from pulumi.dynamic import (
 )
 from pulumi.runtime import rpc
 
-from domain.goodput import OUTPUTS as GOODPUT_OUTPUTS
-from domain.job_log import JobLog, StepCollector
-from domain.queueing import WORKER_GROUP_START_TIMEOUT_ENV, Node, slices_up, waiting_line
-from domain.stack_identity import digest
-from domain.stack_identity import integral as _integral
-from domain.workload_settings import TIMEOUT_SECONDS
+from domain.config.stack_identity import digest
+from domain.config.stack_identity import integral as _integral
+from domain.config.workload_settings import TIMEOUT_SECONDS
+from domain.ray.queueing import WORKER_GROUP_START_TIMEOUT_ENV, Node, slices_up, waiting_line
+from domain.training.goodput import OUTPUTS as GOODPUT_OUTPUTS
+from domain.training.job_log import JobLog, StepCollector
 from stack_config import stack_identity
 from workloads.jobs_api import LOST_CONTACT_KINDS, ErrorKind, JobsApi, JobsApiError
 
@@ -242,7 +242,7 @@ class ProgressReporter:
 
 def submitted_runtime_env(props: Mapping[str, Any]) -> dict[str, Any] | None:
     """The runtime env the job is submitted with: the stack's, plus Ray Train's worker-group
-    start timeout set to the queue deadline (domain/queueing.py says why). Added at submission
+    start timeout set to the queue deadline (domain/ray/queueing.py says why). Added at submission
     only, so the deadline stays a setting that changes without a new run (it is not part of the
     submission id); a job adopted after a change keeps the value it was submitted with."""
     runtime_env = dict(props.get("runtime_env") or {})
@@ -343,7 +343,7 @@ class Deadlines:
 
     `queue`: queue_timeout_seconds, how long the job may wait for its slices, from its start on
     the cluster (Ray's start_time) until its first worker group starts (the trainer's first
-    `attempt` event, see domain/job_events.py). `run`: timeout_seconds, how long it may run from
+    `attempt` event, see domain/training/job_events.py). `run`: timeout_seconds, how long it may run from
     then until it ends. Both count on the cluster's clock (RunClock). A job given no queue
     deadline (state written before there was one, or a command that starts no worker group)
     has no wait apart: its run deadline counts from its start, as it always did."""

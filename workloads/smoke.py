@@ -29,8 +29,8 @@ from urllib.parse import urlparse
 import requests
 import yaml
 
-from domain.job import JobError
-from domain.workload_settings import WorkloadSettingsError, parse_workload_settings
+from domain.config.workload_settings import WorkloadSettingsError, parse_workload_settings
+from domain.training.job import JobError
 from workloads import job_inputs
 from workloads.jobs_api import ErrorKind, JobsApi, JobsApiError, local_ray_token
 from workloads.local_ray import LocalRayError, LocalRayHead, port_holder

@@ -1,5 +1,5 @@
 """The Ray cluster on GKE: waits for the Ray operator's CRD, then creates the DRANET claim
-template and the RayCluster built by `domain.kuberay`."""
+template and the RayCluster built by `domain.ray.kuberay`."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from domain import kuberay
-from domain.settings import StackSettings
+from domain.config.settings import StackSettings
+from domain.ray import kuberay
 from infra.components import child_options
 from infra.crd_wait import CrdEstablished
 

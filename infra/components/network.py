@@ -11,8 +11,8 @@ from typing import Any
 import pulumi
 import pulumi_gcp as gcp
 
-from domain import gcp_resources
-from domain.settings import StackSettings
+from domain.config.settings import StackSettings
+from domain.gcp import gcp_resources
 from infra.components import child_options
 
 # A resource's arguments given its network's id (known once the network exists).

@@ -12,8 +12,8 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from domain import gcp_resources
-from domain.settings import StackSettings
+from domain.config.settings import StackSettings
+from domain.gcp import gcp_resources
 from infra.components import child_options
 
 

@@ -12,8 +12,9 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from domain import gcp_resources, kuberay
-from domain.settings import StackSettings
+from domain.config.settings import StackSettings
+from domain.gcp import gcp_resources
+from domain.ray import kuberay
 from infra.components import child_options
 
 
@@ -28,7 +29,7 @@ class TpuPoolArgs:
 class TpuSlicesArgs:
     # One per slice on Standard; none on Autopilot.
     pools: tuple[TpuPoolArgs, ...]
-    # Autopilot's ComputeClass manifest, exactly when the worker pods select it (domain/kuberay.py).
+    # Autopilot's ComputeClass manifest, exactly when the worker pods select it (domain/ray/kuberay.py).
     compute_class: Mapping[str, Any] | None
     kubernetes: k8s.Provider
 

@@ -16,7 +16,7 @@ from pulumi_policy import (
     ResourceValidationPolicy,
 )
 
-from domain import gke
+from domain.gcp import gke
 from policies.rules.common import CLUSTER, UNKNOWN, at, described, known, plain
 
 WORKLOAD_POOL_SUFFIX = ".svc.id.goog"

@@ -32,7 +32,7 @@ from pulumi_policy.proxy import (
     UnknownValueError,
 )
 
-from domain.tpu_catalog import ACCELERATORS, Accelerator, SliceShape
+from domain.tpu.tpu_catalog import ACCELERATORS, Accelerator, SliceShape
 
 NETWORK = "gcp:compute/network:Network"
 SUBNETWORK = "gcp:compute/subnetwork:Subnetwork"

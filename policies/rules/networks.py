@@ -18,7 +18,7 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from domain.dcn import DCN_MTU
+from domain.gcp.dcn import DCN_MTU
 from policies.rules.common import (
     FIREWALL,
     NETWORK,

@@ -1,4 +1,4 @@
-"""The RayCluster (KubeRay `ray.io/v1`, props as in domain/kuberay.py) and anything exposing its
+"""The RayCluster (KubeRay `ray.io/v1`, props as in domain/ray/kuberay.py) and anything exposing its
 head.
 
 A worker group is a TPU worker group when its pods select a TPU accelerator
@@ -25,8 +25,8 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from domain.kuberay import AUTOSCALER_VERSION, FLEX_START_NODE_LABEL, MIN_RAY_VERSION_FOR_TOKEN_AUTH
-from domain.tpu_catalog import ACCELERATORS
+from domain.ray.kuberay import AUTOSCALER_VERSION, FLEX_START_NODE_LABEL, MIN_RAY_VERSION_FOR_TOKEN_AUTH
+from domain.tpu.tpu_catalog import ACCELERATORS
 from policies.rules.common import (
     K8S_SERVICE,
     RAY_CLUSTER,

@@ -1,7 +1,7 @@
 """The training job (`pulumi-python:dynamic/ray:RayJob`) the workloads stack submits.
 
 Its `entrypoint` is `python -m trainer.<module> --job '<JSON>'`, the resolved job of
-domain/job.py: the rules read the job from there, exactly as the trainer will. Entry points of
+domain/training/job.py: the rules read the job from there, exactly as the trainer will. Entry points of
 any other form are not this project's jobs and are left alone. All of these are caught before
 submission, while the slices are still idle rather than after a compile failure on them.
 
@@ -26,15 +26,15 @@ from pulumi_policy import (
     ResourceValidationPolicy,
 )
 
-from domain.capacity import MemoryEstimate, estimate_memory, job_cost
-from domain.fit_results import NOT_COMPILED
-from domain.job import JobSpec
-from domain.maxtext_config import base_config, override_problems
-from domain.presets import PRESETS, maxtext_overrides
-from domain.published_recipes import model_family
-from domain.setting import settings_of
-from domain.tpu_catalog import Accelerator, SliceShape, accelerator_by_ray_type
-from domain.workload_settings import WorkloadSettings
+from domain.config.setting import settings_of
+from domain.config.workload_settings import WorkloadSettings
+from domain.perf.capacity import MemoryEstimate, estimate_memory, job_cost
+from domain.perf.fit_results import NOT_COMPILED
+from domain.perf.published_recipes import model_family
+from domain.tpu.tpu_catalog import Accelerator, SliceShape, accelerator_by_ray_type
+from domain.training.job import JobSpec
+from domain.training.maxtext_config import base_config, override_problems
+from domain.training.presets import PRESETS, maxtext_overrides
 from policies.rules.common import RAY_JOB, at, config_value, known, plain, schema, whole_number
 from trainer.validate_config import model_flops, recorded_result
 

@@ -32,9 +32,9 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from domain.capacity import HOURS_PER_DAY
-from domain.capacity_choices import FLEX_START, ON_DEMAND, RESERVATION, SPOT
-from domain.tpu_catalog import Accelerator, zone_region
+from domain.perf.capacity import HOURS_PER_DAY
+from domain.tpu.capacity_choices import FLEX_START, ON_DEMAND, RESERVATION, SPOT
+from domain.tpu.tpu_catalog import Accelerator, zone_region
 from policies.rules.common import (
     BUCKET,
     CLUSTER,

@@ -3,7 +3,7 @@
 A multi-host slice only becomes usable when every VM of its topology is there, placed together
 and wired to the DCN networks; anything less is billed by the chip-hour and trains nothing. A pool
 either holds its slice (a node count) or scales it as one unit through GKE's autoscaling, from 0
-to every VM (domain/gcp_resources.py); a flex-start pool is built as GKE requires of it.
+to every VM (domain/gcp/gcp_resources.py); a flex-start pool is built as GKE requires of it.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pulumi_policy import (
     ResourceValidationPolicy,
 )
 
-from domain.gcp_resources import DRANET_NODE_LABEL, FLEX_START_LOCATION_POLICY, FLEX_START_RESERVATION_AFFINITY
+from domain.gcp.gcp_resources import DRANET_NODE_LABEL, FLEX_START_LOCATION_POLICY, FLEX_START_RESERVATION_AFFINITY
 from policies.rules.common import (
     NODE_POOL,
     UNKNOWN,
@@ -194,7 +194,7 @@ def gke_metadata_server(args: ResourceValidationArgs, report_violation: ReportVi
 def flex_start(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
     """A flex-start pool as GKE builds one: its nodes come only through the cluster autoscaler,
     from any zone with capacity, never from a reservation and never Spot, and are not
-    auto-repaired (GKE's flex-start documentation and xpk, cited in domain/gcp_resources.py)."""
+    auto-repaired (GKE's flex-start documentation and xpk, cited in domain/gcp/gcp_resources.py)."""
     pool = _tpu_pool(args)
     if pool is None:
         return

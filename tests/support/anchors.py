@@ -4,7 +4,7 @@ CALIBRATING_8B = "llama3_1_8b_8192_no_collective_matmul (1 x v6e-16)"
 
 
 def anchor_named(name: str):
-    from domain.speed_anchors import V6E_ANCHORS
+    from domain.perf.speed_anchors import V6E_ANCHORS
 
     [found] = [anchor for anchor in V6E_ANCHORS if anchor.name == name]
     return found

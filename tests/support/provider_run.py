@@ -10,9 +10,9 @@ from typing import Any
 
 from ray.job_submission import JobSubmissionClient
 
-from domain.goodput import RunRecord
-from domain.job import JobSpec
-from domain.job_log import JobLog
+from domain.training.goodput import RunRecord
+from domain.training.job import JobSpec
+from domain.training.job_log import JobLog
 from workloads import ray_job
 from workloads.ray_job import RayJobProvider
 

@@ -1,0 +1,350 @@
+"""A project's settings, each declared once: as a field of the project's frozen settings class.
+
+A field made with `setting(...)` carries everything about one setting: its config key (the field's
+name in camelCase), its type as `pulumi config` knows it, its default, its description, what is
+valid, how one value is checked, and whether a secret value could stay secret. Everything else
+derives from that declaration:
+
+- `read` turns raw engine config (text, as the engine passes it) into typed values and the
+  problems of each value on its own (unknown keys, types, choices, ranges, names, secrets);
+- `pulumi_yaml_config` is the `config:` block of the project's Pulumi.yaml, and
+  `markdown_table` the README's list of settings (`scripts/sync-settings` writes both;
+  tests/test_settings_table.py fails when they drift).
+
+Checks that involve several settings (a zone of the region, Spot with a reservation) stay in the
+project's parse function, which reads the typed values from here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+import unicodedata
+from collections.abc import Callable, Mapping, Sequence, Set
+from typing import Any, Literal
+
+from domain.training.maxtext_config import as_boolean, as_integer, as_number, shown
+
+Kind = Literal["string", "integer", "boolean", "number", "array", "object"]
+
+SECRET = "[secret]"
+_METADATA_KEY = "setting"
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One setting. `check` gets a value of the right type (and choice, and range) and returns
+    why it is refused, as the rest of a sentence that starts `KEY = VALUE ` (or None)."""
+
+    kind: Kind
+    description: str
+    default: Any = None
+    unset: str | None = None  # what leaving it unset means, when no default value says it
+    required: str | None = None  # set for a setting that must be set: what `pulumi config set KEY ...` takes
+    choices: Sequence[str] | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    above: float | None = None  # an exclusive minimum (a price, a fraction)
+    valid: str | None = None  # what to use instead; derived from choices or the range when None
+    check: Callable[[Any], str | None] | None = None
+    in_clear: str | None = None  # where the value is stored or shown unencrypted: a secret is refused
+    namespace: str | None = None  # a provider's setting (gcp:zone): its provider declares it
+    field: str = ""  # the settings class's attribute, filled in by `settings_of`
+
+    @property
+    def name(self) -> str:
+        head, *rest = self.field.split("_")
+        return head + "".join(part.capitalize() for part in rest)
+
+    @property
+    def key(self) -> str:
+        """As the user types it after `pulumi config set`."""
+        return f"{self.namespace}:{self.name}" if self.namespace else self.name
+
+    @property
+    def rule(self) -> str:
+        """What a valid value is, as a message ends."""
+        if self.valid:
+            return self.valid
+        if self.choices is not None:
+            return f"choose one of: {', '.join(self.choices)}"
+        if self.kind == "boolean":
+            return "use true or false"
+        if self.minimum is not None and self.maximum is not None:
+            return f"use {_number(self.minimum)} to {_number(self.maximum)}"
+        if self.minimum is not None:
+            return f"use {_number(self.minimum)} or more"
+        return f"use a {self.kind}"
+
+    def in_range(self, number: float) -> bool:
+        return (
+            (self.minimum is None or number >= self.minimum)
+            and (self.maximum is None or number <= self.maximum)
+            and (self.above is None or number > self.above)
+        )
+
+    def problem(self, value: Any) -> str | None:
+        """Why `value`, already of this setting's kind, is refused, worded as `read` words it
+        (`KEY = VALUE is ...`); None when it is valid. For a value that did not come through
+        `read` (a function's argument) checked against the same declaration."""
+        problem = _value_problem(self, value)
+        return None if problem is None else f"{self.key} = {_shown(self.kind, value)} {problem}"
+
+
+def setting(kind: Kind | Setting, description: str | None = None, **declaration: Any) -> Any:
+    """A settings-class field that declares a setting (see `Setting` for what it takes). Given a
+    `Setting` instead of a kind: that setting, declared where its rule belongs (a job's own
+    choices, domain/training/job.py, which checks its arguments with the same declaration), with this
+    project's description, default, range and the rest where given."""
+    if isinstance(kind, Setting):
+        changes = declaration if description is None else {**declaration, "description": description}
+        entry = dataclasses.replace(kind, **changes)
+    else:
+        assert description is not None, "a new setting needs its description"
+        entry = Setting(kind, description, **declaration)
+    return dataclasses.field(metadata={_METADATA_KEY: entry})
+
+
+def settings_of(cls: type) -> tuple[Setting, ...]:
+    """The settings a class declares, in declaration order."""
+    return tuple(
+        dataclasses.replace(field.metadata[_METADATA_KEY], field=field.name)
+        for field in dataclasses.fields(cls)
+        if _METADATA_KEY in field.metadata
+    )
+
+
+@dataclasses.dataclass
+class Reading:
+    """Raw config read against a table: typed values by field name (None where unset or refused),
+    and the problems found so far, to which the project's own checks add."""
+
+    values: dict[str, Any]
+    problems: list[str]
+    secrets: frozenset[str]  # keys (as the user types them) set with `pulumi config set --secret`
+    raw: Mapping[str, Any]
+    kinds: Mapping[str, Kind]  # by key
+    keys: Mapping[str, str]  # by field
+    refused: set[str] = dataclasses.field(default_factory=set)  # fields whose value was refused
+
+    def shown(self, key: str, value: Any = None) -> str:
+        """A setting's value as messages show it (text quoted, even text of digits, numbers and
+        booleans bare); a secret's never."""
+        if key in self.secrets:
+            return SECRET
+        return _shown(self.kinds.get(key), self.raw.get(key) if value is None else value)
+
+    def is_set(self, field: str) -> bool:
+        """Whether the stack sets this field's setting (to anything, even its default)."""
+        return self.raw.get(self.keys[field]) is not None
+
+    def ok(self, *fields: str) -> bool:
+        """Whether these fields were read without a problem."""
+        return not self.refused & set(fields)
+
+    def raise_problems(self, error: Callable[[list[str]], Exception]) -> None:
+        """Raises `error` with every problem, with no secret value repeated."""
+        if self.problems:
+            hidden = [str(self.raw[key]) for key in self.secrets if self.raw.get(key) not in (None, "")]
+            raise error([redacted(problem, hidden) for problem in self.problems])
+
+
+def read(cls: type, raw: Mapping[str, Any], *, project_name: str, secret_keys: Set[str] = frozenset()) -> Reading:
+    """Reads `raw` (project keys bare, a provider's as `namespace:key`) against `cls`'s settings."""
+    table = settings_of(cls)
+    reading = Reading(
+        values={},
+        problems=[],
+        secrets=frozenset(secret_keys),
+        raw=raw,
+        kinds={entry.key: entry.kind for entry in table},
+        keys={entry.field: entry.key for entry in table},
+    )
+    problems = reading.problems
+    project_keys = [entry.key for entry in table if entry.namespace is None]
+    for key in sorted(set(raw) - {entry.key for entry in table}):
+        problems.append(
+            f"{project_name}:{key} is not a setting of this project; valid settings: {', '.join(project_keys)}"
+        )
+    for entry in table:
+        if entry.in_clear and entry.key in secret_keys and raw.get(entry.key) not in (None, ""):
+            problems.append(
+                f"{entry.key} is set as a secret, but {entry.in_clear}, so it would appear in clear there; set it "
+                f"without --secret (`pulumi config set {entry.key} VALUE`), or keep the value out of this stack"
+            )
+    for entry in table:
+        value = raw.get(entry.key)
+        if value is None:
+            if entry.required is not None:
+                problems.append(f"{entry.key} is not set; run `pulumi config set {entry.key} {entry.required}`")
+                reading.refused.add(entry.field)
+            reading.values[entry.field] = entry.default
+            continue
+        # A list or map arrives as JSON text: read, and show, what it says, not how it was sent.
+        problem = None
+        if entry.kind in ("array", "object"):
+            value, problem = _decoded(value, entry.kind)
+        typed, problem = (None, problem) if problem else _typed(entry, value)
+        if problem is None and typed is not None:
+            problem = _value_problem(entry, typed)
+        if problem is not None:
+            problems.append(f"{entry.key} = {reading.shown(entry.key, value)} {problem}")
+            reading.refused.add(entry.field)
+            typed = None
+        reading.values[entry.field] = typed
+    return reading
+
+
+# Python refuses to turn text of more digits than this into an int (a guard against slow
+# conversions); a setting that long is out of range, said as such rather than with Python's error.
+MAX_DIGITS = sys.get_int_max_str_digits() or 4300
+
+
+def control_characters(text: str) -> list[str]:
+    """The control characters in `text` (a line break, a tab, ...), as messages show them."""
+    return sorted({repr(character)[1:-1] for character in text if unicodedata.category(character) == "Cc"})
+
+
+def _typed(entry: Setting, value: Any) -> tuple[Any, str | None]:
+    """The value as its kind, or why it is not one."""
+    if entry.kind == "string":
+        text = str(value)
+        # `printf 'name\n' | pulumi config set KEY` stores the line break: no setting (a name, a
+        # version, a path, a URL) has one, and a check written with `$` would not see it.
+        hidden = control_characters(text)
+        if hidden:
+            return None, (
+                f"has control characters ({', '.join(hidden)}), which no value of this setting has; set the "
+                f"value again without them (`pulumi config set {entry.key} VALUE`, not piped from a command that "
+                "ends it with a line break)"
+            )
+        return text, None
+    if entry.kind == "boolean":
+        flag = as_boolean(value)
+        return (flag, None) if flag is not None else (None, "is not a boolean; use true or false")
+    if entry.kind == "integer":
+        if isinstance(value, str) and sum(character.isdigit() for character in value) > MAX_DIGITS:
+            return None, f"is out of range; {entry.rule}"
+        number = as_integer(value)
+        return (number, None) if number is not None else (None, f"is not a whole number; {entry.rule}")
+    if entry.kind == "number":
+        real = as_number(value)
+        if real is None and _is_overflow(value):
+            return None, f"is out of range; {entry.rule}"
+        return (real, None) if real is not None else (None, f"is not a number; {entry.rule}")
+    if entry.kind == "array":
+        if isinstance(value, list) and all(isinstance(item, str) for item in value):
+            return tuple(value), None
+        return None, "is not a list of strings"
+    if isinstance(value, str):
+        return None, "is not an object; set it in the stack file as a map"
+    if isinstance(value, dict):
+        return value, None
+    return None, "is not an object (a map of keys to values)"
+
+
+def _is_overflow(value: Any) -> bool:
+    """Text of a number too large for a float (1e999, or thousands of digits)."""
+    try:
+        return math.isinf(float(value)) and "inf" not in str(value).lower()
+    except (TypeError, ValueError):
+        return False
+
+
+def _decoded(value: Any, kind: Kind) -> tuple[Any, str | None]:
+    """JSON text as what it says; other text of a list as `pulumi config set` types one (a, b);
+    anything else as it is. Or why it cannot be read: a number inside of more digits than
+    Python converts."""
+    if not isinstance(value, str):
+        return value, None
+    try:
+        return json.loads(value), None
+    except json.JSONDecodeError:
+        return ([part.strip() for part in value.split(",") if part.strip()] if kind == "array" else value), None
+    except ValueError:  # Python's limit on the digits of an integer
+        return value, (
+            f"has a number of more than {MAX_DIGITS} digits, more than any value of it can use; give numbers "
+            "of a sensible size"
+        )
+
+
+def _shown(kind: Kind | None, value: Any) -> str:
+    """Text quoted, even text of digits; numbers and booleans bare."""
+    return repr(value) if kind == "string" and isinstance(value, str) else shown(value)
+
+
+def _value_problem(entry: Setting, value: Any) -> str | None:
+    if entry.choices is not None and value not in entry.choices:
+        return f"is not valid; {entry.rule}"
+    if entry.kind in ("integer", "number") and not entry.in_range(value):
+        return f"is out of range; {entry.rule}"
+    return entry.check(value) if entry.check else None
+
+
+def redacted(problem: str, secrets: list[str]) -> str:
+    """Messages quote values (`'value'`); a few print them bare (numbers, booleans, and names
+    inside longer names), which are hidden too unless too short to tell from other words."""
+    for secret in sorted(secrets, key=len, reverse=True):
+        problem = problem.replace(repr(secret), SECRET)
+        if len(secret) >= 4:
+            problem = problem.replace(secret, SECRET)
+    return problem
+
+
+# ---------------------------------------------------------------- what the table documents
+
+
+def pulumi_yaml_config(cls: type) -> dict[str, dict[str, Any]]:
+    """The project's own settings as Pulumi.yaml's `config:` block declares them (a provider's
+    settings, like gcp:zone, are its provider's to declare)."""
+    block: dict[str, dict[str, Any]] = {}
+    for entry in settings_of(cls):
+        if entry.namespace is not None:
+            continue
+        # `pulumi config` has no number type: a number is declared as text, which `read` parses.
+        declaration: dict[str, Any] = {"type": "string" if entry.kind == "number" else entry.kind}
+        if entry.kind == "array":
+            declaration["items"] = {"type": "string"}
+        declaration["description"] = entry.description
+        # Lists and maps are left to the description: the CLI's check of a structured default
+        # against its declared type is not something this machine can run.
+        if entry.default is not None and entry.kind not in ("array", "object"):
+            declaration["default"] = str(entry.default) if entry.kind == "number" else entry.default
+        block[entry.name] = declaration
+    return block
+
+
+def markdown_table(cls: type) -> str:
+    """The README's list of a project's settings."""
+    lines = ["| setting | type | default | may be secret | what it does |", "| --- | --- | --- | --- | --- |"]
+    for entry in settings_of(cls):
+        secret = "no" if entry.in_clear else "yes"
+        cells = (f"`{entry.key}`", entry.kind, _markdown(_default_text(entry)), secret, _markdown(entry.description))
+        lines.append(f"| {' | '.join(cells)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _markdown(text: str) -> str:
+    """Text for a table cell: `<` and `>` outside code spans would be read as HTML, `|` as a cell."""
+    parts = text.replace("|", "\\|").split("`")
+    for index in range(0, len(parts), 2):
+        parts[index] = parts[index].replace("<", "&lt;").replace(">", "&gt;")
+    return "`".join(parts)
+
+
+def _default_text(entry: Setting) -> str:
+    if entry.required is not None:
+        return "required"
+    if entry.default is None or entry.default in ((), {}):
+        return entry.unset or ("empty" if entry.kind in ("array", "object") else "unset")
+    if isinstance(entry.default, bool):
+        return f"`{'true' if entry.default else 'false'}`"
+    if isinstance(entry.default, tuple):
+        return ", ".join(f"`{item}`" for item in entry.default)
+    return f"`{entry.default}`"
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)

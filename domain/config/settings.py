@@ -1,0 +1,945 @@
+"""The infra stack's settings: each declared once (a field of `StackSettings`), read once from raw
+stack config into a frozen, validated object.
+
+Every problem is reported at once, each naming the setting, the value and what would be valid,
+so a stack with bad config stops before a single resource (and a single TPU hour) is requested.
+Pulumi.yaml's `config:` block and the README's settings table are generated from the fields
+(`scripts/sync-settings`); a test fails when they drift.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping, Set
+from dataclasses import dataclass, fields
+from typing import Any
+
+from domain.config.problems import ProblemsError
+from domain.config.setting import Reading, read, setting, settings_of
+from domain.gcp import dcn, gcp_names, gke, k8s_names, resource_names
+from domain.gcp.images import IMAGE_RULE, image_reference_problems, ray_version_of
+from domain.gcp.machine_types import machine_size
+from domain.perf.capacity import HOURS_PER_DAY
+from domain.ray import ray_head
+from domain.ray.ray_version import MIN_RAY_VERSION_FOR_TOKEN_AUTH, RAY_VERSION, version_key
+from domain.tpu.capacity_choices import CAPACITY_CHOICES, DEFAULT_CAPACITY, FLEX_START, RESERVATION, SPOT
+from domain.tpu.tpu_catalog import (
+    FLEX_START_ZONES,
+    FLEX_START_ZONES_SOURCE,
+    TPU_ZONES_SOURCE,
+    Accelerator,
+    SliceShape,
+    zone_region,
+)
+from domain.training.job import PRESET, SLICES, JobError, resolve_job, topology_problem
+from domain.training.presets import PRESETS, Preset
+
+MAX_SLICES = 64
+
+_DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_REGION = re.compile(r"[a-z]+-[a-z]+\d+")
+# A zone is its region plus a letter (`us-east5-b`), or an AI zone's `ai<N><letter>` (`us-south1-ai1b`).
+_ZONE_SUFFIX = re.compile(r"[a-z]|ai\d+[a-z]")
+
+# Namespaces every cluster already has: the stack creates its namespace, which would fail.
+SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
+# The label that records the stack on the cluster (domain/gcp/gcp_resources.py).
+STACK_LABEL = "maxtext-tpu-stack"
+_STATE = "stored unencrypted in the stack's state"
+
+# Settings that only a Standard cluster uses, and what an Autopilot cluster does instead: set (to
+# anything but the default) on an Autopilot stack, they would do nothing, which is a mistake.
+STANDARD_ONLY = {
+    "head_machine_type": "Autopilot chooses the Ray head's node from the head pod's own requests",
+    "dcn_subnets": "Autopilot gives the TPU pods their DCN interfaces itself (DRANET through the ComputeClass)",
+}
+
+
+# Settings of earlier releases, and what says the same now: the stack stops on them rather than
+# running with the setting silently gone.
+RETIRED = {
+    "spot": (
+        "is no longer a setting: capacity says how TPU nodes are obtained; run `pulumi config rm spot` and, "
+        "for Spot VMs, `pulumi config set capacity spot`"
+    ),
+}
+
+
+class SettingsError(ProblemsError):
+    """Stack config that cannot be deployed."""
+
+    heading = "invalid stack configuration"
+
+
+def _named(what: str, problems_of: Callable[[str], list[str]], rule: str) -> Callable[[str], str | None]:
+    """A check from domain/gcp/gcp_names.py's reasons and rule for one kind of name."""
+
+    def check(value: str) -> str | None:
+        problems = problems_of(value)
+        return f"is not {what}: it {', '.join(problems)}; use {rule}" if problems else None
+
+    return check
+
+
+def _dns_label(max_length: int, also: Callable[[str], str | None] | None = None) -> Callable[[str], str | None]:
+    def check(value: str) -> str | None:
+        if len(value) > max_length or not _DNS_LABEL.fullmatch(value):
+            reasons = gcp_names.rfc1035_problems(value, max_length=max_length)
+            return (
+                f"is not valid; use lowercase letters, digits and '-', starting with a letter, at most "
+                f"{max_length} characters: it {', '.join(reasons)}"
+            )
+        return also(value) if also else None
+
+    return check
+
+
+def _kubernetes_name(
+    what: str, problems_of: Callable[[str], list[str]], rule: str, also: Callable[[str], str | None]
+) -> Callable[[str], str | None]:
+    """A check from domain/gcp/k8s_names.py's reasons and rule, then `also`."""
+
+    def check(value: str) -> str | None:
+        problems = problems_of(value)
+        if problems:
+            return f"is not {what}: it {', '.join(problems)}; use {rule}"
+        return also(value)
+
+    return check
+
+
+def _tpu_preset(name: str) -> str | None:
+    if PRESETS[name].runs_on_tpu:
+        return None
+    tpu = ", ".join(p.name for p in PRESETS.values() if p.runs_on_tpu)
+    return f"runs on CPU through a local Ray cluster, not on GKE; choose a TPU preset: {tpu}"
+
+
+def _region(value: str) -> str | None:
+    if _REGION.fullmatch(value):
+        return None
+    return "is not a Google Cloud region (for example us-east5); run `pulumi config set gcp:region <region>`"
+
+
+def _capacity(value: tuple[str, ...]) -> str | None:
+    unknown = [choice for choice in value if choice not in CAPACITY_CHOICES]
+    if unknown:
+        return f"has {', '.join(map(repr, unknown))}, which is not a capacity choice; choose from: {', '.join(CAPACITY_CHOICES)}"
+    if not value:
+        return f"is empty; choose at least one of: {', '.join(CAPACITY_CHOICES)} (default: {DEFAULT_CAPACITY[0]})"
+    repeated = sorted({choice for choice in value if value.count(choice) > 1})
+    if repeated:
+        return f"names {', '.join(map(repr, repeated))} more than once; list each choice once, in order of preference"
+    return None
+
+
+def _own_namespace(value: str) -> str | None:
+    if value not in SYSTEM_NAMESPACES:
+        return None
+    return (
+        "is a namespace every cluster already has; the stack creates its namespace, which would fail; "
+        "use a namespace of its own (or default)"
+    )
+
+
+def _own_service_account(value: str) -> str | None:
+    if value != "default":
+        return None
+    return (
+        "is the account Kubernetes creates in every namespace; the stack creates its own Ray service "
+        "account, which would fail; use another name (for example maxtext-ray)"
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class StackSettings:
+    """Everything the infra program needs to know, validated. Each `setting(...)` field is one
+    stack setting, declared here and nowhere else (see domain/config/setting.py). Every infra setting's
+    value ends up in outputs, names or state in clear (`in_clear` says where), so none may be
+    set with `pulumi config set --secret`: the program reads plain values, and a secret's
+    encryption would not survive that."""
+
+    stack: str  # the Pulumi stack's name (not a setting)
+
+    project: str = setting(
+        "string",
+        "Google Cloud project ID the stack deploys into (the Google provider's setting).",
+        namespace="gcp",
+        required="<project-id>",
+        check=_named("a project ID", gcp_names.project_id_problems, gcp_names.PROJECT_ID_RULE),
+        in_clear="it is part of the clusterId and kubeconfig outputs, the Workload Identity pool and the image URL",
+    )
+    region: str = setting(
+        "string",
+        "Region of the bucket, the image repository and an Autopilot cluster (the Google provider's setting).",
+        namespace="gcp",
+        required="<region>",
+        check=_region,
+        in_clear="it is the clusterLocation output of an Autopilot stack, the bucket's location and part of the image URL",
+    )
+    zone: str = setting(
+        "string",
+        "Zone of a Standard cluster and its TPU node pools, in gcp:region (the Google provider's setting).",
+        namespace="gcp",
+        required="<zone>",
+        in_clear="it is the clusterLocation output of a Standard stack and the node pools' location",
+    )
+    preset: Preset = setting(
+        PRESET,
+        "Training preset: llama3-8b or llama3-70b (the tiny-cpu preset runs locally, not on GKE).",
+        default="llama3-8b",
+        check=_tpu_preset,
+        in_clear="it is exported as the preset output",
+    )
+    mode: str = setting(
+        "string",
+        "GKE mode: standard (TPU node pools, DCN networks) or autopilot (ComputeClass).",
+        default="standard",
+        choices=gke.MODES,
+        in_clear="it is exported as the mode output",
+    )
+    cluster_name: str = setting(
+        "string",
+        "GKE cluster name; also prefixes the DCN networks and the worker image repository.",
+        default="maxtext-tpu",
+        check=_dns_label(gcp_names.GKE_CLUSTER_NAME_MAX),
+        in_clear="it names the GKE cluster (the clusterName output), its node service account, DCN networks and image repository",
+    )
+    gke_version: str = setting(
+        "string",
+        "Minimum control-plane version; must be at or above the managed DRANET minimum for the mode.",
+        default=gke.DEFAULT_VERSION,
+        in_clear=f"it is the cluster's minimum version, {_STATE}",
+    )
+    release_channel: str = setting(
+        "string",
+        "GKE release channel offering gkeVersion: RAPID, REGULAR, STABLE or EXTENDED.",
+        default="RAPID",
+        choices=gke.RELEASE_CHANNELS,
+        in_clear=f"it is the cluster's release channel, {_STATE}",
+    )
+    network: str = setting(
+        "string",
+        "Primary VPC network of the cluster.",
+        default="default",
+        check=_named("a VPC network name", gcp_names.network_name_problems, gcp_names.NETWORK_RULE),
+        in_clear=f"it is the cluster's network, {_STATE}",
+    )
+    slices: int = setting(
+        SLICES,
+        f"Number of TPU slices (1 to {MAX_SLICES}); defaults to the preset's.",
+        unset="the preset's",
+        maximum=MAX_SLICES,
+        in_clear="it is exported as the slices output and numbers the TPU node pools",
+    )
+    topology: str = setting(
+        "string",
+        "TPU slice topology (for example 4x4); defaults to the preset's.",
+        unset="the preset's",
+        in_clear="it is exported as the topology output and names the TPU node pools",
+    )
+    capacity: tuple[str, ...] = setting(
+        "array",
+        "How TPU nodes are obtained, in order of preference: reservation, on-demand, spot, flex-start. "
+        "Standard takes one; Autopilot takes a fallback order (ComputeClass priorities).",
+        default=DEFAULT_CAPACITY,
+        check=_capacity,
+        in_clear=f"it is the TPU node pools' provisioning model (or the ComputeClass priorities), {_STATE}",
+    )
+    min_slices: int = setting(
+        "integer",
+        "TPU slices kept up while no job runs (0 to slices); the Ray autoscaler adds the rest for a job "
+        "and removes them after idleTimeoutSeconds.",
+        default=0,
+        minimum=0,
+        maximum=MAX_SLICES,
+        in_clear=f"it is the worker group's minReplicas and the node pools' autoscaling, {_STATE}",
+    )
+    idle_timeout_seconds: int = setting(
+        "integer",
+        "Seconds a slice with no work stays up before the Ray autoscaler removes it (when minSlices < slices).",
+        default=300,
+        minimum=30,
+        maximum=86400,
+        in_clear=f"it is the RayCluster's autoscaler idle timeout, {_STATE}",
+    )
+    reservation: str | None = setting(
+        "string",
+        "Name of a specific Compute Engine reservation for the TPU nodes (with reservation in capacity).",
+        check=_named("a reservation name", gcp_names.reservation_problems, gcp_names.RESERVATION_RULE),
+        in_clear=f"it is the TPU node pools' reservation affinity, {_STATE}",
+    )
+    dcn_subnets: tuple[str, ...] = setting(
+        "array",
+        "CIDR ranges of the DCN subnets, one per extra network (two for v6e).",
+        default=dcn.DEFAULT_SUBNET_RANGES,
+        in_clear=f"they are the DCN subnets' ranges, {_STATE}",
+    )
+    namespace: str = setting(
+        "string",
+        "Kubernetes namespace of the Ray cluster.",
+        default="default",
+        check=_kubernetes_name(
+            "a Kubernetes namespace name", k8s_names.label_problems, k8s_names.NAMESPACE_RULE, _own_namespace
+        ),
+        in_clear="it is exported as the namespace output and names the Kubernetes objects' namespace",
+    )
+    service_account: str = setting(
+        "string",
+        "Kubernetes service account of the Ray pods (granted the checkpoint bucket).",
+        default="maxtext-ray",
+        check=_kubernetes_name(
+            "a Kubernetes service account name",
+            k8s_names.subdomain_problems,
+            k8s_names.SUBDOMAIN_RULE,
+            _own_service_account,
+        ),
+        in_clear="it is exported as the serviceAccount output and is part of the bucket's IAM member",
+    )
+    bucket_name: str | None = setting(
+        "string",
+        "Checkpoint bucket name; auto-named with a random suffix when unset.",
+        unset="auto-named",
+        check=_named("a Cloud Storage bucket name", gcp_names.bucket_name_problems, gcp_names.BUCKET_NAME_RULE),
+        in_clear="it is exported as the bucketName and checkpointBucketUrl outputs",
+    )
+    bucket_force_destroy: bool = setting(
+        "boolean",
+        "Let `pulumi destroy` delete a bucket that still holds checkpoints.",
+        default=True,
+        in_clear=f"it is the bucket's force_destroy, {_STATE}",
+    )
+    deletion_protection: bool = setting(
+        "boolean",
+        "Protect the GKE cluster from deletion (turn on for production).",
+        default=False,
+        in_clear=f"it is the cluster's deletion_protection, {_STATE}",
+    )
+    production: bool = setting(
+        "boolean",
+        "Marks a production stack (it then requires deletionProtection).",
+        default=False,
+        in_clear="it becomes the cluster's environment label",
+    )
+    ray_image: str | None = setting(
+        "string",
+        "Ray container image for head and workers, used as-is (pin a tag or digest). Unset: the stack "
+        "builds trainer/Dockerfile (Ray and MaxText baked in) with Cloud Build into its own Artifact "
+        "Registry repository and uses that.",
+        unset="built by the stack",
+        check=_named("a pinned container image", image_reference_problems, IMAGE_RULE),
+        in_clear="it is exported as the rayImage output and set on every Ray pod",
+    )
+    head_machine_type: str = setting(
+        "string",
+        "Machine type of the on-demand CPU pool that runs the Ray head (Standard mode).",
+        default="n1-standard-16",
+        check=_named("a machine type", gcp_names.machine_type_problems, gcp_names.MACHINE_TYPE_RULE),
+        in_clear=f"it is the head pool's machine type, {_STATE}",
+    )
+    price_per_chip_hour: float | None = setting(
+        "number",
+        "US dollars per TPU chip-hour of the first capacity choice, for the cost outputs; defaults to the "
+        "catalog's list price for that choice in gcp:region (v6e on demand 2.70 in US regions; flex-start has "
+        "none: set this for dollar figures).",
+        unset="the catalog's list price",
+        above=0,
+        valid="use a positive number of US dollars, for example 2.70",
+        in_clear=(
+            "it is exported as the pricePerChipHourUsd output and prices trainingDollarsPerHour, "
+            "idleDollarsPerHour and idleDollarsPerDay"
+        ),
+    )
+
+    @property
+    def accelerator(self) -> Accelerator:
+        return self.preset.accelerator
+
+    @property
+    def slice_shape(self) -> SliceShape:
+        return self.accelerator.shape(self.topology)
+
+    @property
+    def primary_capacity(self) -> str:
+        return self.capacity[0]
+
+    @property
+    def spot(self) -> bool:
+        """The TPU nodes may be Spot VMs, so preemption handling applies (docs/spot.md)."""
+        return SPOT in self.capacity
+
+    @property
+    def flex_start(self) -> bool:
+        return FLEX_START in self.capacity
+
+    @property
+    def uses_reservation(self) -> bool:
+        return RESERVATION in self.capacity
+
+    @property
+    def autoscales(self) -> bool:
+        """Slices beyond minSlices come and go with the jobs (the Ray autoscaler, GKE's pools)."""
+        return self.min_slices < self.slices
+
+    @property
+    def is_autopilot(self) -> bool:
+        return self.mode == "autopilot"
+
+    @property
+    def cluster_location(self) -> str:
+        """Autopilot clusters are regional; the procedure's Standard cluster is zonal."""
+        return self.region if self.is_autopilot else self.zone
+
+    @property
+    def total_chips(self) -> int:
+        return self.slices * self.slice_shape.chips
+
+    @property
+    def uses_dcn_networks(self) -> bool:
+        """Standard clusters attach extra VPCs to TPU pools; Autopilot manages them itself."""
+        return not self.is_autopilot and self.accelerator.dcn_networks > 0
+
+
+_SETTINGS = {entry.field: entry for entry in settings_of(StackSettings)}
+
+
+def _derived_problem(key: str, value: str, derived: str, service: str, problems: list[str], fix: str) -> str:
+    """A name the program builds from a setting, refused by the service that gets it."""
+    return f"{key} = {value!r} makes {derived}, which {service} refuses: it {', '.join(problems)}; {fix}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Read:
+    """The settings `read` typed, for the checks that involve several of them: each value, or None
+    where it is unset with no default or was refused on its own (`Reading.ok` says which; a check
+    below may refuse a value that stays here). The preset's shape is resolved: its topology and
+    slice count where the stack sets none."""
+
+    region: str | None
+    zone: str | None
+    chosen: Preset | None  # None where the preset was refused
+    mode: str | None
+    cluster_name: str | None
+    gke_version: str | None
+    network: str | None
+    slices: int | None
+    topology: str
+    capacity: tuple[str, ...] | None
+    min_slices: int | None
+    reservation: str | None
+    dcn_subnets: tuple[str, ...] | None
+    ray_image: str | None
+    head_machine_type: str | None
+    price_per_chip_hour: float | None
+    production: bool | None
+    deletion_protection: bool | None
+
+    @classmethod
+    def of(cls, reading: Reading) -> _Read:
+        values = reading.values
+        chosen = PRESETS[values["preset"]] if reading.ok("preset") else None
+        slices = values["slices"]
+        if slices is None and chosen is not None and reading.ok("slices"):
+            slices = chosen.slices
+        topology = values["topology"] or (chosen.topology if chosen else None) or ""
+        resolved = {"chosen": chosen, "slices": slices, "topology": topology}
+        return cls(
+            **{
+                field.name: resolved[field.name] if field.name in resolved else values[field.name]
+                for field in fields(cls)
+            }
+        )
+
+    @property
+    def topology_ok(self) -> bool:
+        return self.chosen is not None and topology_problem(self.chosen.accelerator, self.topology) is None
+
+    @property
+    def shape(self) -> tuple[Preset, SliceShape, int] | None:
+        """The preset, its slice shape and the slice count, where all three are valid."""
+        if self.chosen is None or not self.topology_ok or self.slices is None:
+            return None
+        return self.chosen, self.chosen.accelerator.shape(self.topology), self.slices
+
+    @property
+    def dcn_networks(self) -> int:
+        """The DCN networks the stack creates: the accelerator's, on a Standard cluster."""
+        return self.chosen.accelerator.dcn_networks if self.chosen is not None and self.mode == "standard" else 0
+
+
+def parse_settings(
+    raw: Mapping[str, Any], *, stack: str, project_name: str, secret_keys: Set[str] = frozenset()
+) -> StackSettings:
+    """Validates raw stack config: the project's keys bare (`slices`), the Google provider's
+    qualified (`gcp:zone`); `secret_keys` names those set with `pulumi config set --secret`.
+    Raises SettingsError listing every problem when anything is wrong."""
+    retired = {key: RETIRED[key] for key in raw if key in RETIRED}
+    reading = read(
+        StackSettings,
+        {key: value for key, value in raw.items() if key not in retired},
+        project_name=project_name,
+        secret_keys=secret_keys,
+    )
+    reading.problems += [f"{key} {why}" for key, why in retired.items()]
+    settings = _Read.of(reading)
+    # In this order: a check skips a setting an earlier one refused (so one mistake is one message).
+    for problems_of in (
+        _location_problems,
+        _shape_problems,
+        _gke_version_problems,
+        _standard_only_problems,
+        _dcn_problems,
+        _image_and_machine_problems,
+        _price_problems,
+        _reservation_problems,
+        _capacity_problems,
+        _flex_start_problems,
+        _protection_problems,
+        _name_problems,
+    ):
+        reading.problems += problems_of(reading, settings)
+    reading.problems += _stack_name_problems(stack)
+
+    reading.raise_problems(SettingsError)
+    assert settings.chosen is not None and settings.slices is not None
+    return StackSettings(
+        stack=stack,
+        **{**reading.values, "preset": settings.chosen, "topology": settings.topology, "slices": settings.slices},
+    )
+
+
+def _location_problems(reading: Reading, settings: _Read) -> list[str]:
+    """gcp:zone in gcp:region (refused otherwise, so the zone's other checks are skipped)."""
+    region, zone = settings.region, settings.zone
+    if not (reading.ok("region", "zone") and region and zone):
+        return []
+    if zone.startswith(f"{region}-") and _ZONE_SUFFIX.fullmatch(zone[len(region) + 1 :]):
+        return []
+    reading.refused.add("zone")
+    return [
+        f"gcp:zone = {reading.shown('gcp:zone')} is not a zone of region {region!r}; use {region}-a, "
+        f"{region}-b, ... (one with capacity for the preset's TPUs)"
+    ]
+
+
+def _shape_problems(reading: Reading, settings: _Read) -> list[str]:
+    """The preset's TPUs: a topology of its accelerator, offered where the cluster is, and its
+    MaxText mesh fitting the shape."""
+    chosen, mode, region, zone = settings.chosen, settings.mode, settings.region, settings.zone
+    if chosen is None:
+        return []
+    problems = []
+    wrong_topology = topology_problem(chosen.accelerator, settings.topology)
+    if wrong_topology is not None:
+        problems.append(f"topology = {reading.shown('topology', settings.topology)} {wrong_topology}")
+    # Where the TPUs are: Standard pools live in gcp:zone; Autopilot picks a zone of gcp:region.
+    if mode is not None and reading.ok("region", "zone") and region and zone:
+        problems += _availability_problems(chosen.accelerator, mode, region, zone)
+    # The preset's MaxText mesh, exactly as a job on this cluster would be checked.
+    if settings.shape is not None:
+        problems += _mesh_problems(chosen, settings.topology, settings.shape[2])
+    return problems
+
+
+def _gke_version_problems(reading: Reading, settings: _Read) -> list[str]:
+    mode, gke_version = settings.mode, settings.gke_version
+    if mode is None or gke_version is None:
+        return []
+    shown = reading.shown("gkeVersion", gke_version)
+    try:
+        # The Spot minimum is above Standard's DRANET minimum, so a Spot stack below it hears only
+        # the version that satisfies both.
+        if (
+            mode == "standard"
+            and reading.ok("capacity")
+            and SPOT in (settings.capacity or ())
+            and not gke.supports_spot_shutdown_grace(gke_version)
+        ):
+            return [
+                f"gkeVersion = {shown} with capacity = spot: the Spot TPU node pools extend the kubelet's shutdown "
+                "grace period so the Ray workers can checkpoint before the node goes (docs/spot.md), which GKE takes "
+                f"from {gke.SPOT_SHUTDOWN_GRACE_MINIMUM_VERSION}; use {gke.SPOT_SHUTDOWN_GRACE_MINIMUM_VERSION} or "
+                "later, or another capacity choice"
+            ]
+        if not gke.supports_dranet(gke_version, mode):
+            return [
+                f"gkeVersion = {shown} is below the managed DRANET minimum for {mode} clusters; use "
+                f"{gke.DRANET_MINIMUM_VERSION[mode]} or later"
+            ]
+    except ValueError as error:
+        return [f"gkeVersion: {error}"]
+    return []
+
+
+def _standard_only_problems(reading: Reading, settings: _Read) -> list[str]:
+    """Settings set on an Autopilot stack that only a Standard cluster uses (refused, so their
+    other checks are skipped)."""
+    problems = []
+    for field, instead in STANDARD_ONLY.items():
+        entry, value = _SETTINGS[field], reading.values[field]
+        if settings.mode == "autopilot" and reading.is_set(field) and value not in (None, entry.default):
+            problems.append(
+                f"{entry.key} = {reading.shown(entry.key, list(value) if entry.kind == 'array' else None)} does "
+                f"nothing on an Autopilot stack ({instead}); unset it (`pulumi config rm {entry.key}`), or use "
+                "mode = standard"
+            )
+            reading.refused.add(field)
+    return problems
+
+
+def _dcn_problems(reading: Reading, settings: _Read) -> list[str]:
+    """A Standard cluster's DCN subnets: valid ranges, room for every TPU VM, clear of the
+    primary network, one per DCN network."""
+    dcn_subnets, region, network = settings.dcn_subnets, settings.region, settings.network
+    if dcn_subnets is None or settings.mode != "standard" or not reading.ok("dcn_subnets"):
+        return []
+    # Each TPU VM of every slice takes one address in each DCN subnet.
+    vms = settings.shape[1].vms * settings.shape[2] if settings.shape is not None else None
+    problems = [
+        f"dcnSubnets: {problem}; use {dcn.VALID_RULE}" for problem in dcn.subnet_range_problems(dcn_subnets, vms=vms)
+    ]
+    if region and reading.ok("region", "network") and network:
+        problems += [
+            f"dcnSubnets: {problem}"
+            for problem in dcn.primary_overlap_problems(dcn_subnets, network=network, region=region)
+        ]
+    if settings.chosen is not None and len(dcn_subnets) != settings.dcn_networks:
+        problems.append(
+            f"dcnSubnets has {len(dcn_subnets)} ranges but TPU {settings.chosen.accelerator.name} needs "
+            f"{settings.dcn_networks} DCN networks; give exactly {settings.dcn_networks} "
+            f"(default: {', '.join(dcn.DEFAULT_SUBNET_RANGES)})"
+        )
+    return problems
+
+
+def _image_and_machine_problems(reading: Reading, settings: _Read) -> list[str]:
+    problems = []
+    machine_type, slices, min_slices = settings.head_machine_type, settings.slices, settings.min_slices
+    if settings.mode == "standard" and machine_type and reading.ok("head_machine_type"):
+        autoscales = slices is not None and min_slices is not None and min_slices < slices
+        problems += _head_machine_problems(machine_type, autoscales=autoscales)
+    if settings.ray_image and reading.ok("ray_image"):
+        problems += _ray_image_version_problems(reading.shown("rayImage"), ray_version_of(settings.ray_image))
+    return problems
+
+
+def _price_problems(reading: Reading, settings: _Read) -> list[str]:
+    price = settings.price_per_chip_hour
+    if price is None or settings.shape is None:
+        return []
+    chips = settings.shape[2] * settings.shape[1].chips
+    if math.isfinite(price * chips * HOURS_PER_DAY):
+        return []
+    return [
+        f"pricePerChipHour = {reading.shown('pricePerChipHour')} is out of range: times the stack's {chips} "
+        f"chips and {HOURS_PER_DAY} hours it is more dollars per day than a number holds; use a price in US "
+        "dollars, for example 2.70"
+    ]
+
+
+def _protection_problems(reading: Reading, settings: _Read) -> list[str]:
+    if settings.production and settings.deletion_protection is False:
+        return [
+            "production = true but deletionProtection is false: a production cluster must survive a "
+            "`pulumi destroy` run against the wrong stack; run `pulumi config set deletionProtection true`"
+        ]
+    return []
+
+
+def _name_problems(reading: Reading, settings: _Read) -> list[str]:
+    """Names built from the settings above, each checked against the rule of the service that
+    receives it (only when the settings themselves are valid, so one mistake is one message)."""
+    problems = []
+    cluster_name, network, mode = settings.cluster_name, settings.network, settings.mode
+    if reading.ok("cluster_name") and cluster_name is not None:
+        problems += _cluster_derived_problems(
+            cluster_name,
+            dcn_networks=settings.dcn_networks,
+            builds_image=settings.ray_image is None and reading.ok("ray_image"),
+        )
+        dcn_networks = {resource_names.dcn_network_name(cluster_name, index) for index in range(settings.dcn_networks)}
+        if network in dcn_networks:
+            problems.append(
+                f"network = {reading.shown('network')} is one of the DCN networks the stack creates for the TPU "
+                f"NICs of cluster {cluster_name!r}; the cluster's primary network must be another one "
+                "(for example default)"
+            )
+    if mode == "standard" and settings.shape is not None:
+        chosen, _, slices = settings.shape
+        pool = resource_names.tpu_pool_name(chosen.accelerator.slice_type(settings.topology), slices - 1)
+        pool_problems = gcp_names.node_pool_name_problems(pool)
+        if pool_problems:
+            problems.append(
+                _derived_problem(
+                    "topology",
+                    settings.topology,
+                    f"the node pool name {pool!r}",
+                    "GKE",
+                    pool_problems,
+                    "use a smaller slice",
+                )
+            )
+    return problems
+
+
+def _stack_name_problems(stack: str) -> list[str]:
+    stack_problems = gcp_names.label_value_problems(stack)
+    if not stack_problems:
+        return []
+    return [
+        f"the stack name {stack!r} becomes the cluster's label {STACK_LABEL}={stack}, which GKE "
+        f"refuses: it {', '.join(stack_problems)}; use a stack named with {gcp_names.LABEL_VALUE_RULE}"
+    ]
+
+
+def _reservation_problems(reading: Reading, settings: _Read) -> list[str]:
+    reservation = settings.reservation
+    if reservation is None or not reading.ok("reservation"):
+        return []
+    if settings.mode == "autopilot" and reservation.startswith("projects/"):
+        return [
+            f"reservation = {reading.shown('reservation')} is a shared reservation's path, which an "
+            "Autopilot ComputeClass does not take as a name (it names the owner project apart); use a "
+            "reservation of this project, or mode = standard"
+        ]
+    return []
+
+
+def _capacity_problems(reading: Reading, settings: _Read) -> list[str]:
+    """What the capacity choices need of each other and of the cluster's mode."""
+    problems = []
+    capacity, reservation, mode, slices = settings.capacity, settings.reservation, settings.mode, settings.slices
+    if not reading.ok("capacity"):
+        capacity = None
+    if capacity is not None and mode == "standard" and len(capacity) > 1:
+        problems.append(
+            f"capacity = {reading.shown('capacity', list(capacity))} is a fallback order, which a Standard cluster "
+            "cannot follow: each TPU node pool has one provisioning model; choose one (for example "
+            f"`pulumi config set capacity {capacity[0]}`), or use mode = autopilot, whose ComputeClass tries its "
+            "choices in order"
+        )
+    if capacity is not None and RESERVATION in capacity and reservation is None and reading.ok("reservation"):
+        problems.append(
+            f"capacity = {reading.shown('capacity', list(capacity))} includes reservation, but no reservation is "
+            "named; run `pulumi config set reservation <name>`"
+        )
+    if capacity is not None and reservation is not None and reading.ok("reservation") and RESERVATION not in capacity:
+        problems.append(
+            f"reservation = {reading.shown('reservation')} does nothing while capacity = "
+            f"{reading.shown('capacity', list(capacity))} does not include reservation; add it (`pulumi config "
+            "set capacity reservation`), or `pulumi config rm reservation`"
+        )
+    min_slices = settings.min_slices
+    if min_slices is not None and slices is not None and reading.ok("min_slices") and min_slices > slices:
+        problems.append(
+            f"minSlices = {reading.shown('minSlices')} is more than the stack's {slices} slice(s); use 0 to {slices}"
+        )
+    elif (
+        capacity is not None
+        and mode == "standard"
+        and FLEX_START in capacity
+        and min_slices
+        and reading.ok("min_slices")
+    ):
+        problems.append(
+            f"minSlices = {reading.shown('minSlices')} with capacity = flex-start: GKE's flex-start TPU node pools "
+            "start at 0 nodes and get a slice only when a job asks for one; set minSlices to 0, or choose "
+            "another capacity"
+        )
+    if (
+        min_slices is not None
+        and slices is not None
+        and min_slices >= slices
+        and reading.is_set("idle_timeout_seconds")
+        and reading.ok("idle_timeout_seconds", "min_slices")
+    ):
+        problems.append(
+            f"idleTimeoutSeconds = {reading.shown('idleTimeoutSeconds')} does nothing while minSlices = slices "
+            f"({slices}): every slice stays up; lower minSlices (0 scales to zero while idle), or `pulumi config "
+            "rm idleTimeoutSeconds`"
+        )
+    return problems
+
+
+def _flex_start_problems(reading: Reading, settings: _Read) -> list[str]:
+    chosen, mode, capacity, region, zone = (
+        settings.chosen,
+        settings.mode,
+        settings.capacity,
+        settings.region,
+        settings.zone,
+    )
+    if chosen is None or mode is None or not (reading.ok("capacity", "region", "zone") and region and zone):
+        return []
+    if capacity is None or FLEX_START not in capacity:
+        return []
+    return _flex_start_zone_problems(chosen.accelerator.name, mode, region, zone)
+
+
+def _flex_start_zone_problems(accelerator: str, mode: str, region: str, zone: str) -> list[str]:
+    """Flex-start TPUs exist in a few zones only: a pool elsewhere would wait for ever."""
+    zones = FLEX_START_ZONES.get(accelerator)
+    if zones is None:
+        return []  # no list for this generation: not checked (domain/tpu/tpu_catalog.py)
+    if mode == "standard" and zone not in zones:
+        return [
+            f"gcp:zone = {zone!r} with capacity = flex-start: GKE offers flex-start TPU {accelerator} only in "
+            f"{', '.join(zones)}, so the node pools would never get a slice; use one of those zones, or another "
+            f"capacity choice. Zones as listed by {FLEX_START_ZONES_SOURCE}"
+        ]
+    regions = sorted({zone_region(candidate) for candidate in zones})
+    if mode == "autopilot" and region not in regions:
+        return [
+            f"gcp:region = {region!r} with capacity including flex-start: GKE offers flex-start TPU {accelerator} "
+            f"only in {', '.join(zones)}, none of them in this region; use {' or '.join(regions)}, or drop "
+            f"flex-start from capacity. Zones as listed by {FLEX_START_ZONES_SOURCE}"
+        ]
+    return []
+
+
+def _head_machine_problems(machine_type: str, *, autoscales: bool) -> list[str]:
+    """The Ray head pod's requests (with the autoscaler's sidecar on a stack that scales) against
+    what GKE leaves pods on a node of `machine_type` (domain/gcp/gke.py); a size the name does not say
+    is not checked (domain/gcp/machine_types.py)."""
+    size = machine_size(machine_type)
+    cpus, memory_gib = ray_head.head_pod_cpus(autoscales), ray_head.head_pod_memory_gib(autoscales)
+    whose = "the head's and its autoscaler's requests" if autoscales else "the head's request"
+    short = []
+    if size.vcpus is not None and gke.allocatable_cpu(size.vcpus) < cpus:
+        short.append(
+            f"{gke.allocatable_cpu(size.vcpus):.2f} allocatable CPUs of its {size.vcpus:g} vCPUs for {whose} of {cpus:g}"
+        )
+    if size.memory_gib is not None and gke.allocatable_memory_gib(size.memory_gib) < memory_gib:
+        short.append(
+            f"{gke.allocatable_memory_gib(size.memory_gib):.2f} GiB of allocatable memory of its "
+            f"{size.memory_gib:g} GiB for {whose} of {memory_gib:g} GiB"
+        )
+    if not short:
+        return []
+    return [
+        f"headMachineType = {machine_type!r} is too small for the Ray head: a GKE node of it offers "
+        f"{' and '.join(short)} (GKE keeps the rest for the system), so the head pod would never schedule; use a "
+        f"machine type with more, for example {_SETTINGS['head_machine_type'].default} (the default)"
+    ]
+
+
+def _ray_image_version_problems(shown: str, version: str | None) -> list[str]:
+    """A pinned image of Ray's own whose tag names another Ray than the cluster's."""
+    if version is None or version == RAY_VERSION:
+        return []
+    too_old = (
+        f"; and Ray {version} predates token authentication, which the cluster turns on (Ray "
+        f"{MIN_RAY_VERSION_FOR_TOKEN_AUTH} or later)"
+        if version_key(version) < version_key(MIN_RAY_VERSION_FOR_TOKEN_AUTH)
+        else ""
+    )
+    return [
+        f"rayImage = {shown} holds Ray {version}, but the cluster runs Ray {RAY_VERSION} (the RayCluster's "
+        f"rayVersion, the job client and the trainer): Ray needs the same version on the head, every worker "
+        f"and the client{too_old}; use rayproject/ray:{RAY_VERSION}-py312-tpu, an image of Ray {RAY_VERSION}, "
+        "or unset rayImage to build the worker image"
+    ]
+
+
+def _availability_problems(accelerator: Accelerator, mode: str, region: str, zone: str) -> list[str]:
+    """Standard node pools are created in gcp:zone; Autopilot picks a zone of gcp:region."""
+    if mode == "standard" and zone not in accelerator.zones:
+        in_region = [candidate for candidate in accelerator.zones if candidate.startswith(f"{region}-")]
+        hint = (
+            f"in {region}: {', '.join(in_region)}"
+            if in_region
+            else f"(set gcp:region to match): {', '.join(accelerator.zones)}"
+        )
+        return [
+            f"gcp:zone = {zone!r} does not offer TPU {accelerator.name}; use a zone that does {hint}. "
+            f"Zones as listed by {TPU_ZONES_SOURCE}"
+        ]
+    if mode == "autopilot" and region not in accelerator.regions:
+        return [
+            f"gcp:region = {region!r} has no zone offering TPU {accelerator.name}; use one of: "
+            f"{', '.join(accelerator.regions)}. Zones as listed by {TPU_ZONES_SOURCE}"
+        ]
+    return []
+
+
+def _mesh_problems(chosen: Preset, topology: str, slices: int) -> list[str]:
+    """What a job of the preset would be refused for on this shape (domain/training/job.py's own check),
+    so a stack is not built for TPUs its preset cannot use."""
+
+    def job_problems(candidate: str) -> list[str]:
+        try:
+            resolve_job(
+                chosen.name, run_name="settings-check", checkpoint_root="/data", slices=slices, topology=candidate
+            )
+        except JobError as error:
+            return error.problems
+        return []
+
+    try:
+        problems = job_problems(topology)
+        if not problems:
+            return []
+        fitting = [candidate for candidate in chosen.accelerator.shapes if not job_problems(candidate)]
+    except RuntimeError:
+        # MaxText (whose base.yml the check reads) is not installed here: the job is still checked
+        # before it is submitted.
+        return []
+    chips = chosen.accelerator.shape(topology).chips
+    fix = f"use topology {' or '.join(fitting)}" if fitting else "no topology of this accelerator fits it"
+    return [
+        f"topology = {topology!r} ({chips} chip{'s' if chips > 1 else ''} per slice, {slices} slice(s)) cannot run preset "
+        f"{chosen.name!r}: its MaxText mesh does not fit ({'; '.join(problems)}); {fix}, or a preset "
+        "sized for this shape"
+    ]
+
+
+def _cluster_derived_problems(cluster_name: str, *, dcn_networks: int, builds_image: bool) -> list[str]:
+    """The names the program derives from clusterName (domain/gcp/resource_names.py), checked."""
+    problems = []
+    account_id = resource_names.node_service_account_id(cluster_name)
+    account_problems = gcp_names.service_account_id_problems(account_id)
+    if account_problems:
+        problems.append(
+            _derived_problem(
+                "clusterName",
+                cluster_name,
+                f"the node service account id {account_id!r}",
+                "IAM",
+                account_problems,
+                f"use at most {resource_names.NODE_SERVICE_ACCOUNT_FULL_NAME_MAX} characters, so that the id is "
+                f"the whole name followed by {resource_names.NODE_SERVICE_ACCOUNT_SUFFIX}",
+            )
+        )
+    for index in range(dcn_networks):
+        for derived, kind in (
+            (resource_names.dcn_network_name(cluster_name, index), "DCN network name"),
+            (resource_names.dcn_firewall_name(cluster_name, index), "DCN firewall rule name"),
+        ):
+            derived_problems = gcp_names.compute_name_problems(derived)
+            if derived_problems:
+                problems.append(
+                    _derived_problem(
+                        "clusterName",
+                        cluster_name,
+                        f"the {kind} {derived!r}",
+                        "Compute Engine",
+                        derived_problems,
+                        "use a shorter clusterName",
+                    )
+                )
+    if builds_image:
+        repository = resource_names.artifact_repository_id(cluster_name)
+        repository_problems = gcp_names.artifact_repository_id_problems(repository)
+        if repository_problems:
+            problems.append(
+                _derived_problem(
+                    "clusterName",
+                    cluster_name,
+                    f"the image repository id {repository!r}",
+                    "Artifact Registry",
+                    repository_problems,
+                    "use a shorter clusterName",
+                )
+            )
+    return problems

@@ -1,0 +1,362 @@
+"""The workloads stack's settings, parsed once from raw stack config and validated.
+
+A workloads stack reaches its Ray cluster one of two ways: `infraStack` names the infra stack
+whose outputs (cluster endpoint, head service, preset, shape) it reads, or `address` is a Ray
+dashboard URL reached directly (the local stack, a CPU-only Ray head on this machine).
+
+Every problem the stack file alone shows is reported at once, each naming the setting, the value
+and what would be valid; what needs the infra stack's outputs (its accelerator, slices and
+topology) is checked when the job is resolved (domain/training/job.py), still before anything is
+submitted.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
+from typing import Any
+
+from domain.config.problems import ProblemsError
+from domain.config.setting import Reading, read, setting, settings_of
+from domain.config.stack_identity import StackIdentity
+from domain.ray.queueing import WORKER_GROUP_START_TIMEOUT_ENV
+from domain.training import maxtext_config
+from domain.training.job import MAX_FAILURES, MAX_PREEMPTIONS, MIN_SLICES, PRESET, RUN_NAME, default_run_name
+from domain.training.presets import PRESETS
+
+# Runtime env fields that make Ray download or install something on every worker at every job
+# start, before the first step (https://docs.ray.io/en/latest/ray-core/handling-dependencies.html).
+RUNTIME_INSTALLS = {
+    "pip": "installs Python packages with pip",
+    "uv": "installs Python packages with uv",
+    "conda": "creates a conda environment",
+    "py_modules": "downloads and installs Python modules",
+    "container": "pulls and runs a container image",
+    "image_uri": "pulls and runs a container image",
+    "java_jars": "downloads Java archives",
+}
+_OPT_IN = (
+    "the worker image already holds MaxText and the trainer; remove it, or opt in with "
+    "allowRuntimeInstall: true (pulumi config set allowRuntimeInstall true)"
+)
+
+
+# The job's two deadlines (workloads/ray_job.py enforces them): the wait for its slices, from the
+# job's start until its first worker group starts, and the run, from then until the job ends.
+QUEUE_TIMEOUT_SECONDS = 60 * 60
+# At least what a driver needs to start Ray Train and place a worker group on slices that are up;
+# at most a week, which is no longer a wait for capacity but a job to submit again.
+QUEUE_TIMEOUT_RANGE = (30, 7 * 24 * 60 * 60)
+TIMEOUT_SECONDS = 6 * 60 * 60
+
+
+class WorkloadSettingsError(ProblemsError):
+    """Workloads stack config that cannot run a job."""
+
+    heading = "invalid workloads stack configuration"
+
+
+def _url(address: str) -> str | None:
+    return None if address.startswith(("http://", "https://")) else "is not a URL; use http://HOST:8265"
+
+
+# A Pulumi stack reference: ORGANIZATION/PROJECT/STACK, each part letters, digits, '-', '_' or '.'
+# (https://www.pulumi.com/docs/iac/concepts/stacks/#stackreferences).
+_STACK_REFERENCE = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
+
+
+def _stack_reference(value: str) -> str | None:
+    if _STACK_REFERENCE.fullmatch(value):
+        return None
+    return (
+        "is not a fully qualified stack name; use ORGANIZATION/PROJECT/STACK, for example "
+        "organization/maxtext-tpu-infra/dev (`pulumi stack ls --all` in the project root lists them)"
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkloadSettings:
+    """What the workloads program needs to know, validated. Each `setting(...)` field is one
+    stack setting, declared here and nowhere else (see domain/config/setting.py). A setting with
+    `in_clear` cannot be kept secret, so a secret value is refused; any other secret setting
+    stays secret (workloads/program.py)."""
+
+    # Whose stack it is (not settings): the Pulumi stack's name, its project's and organization's.
+    stack: str
+    project: str
+    organization: str | None = None  # None where no engine names one (see domain/config/stack_identity.py)
+    secrets: frozenset[str] = frozenset()  # the settings set with `pulumi config set --secret`
+
+    infra_stack: str | None = setting(
+        "string",
+        "The infra stack to train on (organization/maxtext-tpu-infra/STACK); its outputs say where and on what.",
+        unset="unset (set it or address)",
+        check=_stack_reference,
+        in_clear="it names the StackReference resource, which the state and every preview show",
+    )
+    address: str | None = setting(
+        "string",
+        "A Ray dashboard URL reached directly (local runs), instead of infraStack.",
+        check=_url,
+        in_clear="it is the job's target, kept in the resources' inputs and state",
+    )
+    preset: str | None = setting(
+        PRESET,
+        "Training preset: llama3-8b, llama3-70b or tiny-cpu; defaults to the infra stack's.",
+        unset="the infra stack's",
+        in_clear="it is exported as the preset output and names the default run (<preset>-<stack>-<digest>)",
+    )
+    run_name: str | None = setting(
+        RUN_NAME,
+        "MaxText run name (its checkpoint directory); defaults to <preset>-<stack>-<digest>, the "
+        "digest of the stack's organization, project and name, so a re-run resumes and no same-named stack of "
+        "another project or organization shares it.",
+        unset="`<preset>-<stack>-<digest>`",
+        in_clear="it is exported as the runName output and names the checkpoint directory",
+    )
+    elastic: bool = setting(
+        "boolean", "Use the elastic trainer (runs on 1..all slices, resumes after failures).", default=False
+    )
+    min_slices: int = setting(MIN_SLICES)
+    max_failures: int | None = setting(MAX_FAILURES)
+    max_preemptions: int | None = setting(MAX_PREEMPTIONS)
+    maxtext_overrides: Mapping[str, str] = setting(
+        "object",
+        "MaxText keys to add or override (for example {steps: 200}); checked against MaxText's base.yml before "
+        "submission.",
+        default={},
+    )
+    runtime_env: Mapping[str, Any] = setting(
+        "object",
+        "A Ray runtime_env for the job; empty by default (the image already holds MaxText, nothing is installed). "
+        "Fields that install at job start (pip, uv, conda, py_modules, a remote working_dir, container, "
+        "image_uri) need allowRuntimeInstall.",
+        default={},
+    )
+    allow_runtime_install: bool = setting(
+        "boolean",
+        "Let runtimeEnv install packages or pull images at every job start, on every worker (gigabytes before the "
+        "first step); off, such a runtimeEnv is refused.",
+        default=False,
+    )
+    queue_timeout_seconds: int = setting(
+        "integer",
+        "How long the job may wait for its slices: from the job's start until its first worker group starts. "
+        "A job still waiting then is stopped and pulumi up fails, saying how many slices it asked for and how "
+        "many were up.",
+        default=QUEUE_TIMEOUT_SECONDS,
+        minimum=QUEUE_TIMEOUT_RANGE[0],
+        maximum=QUEUE_TIMEOUT_RANGE[1],
+        valid=f"use {QUEUE_TIMEOUT_RANGE[0]} to {QUEUE_TIMEOUT_RANGE[1]} seconds (7 days; default "
+        f"{QUEUE_TIMEOUT_SECONDS}, 1 hour): fewer would stop a job whose slices are up before its worker group "
+        "has started",
+    )
+    timeout_seconds: int = setting(
+        "integer",
+        "How long the job may run: from its first worker group's start until it ends (its wait for slices "
+        "before that is bounded by queueTimeoutSeconds). On timeout it is stopped and pulumi up fails.",
+        default=TIMEOUT_SECONDS,
+        minimum=1,
+        valid=f"use 1 or more seconds (default {TIMEOUT_SECONDS}, 6 hours)",
+    )
+    checkpoint_root: str = setting(
+        "string",
+        "Checkpoint root for local runs (relative to the project root); GKE stacks use the infra stack's.",
+        default=".runs",
+    )
+    assumed_mfu: float = setting(
+        "number",
+        "Model FLOPs utilization assumed by the cost estimate, a fraction (MaxText's published v6e Llama 3 runs "
+        "reach 0.46-0.48).",
+        default=0.40,
+        above=0,
+        maximum=1,
+        valid="use a fraction in (0, 1], for example 0.4",
+    )
+
+    fit_check_result: str | None = setting(
+        "string",
+        "A fit check's JSON result for this job's configuration (python -m trainer.fit_check ... --output FILE, "
+        "relative to the project root); its predicted step time drives the estimates. Default: this checkout's "
+        "fit-check cache, when it holds this exact configuration.",
+        unset="unset (the fit-check cache is used)",
+    )
+
+    @property
+    def identity(self) -> StackIdentity:
+        return StackIdentity(organization=self.organization, project=self.project, stack=self.stack)
+
+    def run_name_for(self, preset: str) -> str:
+        """`runName` as set, else the stack's own default (domain/training/job.py)."""
+        return self.run_name or default_run_name(preset, self.identity)
+
+
+_SETTINGS = {entry.field: entry for entry in settings_of(WorkloadSettings)}
+
+# Settings that do nothing on some stacks: (field, when it does nothing, why). Set there to anything
+# but the default, they are refused: a setting that is set and does nothing is a mistake.
+IGNORED_WHEN = (
+    ("checkpoint_root", "infra", "a GKE job writes to the infra stack's checkpointRoot output (its bucket)"),
+    ("fit_check_result", "local", "a CPU job on a local Ray head has no TPU cost estimate to drive"),
+    ("assumed_mfu", "local", "a CPU job on a local Ray head has no TPU cost estimate to use it in"),
+    ("min_slices", "not elastic", "only an elastic job (elastic = true) runs on fewer slices than all"),
+)
+
+
+def _ignored_problems(reading: Reading, *, where: set[str]) -> list[str]:
+    problems = []
+    values = reading.values
+    for field, when, why in IGNORED_WHEN:
+        entry = _SETTINGS[field]
+        if when in where and reading.is_set(field) and values[field] not in (None, entry.default):
+            problems.append(
+                f"{entry.key} = {reading.shown(entry.key)} does nothing on this stack: {why}; unset it "
+                f"(`pulumi config rm {entry.key}`)"
+            )
+    return problems
+
+
+def _libtpu_problems(runtime_env: Mapping[str, Any], accelerators: list[Any], *, secret: bool) -> list[str]:
+    """Flags in the job's own LIBTPU_INIT_ARGS that every accelerator the job can run on refuses
+    (domain/tpu/tpu_catalog.py): the job would fail at its first step."""
+    env_vars = runtime_env.get("env_vars")
+    init_args = env_vars.get("LIBTPU_INIT_ARGS") if isinstance(env_vars, dict) else None
+    if not isinstance(init_args, str) or not accelerators:
+        return []
+    problems = []
+    for flag, why in accelerators[0].refused_libtpu_flags(init_args):
+        if all(flag in dict(other.refused_libtpu_flags(flag)) for other in accelerators[1:]):
+            problems.append(
+                f"runtimeEnv.env_vars.LIBTPU_INIT_ARGS has the flag {'[secret]' if secret else repr(flag)}: {why}; "
+                f"remove that flag (the workers already run with the catalog's flags for TPU {accelerators[0].name})"
+            )
+    return problems
+
+
+def _install_of(key: str, value: Any) -> str | None:
+    """What a runtime env field installs at every job start, or None."""
+    if key in RUNTIME_INSTALLS:
+        return RUNTIME_INSTALLS[key]
+    if key == "working_dir" and "://" in str(value):
+        return "downloads and unpacks a remote archive"
+    return None
+
+
+def _installs(runtime_env: Mapping[str, Any]) -> bool:
+    return any(_install_of(key, value) is not None for key, value in runtime_env.items())
+
+
+def _runtime_env_problems(runtime_env: Mapping[str, Any], *, allow_install: bool, secret: bool) -> list[str]:
+    def named(key: str, value: Any) -> str:
+        return f"runtimeEnv.{key} = {'[secret]' if secret else maxtext_config.shown(value)}"
+
+    problems = []
+    for key, value in runtime_env.items():
+        what = _install_of(key, value)
+        if what is not None and not allow_install:
+            problems.append(
+                f"{named(key, value)} {what} at every job start, on every worker, before the first "
+                f"step (gigabytes for MaxText's dependencies, paid in TPU time); {_OPT_IN}"
+            )
+    env_vars = runtime_env.get("env_vars")
+    if env_vars is not None and not isinstance(env_vars, dict):
+        problems.append(f"{named('env_vars', env_vars)} is not a map; give names and their values as text")
+    elif env_vars:
+        for name, value in env_vars.items():
+            if name == WORKER_GROUP_START_TIMEOUT_ENV:
+                problems.append(
+                    f"{named(f'env_vars.{name}', value)} is the job's queue deadline, which queueTimeoutSeconds "
+                    "sets; remove it from runtimeEnv and set queueTimeoutSeconds instead (`pulumi config set "
+                    "queueTimeoutSeconds SECONDS`)"
+                )
+            elif not isinstance(value, str):
+                problems.append(
+                    f"{named(f'env_vars.{name}', value)} is not text; quote it (Ray sets environment variables as text)"
+                )
+    return problems
+
+
+def parse_workload_settings(
+    raw: Mapping[str, Any],
+    *,
+    stack: str,
+    project_name: str,
+    organization: str | None = None,
+    secret_settings: AbstractSet[str] = frozenset(),
+) -> WorkloadSettings:
+    """Validates raw stack config (`project_name:key` keys stripped to `key`) of the stack
+    `organization/project_name/stack`; `secret_settings` names the settings set with `pulumi config
+    set --secret`. Raises WorkloadSettingsError listing every problem."""
+    reading = read(WorkloadSettings, raw, project_name=project_name, secret_keys=secret_settings)
+    values, problems = reading.values, reading.problems
+
+    infra_stack, address = values["infra_stack"], values["address"]
+    # Where the job runs decides which presets fit; with both or neither set, that is the problem.
+    local = reading.is_set("address") and infra_stack is None
+    on_infra = infra_stack is not None and not reading.is_set("address")
+    if reading.is_set("infra_stack") == reading.is_set("address"):
+        problems.append(
+            "set exactly one of infraStack (the infra stack to train on, e.g. "
+            "organization/maxtext-tpu-infra/dev) or address (a Ray dashboard URL such as "
+            "http://127.0.0.1:8265)"
+        )
+    preset = values["preset"]
+    chosen = PRESETS.get(preset) if preset is not None else None
+    tpu_presets = ", ".join(p.name for p in PRESETS.values() if p.runs_on_tpu)
+    cpu_presets = ", ".join(p.name for p in PRESETS.values() if not p.runs_on_tpu)
+    if local and not reading.is_set("preset"):
+        problems.append(
+            f"preset is required with address (the infra stack's preset is used otherwise); use {cpu_presets}"
+        )
+    if chosen is not None and local and chosen.runs_on_tpu:
+        problems.append(
+            f"preset = {reading.shown('preset')} trains on TPU {chosen.accelerator_name} slices, but address is a "
+            f"Ray head on this machine, which has CPUs only; use {cpu_presets} with address, or set "
+            "infraStack (instead of address) to train on the infra stack's TPU cluster"
+        )
+    if chosen is not None and on_infra and not chosen.runs_on_tpu:
+        problems.append(
+            f"preset = {reading.shown('preset')} runs on CPU through a local Ray head, not on the infra stack's "
+            f"GKE TPU cluster; unset preset (the infra stack's is used) or choose a TPU preset: "
+            f"{tpu_presets} (or set address instead of infraStack for a local run)"
+        )
+
+    overrides = values["maxtext_overrides"] or {}
+    problems += maxtext_config.key_problems(overrides)
+    problems += maxtext_config.value_problems(overrides, secret="maxtextOverrides" in reading.secrets)
+    runtime_env = values["runtime_env"] or {}
+    problems += _runtime_env_problems(
+        runtime_env,
+        allow_install=bool(values["allow_runtime_install"]),
+        secret="runtimeEnv" in reading.secrets,
+    )
+    # The accelerators the job can run on: its preset's, or (the infra stack's preset being
+    # unknown here) any TPU preset's; a flag all of them refuse is refused now.
+    candidates = [chosen] if chosen is not None else [p for p in PRESETS.values() if p.runs_on_tpu]
+    accelerators = [p.accelerator for p in candidates if p.runs_on_tpu]
+    problems += _libtpu_problems(runtime_env, accelerators, secret="runtimeEnv" in reading.secrets)
+    if values["allow_runtime_install"] and not _installs(runtime_env):
+        problems.append(
+            "allowRuntimeInstall = true does nothing on this stack: runtimeEnv installs nothing (no pip, uv, conda, "
+            "py_modules, container, image_uri, java_jars or remote working_dir); unset it (`pulumi config rm "
+            "allowRuntimeInstall`)"
+        )
+    where = {"local" if local else "infra" if on_infra else "neither"}
+    if not values["elastic"]:
+        where.add("not elastic")
+    problems += _ignored_problems(reading, where=where)
+    reading.raise_problems(WorkloadSettingsError)
+    return WorkloadSettings(
+        stack=stack,
+        project=project_name,
+        organization=organization,
+        secrets=reading.secrets,
+        **{
+            **values,
+            "address": address.rstrip("/") if address else None,
+            "maxtext_overrides": {str(key): str(value) for key, value in overrides.items()},
+            "runtime_env": dict(runtime_env),
+        },
+    )

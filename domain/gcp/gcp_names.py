@@ -1,0 +1,275 @@
+"""Google Cloud's naming rules as pure checks, so a bad name stops the stack before the cloud does.
+
+Each `*_problems(value)` returns every reason `value` is not a valid name of its kind (an empty
+list when it is), phrased to follow "<setting> = <value> ...: "; the matching `*_RULE` says what
+is valid, phrased to follow "use ". `domain/config/settings.py` joins them into messages that name the
+setting; a declarative table of settings can point at them by name.
+
+Every rule is the service's documented one; the source is next to each. Nothing here asks the
+cloud, so a name can still be refused for being taken (buckets, projects) or missing.
+"""
+
+from __future__ import annotations
+
+import re
+
+_LOWER_DIGITS_HYPHEN = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
+
+
+def _quoted(characters: set[str]) -> str:
+    return " ".join(repr(character) for character in sorted(characters))
+
+
+def rfc1035_problems(value: str, *, max_length: int, min_length: int = 1) -> list[str]:
+    """RFC 1035 labels as Google Cloud applies them: `[a-z]([-a-z0-9]*[a-z0-9])?`, bounded length."""
+    if not value:
+        return ["is empty"]
+    problems = []
+    if len(value) > max_length:
+        problems.append(f"is {len(value)} characters long (at most {max_length})")
+    if len(value) < min_length:
+        problems.append(f"is {len(value)} characters long (at least {min_length})")
+    if any(character.isupper() for character in value):
+        problems.append("has uppercase letters")
+    others = {character for character in value.lower() if character not in _LOWER_DIGITS_HYPHEN}
+    if others:
+        problems.append(f"has characters other than lowercase letters, digits and '-': {_quoted(others)}")
+    if not ("a" <= value[0].lower() <= "z"):
+        problems.append("does not start with a letter")
+    if value[-1] == "-":
+        problems.append("ends with '-'")
+    return problems
+
+
+def _rfc1035_rule(max_length: int, min_length: int = 1) -> str:
+    return (
+        f"{min_length}-{max_length} lowercase letters, digits and '-', starting with a letter and not ending with '-'"
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# Compute Engine resource names (reservations, VPC networks, firewall rules): RFC 1035,
+# `[a-z]([-a-z0-9]*[a-z0-9])?`, 1-63 characters.
+# Source: https://cloud.google.com/compute/docs/naming-resources#resource-name-format
+COMPUTE_NAME_MAX = 63
+COMPUTE_NAME_RULE = _rfc1035_rule(COMPUTE_NAME_MAX)
+
+
+def compute_name_problems(name: str) -> list[str]:
+    return rfc1035_problems(name, max_length=COMPUTE_NAME_MAX)
+
+
+# A reservation is named on its own (same project), or, when shared from another project, as
+# `projects/OWNER_PROJECT/reservations/NAME`: the form GKE's and Compute Engine's reservation
+# affinity accept. Sources: https://cloud.google.com/kubernetes-engine/docs/how-to/consuming-reservations,
+# ReservationAffinity.values in https://cloud.google.com/compute/docs/reference/rest/v1/instances
+RESERVATION_RULE = f"a reservation name ({COMPUTE_NAME_RULE}), or projects/PROJECT_ID/reservations/NAME for a reservation shared from another project"
+_SHARED_RESERVATION = re.compile(r"projects/([^/]*)/reservations/([^/]*)")
+
+
+def reservation_problems(value: str) -> list[str]:
+    shared = _SHARED_RESERVATION.fullmatch(value)
+    if shared:
+        owner, name = shared.groups()
+        return [f"names project {owner!r}, which {problem}" for problem in project_id_problems(owner)] + [
+            f"names reservation {name!r}, which {problem}" for problem in compute_name_problems(name)
+        ]
+    if "/" in value:
+        return ["is a path; give the reservation's name, or projects/PROJECT_ID/reservations/NAME for a shared one"]
+    return compute_name_problems(value)
+
+
+# VPC network names are Compute Engine resource names. The cluster takes the network's bare name
+# here (the project's own network); a URL or path belongs to Shared VPC, which needs a subnetwork
+# this stack does not set.
+NETWORK_RULE = f"the bare name of a VPC network in the project ({COMPUTE_NAME_RULE}), for example default"
+
+
+def network_name_problems(name: str) -> list[str]:
+    if "/" in name:
+        return ["is a path or URL; give the bare network name"]
+    return compute_name_problems(name)
+
+
+# ------------------------------------------------------------------------------------------------
+# GKE cluster names: "must start with a lowercase letter followed by up to 39 lowercase letters,
+# numbers, or hyphens, and can't end with a hyphen" (1-40 characters).
+# Source: https://cloud.google.com/sdk/gcloud/reference/container/clusters/create (NAME)
+GKE_CLUSTER_NAME_MAX = 40
+GKE_CLUSTER_NAME_RULE = _rfc1035_rule(GKE_CLUSTER_NAME_MAX)
+
+
+def gke_cluster_name_problems(name: str) -> list[str]:
+    return rfc1035_problems(name, max_length=GKE_CLUSTER_NAME_MAX)
+
+
+# GKE node pool names: the same 40-character RFC 1035 rule gcloud applies to cluster names.
+# Source: https://cloud.google.com/sdk/gcloud/reference/container/node-pools/create (NAME); the
+# 40-character bound is gcloud's, not restated in the REST reference.
+NODE_POOL_NAME_MAX = 40
+NODE_POOL_NAME_RULE = _rfc1035_rule(NODE_POOL_NAME_MAX)
+
+
+def node_pool_name_problems(name: str) -> list[str]:
+    return rfc1035_problems(name, max_length=NODE_POOL_NAME_MAX)
+
+
+# ------------------------------------------------------------------------------------------------
+# IAM service account ids: "must be 6-30 characters long, and match the regular expression
+# [a-z]([-a-z0-9]*[a-z0-9]) to comply with RFC1035".
+# Source: https://cloud.google.com/iam/docs/reference/rest/v1/projects.serviceAccounts/create
+SERVICE_ACCOUNT_ID_MIN = 6
+SERVICE_ACCOUNT_ID_MAX = 30
+SERVICE_ACCOUNT_ID_RULE = _rfc1035_rule(SERVICE_ACCOUNT_ID_MAX, SERVICE_ACCOUNT_ID_MIN)
+
+
+def service_account_id_problems(account_id: str) -> list[str]:
+    return rfc1035_problems(account_id, max_length=SERVICE_ACCOUNT_ID_MAX, min_length=SERVICE_ACCOUNT_ID_MIN)
+
+
+# ------------------------------------------------------------------------------------------------
+# Artifact Registry repository ids: lowercase letters, numbers and hyphens, beginning with a
+# letter, ending with a letter or number, at most 63 characters.
+# Source: https://cloud.google.com/artifact-registry/docs/repositories/create-repos (repository names)
+ARTIFACT_REPOSITORY_ID_MAX = 63
+ARTIFACT_REPOSITORY_ID_RULE = _rfc1035_rule(ARTIFACT_REPOSITORY_ID_MAX)
+
+
+def artifact_repository_id_problems(repository_id: str) -> list[str]:
+    return rfc1035_problems(repository_id, max_length=ARTIFACT_REPOSITORY_ID_MAX)
+
+
+# ------------------------------------------------------------------------------------------------
+# Label values (the cluster's resource labels): 0-63 characters, lowercase letters, numeric
+# characters, underscores and dashes; international (lowercase) characters are allowed.
+# Source: https://cloud.google.com/compute/docs/labeling-resources#requirements
+LABEL_VALUE_MAX = 63
+LABEL_VALUE_RULE = f"at most {LABEL_VALUE_MAX} lowercase letters, digits, '_' and '-'"
+
+
+def label_value_problems(value: str) -> list[str]:
+    problems = []
+    if len(value) > LABEL_VALUE_MAX:
+        problems.append(f"is {len(value)} characters long (at most {LABEL_VALUE_MAX})")
+    if any(character.isupper() for character in value):
+        problems.append("has uppercase letters")
+    others = {c for c in value if not (c.islower() or c.isdigit() or c in "_-") and not c.isupper()}
+    if others:
+        problems.append(f"has characters other than lowercase letters, digits, '_' and '-': {_quoted(others)}")
+    return problems
+
+
+# ------------------------------------------------------------------------------------------------
+# Project ids: "6 to 30 lowercase letters, digits, or hyphens. It must start with a letter.
+# Trailing hyphens are prohibited." Legacy domain-scoped ids (`example.com:my-project`) exist too:
+# the part after the colon follows the same rule here. The rule against restricted strings
+# ("google", "ssl", ...) binds new projects only, so it is not applied to existing ones.
+# Sources: https://cloud.google.com/resource-manager/reference/rest/v3/projects (projectId),
+# https://cloud.google.com/resource-manager/docs/creating-managing-projects
+PROJECT_ID_MIN = 6
+PROJECT_ID_MAX = 30
+PROJECT_ID_RULE = (
+    f"the project ID ({PROJECT_ID_MIN}-{PROJECT_ID_MAX} lowercase letters, digits and '-', starting with a "
+    "letter and not ending with '-'), not its display name or number; `gcloud projects list` shows it"
+)
+_DOMAIN_SCOPE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+:")
+
+
+def project_id_problems(project: str) -> list[str]:
+    if project.isdigit():
+        return ["is a project number, not a project ID"]
+    if any(character.isspace() for character in project) or any(character.isupper() for character in project):
+        return ["looks like a project's display name (it has spaces or uppercase letters), not its ID"]
+    scope = _DOMAIN_SCOPE.match(project)
+    project_id = project[scope.end() :] if scope else project
+    return rfc1035_problems(project_id, max_length=PROJECT_ID_MAX, min_length=PROJECT_ID_MIN)
+
+
+# ------------------------------------------------------------------------------------------------
+# Cloud Storage bucket names:
+# - only lowercase letters, numeric characters, dashes, underscores and dots; no spaces;
+# - start and end with a number or letter;
+# - 3-63 characters; names with dots up to 222, each dot-separated component at most 63;
+# - not an IP address in dotted-decimal notation;
+# - not beginning with "goog"; not containing "google" or close misspellings such as "g00gle".
+# Source: https://cloud.google.com/storage/docs/buckets#naming
+# Google does not publish its list of "close misspellings": this checks "google" with its o's
+# doubled or more, written as o or 0, and the transposition "googel", ignoring dots; that covers
+# the documented example, and a name can still be refused for a misspelling not caught here.
+BUCKET_NAME_MIN = 3
+BUCKET_NAME_MAX = 63
+BUCKET_DOTTED_NAME_MAX = 222
+BUCKET_NAME_RULE = (
+    f"{BUCKET_NAME_MIN}-{BUCKET_NAME_MAX} lowercase letters, digits, '-', '_' and '.', starting and ending with "
+    f"a letter or digit (a name with dots may have up to {BUCKET_DOTTED_NAME_MAX}, at most {BUCKET_NAME_MAX} "
+    "between dots), not an IP address, not starting with 'goog' and not containing 'google'; or leave "
+    "bucketName unset for a generated name"
+)
+_BUCKET_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_.")
+_IPV4 = re.compile(r"\d{1,3}(\.\d{1,3}){3}")
+_GOOGLE_LIKE = re.compile(r"g[o0]{2,}g+[l1]e|g[o0]{2,}ge[l1]")
+
+
+def bucket_name_problems(name: str) -> list[str]:
+    if name.startswith("gs://"):
+        return ["is a gs:// URL; give the bare bucket name, without gs:// or a path"]
+    if "/" in name:
+        return ["has a '/'; give the bucket name alone, without a path"]
+    if not name:
+        return ["is empty"]
+    problems = []
+    dotted = "." in name
+    limit = BUCKET_DOTTED_NAME_MAX if dotted else BUCKET_NAME_MAX
+    if len(name) > limit:
+        problems.append(f"is {len(name)} characters long (at most {limit}{' with dots' if dotted else ''})")
+    if len(name) < BUCKET_NAME_MIN:
+        problems.append(f"is {len(name)} characters long (at least {BUCKET_NAME_MIN})")
+    long_parts = [part for part in name.split(".") if len(part) > BUCKET_NAME_MAX]
+    if dotted and long_parts:
+        problems.append(f"has a part between dots longer than {BUCKET_NAME_MAX} characters")
+    if any(character.isupper() for character in name):
+        problems.append("has uppercase letters")
+    others = {character for character in name.lower() if character not in _BUCKET_CHARACTERS}
+    if others:
+        problems.append(f"has characters other than lowercase letters, digits, '-', '_' and '.': {_quoted(others)}")
+    if not name[0].isalnum() or not name[-1].isalnum():
+        problems.append("does not start and end with a letter or digit")
+    if _IPV4.fullmatch(name):
+        problems.append("is an IP address")
+    if name.lower().startswith("goog"):
+        problems.append("starts with 'goog', which Cloud Storage reserves")
+    elif _GOOGLE_LIKE.search(name.lower().replace(".", "")):
+        problems.append("contains 'google' or a close misspelling of it, which Cloud Storage refuses")
+    return problems
+
+
+# ------------------------------------------------------------------------------------------------
+# Compute Engine machine types: checked by shape, not against a list (the list changes by zone
+# and month; a misspelt family still reaches GKE, which names the valid ones). The shapes are
+# those of https://cloud.google.com/compute/docs/machine-resource:
+#   SERIES-FAMILY-VCPUS[-SUFFIX]   n1-standard-16, e2-standard-8, c3-standard-88-lssd,
+#                                  a2-highgpu-1g, ct6e-standard-4t, x4-megamem-960-metal
+#   SERIES-SHAREDCORE              e2-micro, e2-small, e2-medium, f1-micro, g1-small
+#   [SERIES-]custom-VCPUS-MEMORY   n2-custom-8-32768, custom-4-5120 (N1), n2-custom-2-20480-ext
+#   e2-custom-SHAREDCORE-MEMORY    e2-custom-medium-4096
+# Source: https://cloud.google.com/compute/docs/instances/creating-instance-with-custom-machine-type
+MACHINE_TYPE_RULE = (
+    "a Compute Engine machine type name, for example n1-standard-16, e2-standard-8, n2-highmem-32, "
+    "c3-standard-22 or n2-custom-8-32768"
+)
+_SERIES = r"[a-z][a-z0-9]*\d[a-z]?"
+_MACHINE_TYPE = re.compile(
+    rf"(?:{_SERIES}-(?!custom-)[a-z]+-\d+[a-z]?(?:-[a-z]+){{0,2}}"
+    rf"|{_SERIES}-(?:micro|small|medium)"
+    rf"|(?:{_SERIES}-)?custom-(?:(?:micro|small|medium)-\d+|\d+-\d+)(?:-ext)?)"
+)
+
+
+def machine_type_problems(machine_type: str) -> list[str]:
+    if "/" in machine_type:
+        return ["is a path or URL; give the bare machine type name"]
+    if machine_type != machine_type.lower():
+        return ["has uppercase letters (machine type names are lowercase)"]
+    if not _MACHINE_TYPE.fullmatch(machine_type):
+        return ["does not have the shape of a machine type (SERIES-FAMILY-VCPUS, or SERIES-custom-VCPUS-MEMORY_MB)"]
+    return []

@@ -1,0 +1,396 @@
+"""Kubernetes manifests for the Ray cluster: the DRANET claim template, the RayCluster, and the
+Autopilot ComputeClass, built from validated stack settings.
+
+Pure functions returning plain dicts (camelCase, as the API server wants them) so the same objects
+are deployed by the infra program, checked by policies and validated against the real schemas in
+tests. Shapes come from the TPU catalog: replicas are slices, hosts are VMs per slice, and each
+worker asks for the chips of one VM. A stack that scales (minSlices < slices) hands the worker
+group's replicas to KubeRay's in-tree Ray autoscaler; the capacity choices become the Autopilot
+ComputeClass's priorities, in order.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from typing import Any
+
+from domain.config.settings import StackSettings
+from domain.ray import preemption
+from domain.ray.ray_head import AUTOSCALER_CPU, AUTOSCALER_MEMORY, HEAD_CPUS, HEAD_MEMORY_GIB
+from domain.ray.ray_version import (
+    MIN_RAY_VERSION_FOR_TOKEN_AUTH as MIN_RAY_VERSION_FOR_TOKEN_AUTH,  # policies read it here
+)
+from domain.ray.ray_version import RAY_VERSION
+from domain.tpu.capacity_choices import DEFAULT_CAPACITY, FLEX_START, ON_DEMAND, RESERVATION, SPOT
+
+RAY_CLUSTER_NAME = "maxtext-tpu-cluster"
+WORKER_GROUP_NAME = "tpu-group"
+CLAIM_TEMPLATE_NAME = "dcn-netdev"
+CLAIM_NAME = "netdev"
+COMPUTE_CLASS_NAME = "dranet-compute-class"
+DASHBOARD_PORT = 8265
+MEGASCALE_PORT = 9915
+CHECKPOINT_MOUNT = "/data"
+
+GCS_FUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
+GCS_FUSE_VOLUME = "gcs-fuse-csi-ephemeral"
+GCS_FUSE_MOUNT_OPTIONS = "implicit-dirs,uid=1000,gid=1000,dir-mode=775,file-mode=664,file-cache:max-size-mb:-1"
+# The sidecar's own limits set to "0" (unlimited), as the procedure does, so checkpoint writes of
+# tens of GB are not throttled by a small default sidecar.
+GCS_FUSE_ANNOTATIONS = {
+    "gke-gcsfuse/volumes": "true",
+    "gke-gcsfuse/cpu-limit": "0",
+    "gke-gcsfuse/memory-limit": "0",
+    "gke-gcsfuse/ephemeral-storage-limit": "0",
+}
+
+METADATA_SERVER_SELECTOR = {"iam.gke.io/gke-metadata-server-enabled": "true"}
+HEAD_RESOURCES = {
+    "requests": {"cpu": str(HEAD_CPUS), "memory": f"{HEAD_MEMORY_GIB}Gi"},
+    "limits": {"memory": f"{HEAD_MEMORY_GIB}Gi"},
+}
+# Per TPU host: the procedure's 8 CPUs and 200G of the VM's memory for the Ray worker.
+WORKER_CPU = "8"
+WORKER_MEMORY = "200G"
+
+# Ray token authentication. The Jobs API on the head runs any command it is sent; without a token,
+# any pod of the cluster could reach it. With `authOptions.mode: token` and no `secretName`,
+# KubeRay (v1.7.0) generates the token itself, in a Secret it owns next to the RayCluster, and
+# gives every Ray container RAY_AUTH_MODE=token and RAY_AUTH_TOKEN from that Secret: the token is
+# made in the cluster and never passes through Pulumi's state. Clients send it as
+# `Authorization: Bearer <token>`, or `X-Ray-Authorization: Bearer <token>` through a proxy that
+# consumes the Authorization header (the Kubernetes API server's service proxy does).
+AUTH_OPTIONS = {"mode": "token"}
+# The Secret's key holding the token (base64 of 32 random bytes).
+RAY_AUTH_TOKEN_KEY = "auth_token"
+# KubeRay refuses a RayCluster with token authentication unless spec.rayVersion says the Ray in
+# its image is at least MIN_RAY_VERSION_FOR_TOKEN_AUTH (domain/ray/ray_version.py, imported above).
+# GKE's node labels for the provisioning model: Spot nodes carry gke-spot=true, flex-start nodes
+# gke-flex-start=true (the cluster autoscaler's FlexStartLabel; GKE's flex-start pages select it).
+SPOT_NODE_LABEL = "cloud.google.com/gke-spot"
+FLEX_START_NODE_LABEL = "cloud.google.com/gke-flex-start"
+
+# KubeRay's in-tree autoscaler (KubeRay v1.7.0), for a stack that scales (minSlices < slices).
+# `version: v2` is Ray autoscaler v2: Ray Train's TPU slices are gang-scheduled placement groups
+# whose bundles carry label selectors (ray.util.tpu, ray.io/tpu-slice-name), which only v2's
+# scheduler reads (ray/autoscaler/v2/scheduler.py; v1's resource_demand_scheduler ignores labels),
+# so v1 would never bring a slice up for a job. With v2 KubeRay itself adds
+# RAY_enable_autoscaler_v2=true to the head and sets restartPolicy Never on every pod
+# (controllers/ray/common/pod.go), and refuses any other restartPolicy (utils/validation.go).
+AUTOSCALER_VERSION = "v2"
+# Default: no rate limit, so a multi-slice job's slices are asked for at once (Conservative would
+# add them one at a time; Ray's kuberay autoscaling_config maps Default and Aggressive alike).
+AUTOSCALER_UPSCALING_MODE = "Default"
+# The sidecar's requests and limits, stated (they are KubeRay's defaults) because they add to the
+# head pod's (domain/ray/ray_head.py declares them for the head's node check).
+AUTOSCALER_RESOURCES = {
+    "requests": {"cpu": AUTOSCALER_CPU, "memory": AUTOSCALER_MEMORY},
+    "limits": {"cpu": AUTOSCALER_CPU, "memory": AUTOSCALER_MEMORY},
+}
+
+# KubeRay's utils.CheckName keeps names this short (63 minus room for "-worker-" and 5
+# generated characters).
+_KUBERAY_MAX_NAME = 50
+
+
+def head_service_name(cluster_name: str = RAY_CLUSTER_NAME) -> str:
+    """The ClusterIP service KubeRay creates for the head (dashboard and Jobs API on 8265)."""
+    return f"{cluster_name}-head-svc"
+
+
+def ray_auth_secret_name(cluster_name: str = RAY_CLUSTER_NAME) -> str:
+    """The Secret KubeRay creates for the cluster's auth token: the RayCluster's name through
+    KubeRay's `utils.CheckName`, which keeps the last 50 characters of a longer name, then
+    replaces a leading digit, or else a leading punctuation character, with "r"."""
+    name = cluster_name[-_KUBERAY_MAX_NAME:]
+    if name and _starts_badly(name[0]):
+        name = "r" + name[1:]
+    return name
+
+
+def _starts_badly(character: str) -> bool:
+    """Go's unicode.IsDigit or unicode.IsPunct (Unicode category P*), as KubeRay tests them."""
+    return unicodedata.category(character) == "Nd" or unicodedata.category(character).startswith("P")
+
+
+def uses_dranet(settings: StackSettings) -> bool:
+    return settings.accelerator.dcn_networks > 0
+
+
+def resource_claim_template(settings: StackSettings) -> dict[str, Any]:
+    """The DRANET claim for the extra NICs: exactly one per DCN network on Standard, where the
+    node pools attach them; on Autopilot GKE attaches what the ComputeClass asks for, so take all."""
+    allocation: dict[str, Any]
+    if settings.is_autopilot:
+        allocation = {"allocationMode": "All"}
+    else:
+        allocation = {"allocationMode": "ExactCount", "count": settings.accelerator.dcn_networks}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": CLAIM_TEMPLATE_NAME, "namespace": settings.namespace},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "req-netdev",
+                            "exactly": {"deviceClassName": "netdev.google.com", **allocation},
+                        }
+                    ]
+                }
+            }
+        },
+    }
+
+
+def uses_compute_class(settings: StackSettings) -> bool:
+    """Autopilot needs the ComputeClass for DRANET's extra NICs, and for any capacity but plain
+    on-demand: a reservation, flex-start and a fallback order are ComputeClass priorities (Spot
+    alone could be a pod node selector, but one mechanism for every choice is one to check)."""
+    return settings.is_autopilot and (uses_dranet(settings) or tuple(settings.capacity) != DEFAULT_CAPACITY)
+
+
+def _capacity_priority(settings: StackSettings, choice: str) -> dict[str, Any]:
+    """A priority's provisioning model (GKE's ComputeClass reference:
+    https://cloud.google.com/kubernetes-engine/docs/reference/crds/computeclass). Spot VMs cannot
+    consume reservations and the CRD refuses flexStart with spot, so each priority has one."""
+    if choice == RESERVATION:
+        return {"reservations": {"affinity": "Specific", "specific": [{"name": settings.reservation}]}}
+    if choice == SPOT:
+        return {"spot": True}
+    if choice == FLEX_START:
+        return {"flexStart": {"enabled": True}}
+    if choice == ON_DEMAND:
+        return {}
+    raise ValueError(f"capacity choice {choice!r} has no ComputeClass priority")
+
+
+def compute_class(settings: StackSettings) -> dict[str, Any]:
+    """Autopilot's equivalent of the TPU node pools: auto-created nodes for the slice's TPU, one
+    priority per capacity choice in the stack's order, and nothing else: `whenUnsatisfiable:
+    DoNotScaleUp` keeps GKE from creating nodes outside the list (its other value, ScaleUpAnyway,
+    falls back to nodes the class does not describe). Each priority names the slice's TPU
+    (`tpu`: the accelerator, the chips of one node and the slice's topology, as the ComputeClass
+    reference's TPU example does) on the procedure's machine type, and DRANET's automatic accelerator
+    network profile when the accelerator has DCN networks."""
+    shape = settings.slice_shape
+    slice_tpu: dict[str, Any] = {
+        "machineType": shape.machine_type,
+        "tpu": {
+            "type": settings.accelerator.gke_accelerator,
+            "count": shape.chips_per_vm,
+            "topology": settings.topology,
+        },
+    }
+    if uses_dranet(settings):
+        slice_tpu["acceleratorNetworkProfile"] = "auto"
+    spec: dict[str, Any] = {"nodePoolAutoCreation": {"enabled": True}}
+    if uses_dranet(settings):
+        spec["nodePoolConfig"] = {"dra": {"networking": {"enabled": True}}}
+    spec["priorities"] = [{**slice_tpu, **_capacity_priority(settings, choice)} for choice in settings.capacity]
+    spec["whenUnsatisfiable"] = "DoNotScaleUp"
+    return {
+        "apiVersion": "cloud.google.com/v1",
+        "kind": "ComputeClass",
+        "metadata": {"name": COMPUTE_CLASS_NAME},
+        "spec": spec,
+    }
+
+
+def _checkpoint_volumes(bucket_name: Any) -> list[dict[str, Any]]:
+    return [
+        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+        {
+            "name": GCS_FUSE_VOLUME,
+            "csi": {
+                "driver": GCS_FUSE_DRIVER,
+                "volumeAttributes": {
+                    "bucketName": bucket_name,
+                    "mountOptions": GCS_FUSE_MOUNT_OPTIONS,
+                },
+            },
+        },
+    ]
+
+
+_VOLUME_MOUNTS = [
+    {"name": GCS_FUSE_VOLUME, "mountPath": CHECKPOINT_MOUNT},
+    {"name": "dshm", "mountPath": "/dev/shm"},
+]
+
+# The head coordinates the job: keep it off Spot capacity, whose preemption would end the run, and
+# off flex-start capacity, whose nodes end after their maximum run duration (7 days at most).
+_HEAD_AFFINITY = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {
+                    "matchExpressions": [
+                        {"key": SPOT_NODE_LABEL, "operator": "DoesNotExist"},
+                        {"key": FLEX_START_NODE_LABEL, "operator": "DoesNotExist"},
+                    ]
+                }
+            ]
+        }
+    }
+}
+
+
+def _head_group(settings: StackSettings, bucket_name: Any, image: Any) -> dict[str, Any]:
+    return {
+        "rayStartParams": {},
+        # ClusterIP only: the Jobs API runs arbitrary commands, so it is reached through the
+        # Kubernetes API server (or a port-forward), never from outside the cluster.
+        "serviceType": "ClusterIP",
+        "template": {
+            "metadata": {"annotations": dict(GCS_FUSE_ANNOTATIONS)},
+            "spec": {
+                "serviceAccountName": settings.service_account,
+                "containers": [
+                    {
+                        "name": "ray-head",
+                        "image": image,
+                        "imagePullPolicy": "IfNotPresent",
+                        "ports": [
+                            {"containerPort": 6379, "name": "gcs-server"},
+                            {"containerPort": DASHBOARD_PORT, "name": "dashboard"},
+                            {"containerPort": 10001, "name": "client"},
+                        ],
+                        "resources": {key: dict(value) for key, value in HEAD_RESOURCES.items()},
+                        # Ray Train's preemption poll, read where the job's driver runs.
+                        "env": preemption.head_env(),
+                        "volumeMounts": [dict(mount) for mount in _VOLUME_MOUNTS],
+                    }
+                ],
+                "volumes": _checkpoint_volumes(bucket_name),
+                "nodeSelector": dict(METADATA_SERVER_SELECTOR),
+                "affinity": _HEAD_AFFINITY,
+            },
+        },
+    }
+
+
+def _worker_node_selector(settings: StackSettings) -> dict[str, str]:
+    """The TPU selectors stay on every stack: Ray's autoscaler reads them from the pod template to
+    know a replica is one slice (its TPU-<type>-head resource). Where a ComputeClass decides the
+    capacity, the pods select the class alone: a Spot or flex-start selector would refuse the
+    class's other priorities. A Standard pool has one provisioning model, selected as such."""
+    selector = {
+        **METADATA_SERVER_SELECTOR,
+        "cloud.google.com/gke-tpu-accelerator": settings.accelerator.gke_accelerator,
+        "cloud.google.com/gke-tpu-topology": settings.topology,
+    }
+    if uses_compute_class(settings):
+        selector["cloud.google.com/compute-class"] = COMPUTE_CLASS_NAME
+    elif settings.primary_capacity == SPOT:
+        selector[SPOT_NODE_LABEL] = "true"
+    elif settings.primary_capacity == FLEX_START:
+        selector[FLEX_START_NODE_LABEL] = "true"
+    return selector
+
+
+def _worker_group(settings: StackSettings, bucket_name: Any, image: Any) -> dict[str, Any]:
+    shape = settings.slice_shape
+    chips = str(shape.chips_per_vm)
+    dranet = uses_dranet(settings)
+    container: dict[str, Any] = {
+        "name": "ray-worker",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "resources": {
+            "limits": {"memory": WORKER_MEMORY, "google.com/tpu": chips},
+            "requests": {"cpu": WORKER_CPU, "memory": WORKER_MEMORY, "google.com/tpu": chips},
+        },
+        "env": [
+            {"name": "MEGASCALE_NUM_SLICES", "value": str(settings.slices)},
+            {"name": "MEGASCALE_PORT", "value": str(MEGASCALE_PORT)},
+            {"name": "JAX_PLATFORMS", "value": "tpu,cpu"},
+            {"name": "ENABLE_PJRT_COMPATIBILITY", "value": "true"},
+            {
+                "name": "LIBTPU_INIT_ARGS",
+                "value": settings.accelerator.libtpu_init_args(),
+            },
+            # A drain deadline before the kubelet's SIGKILL, and a quick preemption poll.
+            *preemption.worker_env(settings),
+        ],
+        "volumeMounts": [dict(mount) for mount in _VOLUME_MOUNTS],
+    }
+    if dranet:
+        container["resources"]["claims"] = [{"name": CLAIM_NAME}]
+    if not settings.is_autopilot:
+        # TPU access on Standard node pools, as the procedure runs it; Autopilot rejects
+        # privileged containers and exposes the TPU devices without it.
+        container["securityContext"] = {"privileged": True}
+    pod_spec: dict[str, Any] = {
+        "serviceAccountName": settings.service_account,
+        "containers": [container],
+        "volumes": _checkpoint_volumes(bucket_name),
+        "nodeSelector": _worker_node_selector(settings),
+        # The node's shutdown grace period for ordinary pods on Spot (docs/spot.md).
+        "terminationGracePeriodSeconds": preemption.worker_grace_seconds(settings),
+    }
+    if dranet:
+        pod_spec["resourceClaims"] = [{"name": CLAIM_NAME, "resourceClaimTemplateName": CLAIM_TEMPLATE_NAME}]
+    group: dict[str, Any] = {
+        "groupName": WORKER_GROUP_NAME,
+        # One replica is one whole slice: numOfHosts pods, one per VM, which KubeRay creates and
+        # deletes together (its RayMultiHostIndexing, on by default in v1.7.0).
+        "minReplicas": settings.min_slices,
+        "maxReplicas": settings.slices,
+        "numOfHosts": shape.vms,
+        "rayStartParams": {"metrics-export-port": "8082"},
+        "template": {
+            "metadata": {"annotations": dict(GCS_FUSE_ANNOTATIONS)},
+            "spec": pod_spec,
+        },
+    }
+    if not settings.autoscales:
+        # A fixed group: every slice, always.
+        group["replicas"] = settings.slices
+    # A scaling group leaves replicas to the autoscaler, which patches it: stated here, every
+    # `pulumi up` would set it back to minSlices and take the slices of a running job away. KubeRay
+    # starts the group at minReplicas (the CRD's default replicas 0, raised to minReplicas by
+    # utils.GetWorkerGroupDesiredReplicas).
+    return group
+
+
+def _autoscaling(settings: StackSettings) -> dict[str, Any]:
+    """The in-tree autoscaler for a stack that scales: Ray autoscaler v2 in a sidecar of the head,
+    removing a slice that has been idle for idleTimeoutSeconds."""
+    if not settings.autoscales:
+        return {}
+    return {
+        "enableInTreeAutoscaling": True,
+        "autoscalerOptions": {
+            "version": AUTOSCALER_VERSION,
+            "idleTimeoutSeconds": settings.idle_timeout_seconds,
+            "upscalingMode": AUTOSCALER_UPSCALING_MODE,
+            "resources": {key: dict(value) for key, value in AUTOSCALER_RESOURCES.items()},
+        },
+    }
+
+
+def ray_cluster(settings: StackSettings, bucket_name: Any, image: Any) -> dict[str, Any]:
+    """The RayCluster: one head on CPU nodes, one worker group replica per TPU slice (minSlices to
+    slices of them, scaled by the in-tree autoscaler, when the stack scales), all running
+    `image` (the same Ray on head and workers, as Ray requires), with Ray token authentication on
+    (the token is in the Secret `ray_auth_secret_name()`, key RAY_AUTH_TOKEN_KEY).
+
+    `bucket_name` and `image` may be deploy-time values (Pulumi outputs; the built image carries
+    its build as a dependency); they are only placed, never read.
+    """
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": RAY_CLUSTER_NAME, "namespace": settings.namespace},
+        "spec": {
+            # The Ray inside `image` (the worker image is built on it; a configured rayImage must
+            # run it too, as the job client does). KubeRay needs it to accept authOptions.
+            "rayVersion": RAY_VERSION,
+            "authOptions": dict(AUTH_OPTIONS),
+            **_autoscaling(settings),
+            "headGroupSpec": _head_group(settings, bucket_name, image),
+            "workerGroupSpecs": [_worker_group(settings, bucket_name, image)],
+        },
+    }

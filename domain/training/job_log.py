@@ -1,0 +1,126 @@
+"""The one reader of a job's log: each line is read once, and what it says goes to the job's
+progress and metrics (MaxText's step lines), its goodput (the trainer's events and Ray Train's
+retry decisions, domain/training/goodput.py) and the last lines an error shows. The lines themselves are
+declared in domain/training/job_events.py.
+
+A log is read as it is: no line can make the reader raise. An event line that is damaged or has a
+field of the wrong type is skipped and counted; a step line whose numbers do not read is no step.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from collections.abc import Iterable
+
+from domain.training.goodput import RunRecord, finite
+from domain.training.job_events import (
+    ENTRYPOINT_ECHO,
+    BadEventLine,
+    StepMetrics,
+    ray_train_retry_line,
+    read_event,
+    step_metrics,
+)
+
+# Throughput medians are taken over at most this many steps (the latest seen), so what the
+# provider keeps does not grow with the run.
+MEDIAN_WINDOW_STEPS = 1000
+
+
+class StepCollector:
+    """Metrics from successive reads of a log (tails that overlap, then the whole log), in
+    bounded memory.
+
+    A step is counted once: only steps past the highest one seen so far join the throughput
+    samples, and step 0 (it includes XLA compilation) never does, so a run seen only at step 0
+    has no throughput. The final loss is the last step line read, even after an elastic restart
+    set the step count back.
+    """
+
+    def __init__(self, window: int = MEDIAN_WINDOW_STEPS):
+        self.latest: StepMetrics | None = None
+        self.highest_step = -1
+        self._samples: deque[tuple[float, float]] = deque(maxlen=window)
+
+    def add(self, text: str) -> None:
+        """Reads a piece of the log for its steps (through the job's reader)."""
+        JobLog(self).add_text(text)
+
+    def add_step(self, step: StepMetrics) -> None:
+        if step.step > self.highest_step:
+            if step.step > 0 and (sample := step.throughput) is not None:
+                self._samples.append(sample)
+            self.highest_step = step.step
+        self.latest = step
+
+    def summary(self) -> dict[str, float | int | bool | None]:
+        """The metrics outputs. Every number is finite or None (strict JSON): a last loss that
+        is not finite is `final_loss` None with `diverged` True."""
+        if self.latest is None:
+            return {
+                "steps_completed": 0,
+                "final_loss": None,
+                "diverged": None,
+                "tokens_per_second_per_device": None,
+                "tflops_per_device": None,
+            }
+        samples = list(self._samples)
+        diverged = not math.isfinite(self.latest.loss)
+        return {
+            "steps_completed": self.highest_step + 1,
+            "final_loss": None if diverged else self.latest.loss,
+            "diverged": diverged,
+            "tokens_per_second_per_device": finite(statistics.median(s[0] for s in samples), 3) if samples else None,
+            "tflops_per_device": finite(statistics.median(s[1] for s in samples), 3) if samples else None,
+        }
+
+
+class JobLog:
+    """One pass over one read of a job's log (its tail, or the whole of it), in the log's order.
+
+    The steps go to `steps`, which a job keeps across its reads (its metrics and progress); the
+    events and Ray Train's decisions go to `record`, this read's own (the goodput, when the read
+    is the whole log, and the failed run's message); the last `tail_lines` lines, Ray's echo of
+    the command left out (it may hold settings the stack keeps secret), to `tail`.
+    """
+
+    def __init__(self, steps: StepCollector | None = None, tail_lines: int = 0):
+        self.steps = steps if steps is not None else StepCollector()
+        self.record = RunRecord()
+        self.tail: deque[str] = deque(maxlen=tail_lines)
+
+    def add_text(self, text: str) -> None:
+        self.add_lines(text.splitlines())
+
+    def add_lines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.add_line(line)
+
+    def add_line(self, line: str) -> None:
+        if line.startswith(ENTRYPOINT_ECHO):
+            return
+        self.tail.append(line)
+        if (step := step_metrics(line)) is not None:
+            self.steps.add_step(step)
+        try:
+            event = read_event(line)
+        except BadEventLine as error:
+            self.record.skip(str(error))
+            return
+        if event is not None:
+            self.record.add(event)
+        elif (retry := ray_train_retry_line(line)) is not None:
+            self.record.ray_train(retry)
+
+    def first_group_start(self) -> float | None:
+        """When the first worker group this read saw started: its `attempt` event, or, when the
+        read lost that line, its first step. None when it saw no group."""
+        if not self.record.attempts:
+            return None
+        first = self.record.attempts[0]
+        return first.started if first.started is not None else first.first_step_at
+
+    def tail_text(self) -> str:
+        return "\n".join(self.tail)
