@@ -53,6 +53,18 @@ def test_a_restart_after_a_preemption_comes_before_the_drain_deadline():
     assert config.preemption_grace_s == preemption.RESTART_GRACE_SECONDS == -preemption.RESTART_LEAD_SECONDS
 
 
+def test_the_config_classes_are_the_ones_ray_train_exports():
+    """The trainer imports them from where Ray Train v2 declares them (its types are right there);
+    they must stay the classes `ray.train` exports, which JaxTrainer checks its arguments against."""
+    import ray.train
+
+    run = maxtext_trainer.run_config(job(elastic=True))
+    assert type(maxtext_trainer.scaling_config(job())) is ray.train.ScalingConfig
+    assert type(maxtext_trainer.scaling_config(job("tiny-cpu"))) is ray.train.ScalingConfig
+    assert type(run) is ray.train.RunConfig
+    assert type(run.failure_config) is ray.train.FailureConfig
+
+
 def test_run_state_lives_beside_the_checkpoints():
     config = maxtext_trainer.run_config(job())
     assert (config.name, config.storage_path) == ("scaling", "/data/ray-train")

@@ -40,8 +40,15 @@ def maxtext_argv(job: JobSpec, base_config: Path | None = None) -> list[str]:
     return ["maxtext", str(base_config or base_config_path()), *job.maxtext_args()]
 
 
+# Ray Train v2's config classes come from ray.train.v2.api.config, where they are declared, like
+# JaxTrainer from ray.train.v2.jax: `ray.train` exports the same classes (v2 is on by default), but
+# binds v1's first and rebinds v2's under `if is_v2_enabled()`, so a type checker reading
+# `ray.train` sees v1's, without use_tpu, topology or the preemption budget.
+# tests/test_trainer_scaling.py checks both names give the same class.
+
+
 def scaling_config(job: JobSpec):
-    from ray.train import ScalingConfig
+    from ray.train.v2.api.config import ScalingConfig
 
     if not job.use_tpu:
         # One worker per node, as on TPU VMs: a node drained for preemption takes one worker.
@@ -66,7 +73,7 @@ def scaling_config(job: JobSpec):
 
 
 def run_config(job: JobSpec):
-    from ray.train import FailureConfig, RunConfig
+    from ray.train.v2.api.config import FailureConfig, RunConfig
 
     return RunConfig(
         name=job.run_name,
