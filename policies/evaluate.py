@@ -20,8 +20,9 @@ resource another one refers to.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from inspect import isawaitable
 from typing import Any
 
@@ -33,6 +34,7 @@ from pulumi_policy import (
     PolicyProviderResource,
     PolicyResource,
     PolicyResourceOptions,
+    ReportViolation,
     ResourceValidationArgs,
     ResourceValidationPolicy,
     StackValidationArgs,
@@ -88,7 +90,7 @@ def evaluate(
         reported = EnforcementLevel.MANDATORY if level is EnforcementLevel.REMEDIATE else level
         if isinstance(policy, ResourceValidationPolicy) and policy.has_validation():
             for resource, props in zip(resources, wire, strict=True):
-                args = ResourceValidationArgs(
+                resource_args = ResourceValidationArgs(
                     resource["type"],
                     _proxied(props),
                     resource["urn"],
@@ -97,10 +99,10 @@ def evaluate(
                     _provider(resource, by_urn),
                     dict(properties),
                 )
-                _run(policy, args, reported, resource["urn"], violations)
+                _run(policy.name, partial(policy.validate, resource_args), reported, resource["urn"], violations)
         elif isinstance(policy, StackValidationPolicy):
-            args = StackValidationArgs(_stack(resources, wire, by_urn), dict(properties))
-            _run(policy, args, reported, None, violations)
+            stack_args = StackValidationArgs(_stack(resources, wire, by_urn), dict(properties))
+            _run(policy.name, partial(policy.validate, stack_args), reported, None, violations)
     return violations
 
 
@@ -157,7 +159,7 @@ def _entry(name: str, value: Any, policy: Policy | None) -> tuple[EnforcementLev
         ok = wanted not in _JSON_TYPES or (
             isinstance(item, _JSON_TYPES[wanted])
             and (wanted == "boolean" or not isinstance(item, bool))
-            and (wanted != "integer" or float(item).is_integer())
+            and (wanted != "integer" or isinstance(item, int) or (isinstance(item, float) and item.is_integer()))
         )
         if not ok:
             raise ValueError(f"policy {name!r}: config property {key} = {item!r} is not of type {wanted}")
@@ -229,26 +231,28 @@ def _stack(
 
 
 def _run(
-    policy: Policy,
-    args: ResourceValidationArgs | StackValidationArgs,
+    name: str,
+    validate: Callable[[ReportViolation], object],
     level: EnforcementLevel,
     default_urn: str | None,
     violations: list[Violation],
 ) -> None:
+    """Runs one policy's `validate` (its args bound), collecting what it reports as `name`."""
+
     def report_violation(message: str, urn: str | None = None) -> None:
-        violations.append(Violation(policy.name, level.value, message, urn or default_urn))
+        violations.append(Violation(name, level.value, message, urn or default_urn))
 
     try:
-        result = policy.validate(args, report_violation)
+        result = validate(report_violation)
         if isawaitable(result):
             asyncio.run(_awaited(result))
     except UnknownValueError as error:
         # The analyzer turns an unknown value a policy tripped over into an advisory note.
         violations.append(
             Violation(
-                policy.name,
+                name,
                 EnforcementLevel.ADVISORY.value,
-                f"can't run policy '{policy.name}' during preview: {error.message}",
+                f"can't run policy '{name}' during preview: {error.message}",
                 default_urn,
             )
         )

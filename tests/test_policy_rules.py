@@ -648,6 +648,21 @@ def test_a_firewall_is_matched_to_its_network_by_id_without_dependencies(shipped
 
 
 @pytest.mark.parametrize(
+    "sources, allowed",
+    [
+        (["fd00::/8", "10.0.0.0/8"], True),  # the IPv4 range covers the subnet; the IPv6 one cannot
+        (["::/0"], False),  # every IPv6 address, none of the IPv4 subnet
+        (["10.60.0.0/17"], False),  # half the subnet
+    ],
+)
+def test_a_firewall_allows_a_subnet_only_from_ranges_of_its_ip_version(shipped, sources, allowed):
+    resources = copy.deepcopy(shipped["infra-standard"])
+    named(resources, "dcn-net-2-allow-internal")["props"]["sourceRanges"] = sources
+    names = [v.policy_name for v in evaluate(resources)]
+    assert names == ([] if allowed else ["dcn-network-internal-firewall"])
+
+
+@pytest.mark.parametrize(
     "image, pinned",
     [
         ("rayproject/ray:2.60.0-py312-tpu", True),

@@ -103,10 +103,21 @@ def _covers(source_ranges: list, subnet_range: str) -> bool:
         return False
     for source in source_ranges:
         try:
-            if subnet.subnet_of(ipaddress.ip_network(source, strict=False)):
+            if _within(subnet, ipaddress.ip_network(source, strict=False)):
                 return True
         except (TypeError, ValueError):
             continue
+    return False
+
+
+def _within(
+    inner: ipaddress.IPv4Network | ipaddress.IPv6Network, outer: ipaddress.IPv4Network | ipaddress.IPv6Network
+) -> bool:
+    """Whether `inner` lies in `outer`; never across IP versions (an IPv4 range is not within an IPv6 one)."""
+    if isinstance(inner, ipaddress.IPv4Network) and isinstance(outer, ipaddress.IPv4Network):
+        return inner.subnet_of(outer)
+    if isinstance(inner, ipaddress.IPv6Network) and isinstance(outer, ipaddress.IPv6Network):
+        return inner.subnet_of(outer)
     return False
 
 
@@ -150,7 +161,7 @@ def internal_firewall(args: StackValidationArgs, report_violation: ReportViolati
         verdicts = [
             _allows_ingress_from(firewall, dcn.ranges)
             for firewall in firewalls
-            if targets[firewall.urn] is not None and targets[firewall.urn].urn == dcn.network.urn
+            if (target := targets[firewall.urn]) is not None and target.urn == dcn.network.urn
         ]
         if True in verdicts or None in verdicts or (not verdicts and some_unresolved):
             continue

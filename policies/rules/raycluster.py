@@ -147,13 +147,14 @@ def hosts_per_slice(args: ResourceValidationArgs, report_violation: ReportViolat
     props, label = cluster
     for group in tpu_worker_groups(props):
         hosts = whole_number(at(group.spec, "numOfHosts"))
-        if group.shape is None or not known(hosts) or hosts == group.shape.vms:
+        accelerator, shape = group.accelerator, group.shape
+        if accelerator is None or shape is None or not known(hosts) or hosts == shape.vms:
             continue
-        effect = "pods wait for VMs that do not exist" if hosts > group.shape.vms else "VMs sit idle"
+        effect = "pods wait for VMs that do not exist" if hosts > shape.vms else "VMs sit idle"
         report_violation(
             f"{label}: worker group '{group.name}' has numOfHosts {hosts}, but a "
-            f"{group.topology} slice of TPU {group.accelerator.name} has {group.shape.vms} VMs, "
-            f"so {effect} while the slice is billed. Set numOfHosts to {group.shape.vms}.",
+            f"{group.topology} slice of TPU {accelerator.name} has {shape.vms} VMs, "
+            f"so {effect} while the slice is billed. Set numOfHosts to {shape.vms}.",
             args.urn,
         )
 
@@ -165,16 +166,17 @@ def chips_per_host(args: ResourceValidationArgs, report_violation: ReportViolati
         return
     props, label = cluster
     for group in tpu_worker_groups(props):
-        if group.shape is None:
+        accelerator, shape = group.accelerator, group.shape
+        if accelerator is None or shape is None:
             continue
         for container in group.containers:
             chips = container_tpu_limit(container)
-            if known(chips) and chips != group.shape.chips_per_vm:
+            if known(chips) and chips != shape.chips_per_vm:
                 report_violation(
                     f"{label}: {_container_name(container)} of worker group '{group.name}' asks "
                     f"for {chips} TPU chips, but a {group.topology} VM of TPU "
-                    f"{group.accelerator.name} has {group.shape.chips_per_vm}. Set its "
-                    f'google.com/tpu limit and request to "{group.shape.chips_per_vm}".',
+                    f"{accelerator.name} has {shape.chips_per_vm}. Set its "
+                    f'google.com/tpu limit and request to "{shape.chips_per_vm}".',
                     args.urn,
                 )
 
