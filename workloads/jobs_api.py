@@ -34,13 +34,16 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlparse
 
 import requests
 
 from domain.gcp.kubeconfig import AUTH_PLUGIN, ca_apart, gke_kubeconfig
 from domain.ray.kuberay import RAY_AUTH_TOKEN_KEY
+
+if TYPE_CHECKING:
+    from ray.job_submission import JobSubmissionClient
 
 # Tokens from the auth plugin live an hour: mint a new client well before that.
 TOKEN_REFRESH_SECONDS = 30 * 60
@@ -262,7 +265,7 @@ class CaBundle:
     def __init__(self, pem: bytes):
         if hasattr(os, "memfd_create"):
             fd = os.memfd_create("gke-ca", os.MFD_CLOEXEC)
-            self._release = weakref.finalize(self, os.close, fd)
+            self._release: weakref.finalize[..., CaBundle] = weakref.finalize(self, os.close, fd)
             with os.fdopen(os.dup(fd), "wb") as file:
                 file.write(pem)
             self.path = f"/proc/self/fd/{fd}"
@@ -272,10 +275,14 @@ class CaBundle:
         directory = tempfile.mkdtemp(prefix="gke-ca-")
         self.path = os.path.join(directory, "ca.pem")
         Path(self.path).write_bytes(pem)
-        self._release = weakref.finalize(self, shutil.rmtree, directory, ignore_errors=True)
+        self._release = weakref.finalize(self, _remove_tree, directory)
 
     def close(self) -> None:
         self._release()
+
+
+def _remove_tree(directory: str) -> None:
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def local_ray_token() -> str | None:
@@ -318,7 +325,7 @@ class JobsApi:
             raise ValueError("give exactly one of address (a Ray dashboard URL) or gke (an infra stack's cluster)")
         self.gke = GkeTarget.from_inputs(gke) if gke is not None else None
         self.address = address.rstrip("/") if address else self.gke.proxy_url  # type: ignore[union-attr]
-        self._client = None
+        self._client: JobSubmissionClient | None = None
         self._headers: dict[str, str] = {}
         self._minted_at = 0.0
         self._ca: CaBundle | None = None
@@ -422,7 +429,7 @@ class JobsApi:
             headers[RAY_TOKEN_HEADER] = f"Bearer {ray_token}"
         return headers
 
-    def client(self):
+    def client(self) -> JobSubmissionClient:
         """A JobSubmissionClient, re-created when the GKE token is due for renewal."""
         from ray.job_submission import JobSubmissionClient
 

@@ -173,10 +173,14 @@ def _refresh_ray_auth_caches() -> None:
     """Makes this process's Ray client see the current RAY_AUTH_* variables. Ray reads them
     once (RayConfig, and AuthenticationTokenLoader caches the token); ray.init() refreshes them
     the same way when it turns token auth on (ray/_private/authentication/
-    authentication_token_setup.py). Nothing to do until Ray's native module is loaded."""
+    authentication_token_setup.py). Nothing to do until Ray's native module is loaded.
+
+    Ray has no public way to do this (2.60), so this reaches into its native module;
+    tests/test_local_ray_auth_cache.py fails if Ray moves or changes these two."""
     if "ray._raylet" not in sys.modules:
         return
-    from ray._raylet import AuthenticationTokenLoader, Config
+    # ray/_raylet.pyi, Ray's stub for its compiled module, declares only the ID classes.
+    from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
 
     Config.initialize("")
     AuthenticationTokenLoader.instance().reset_cache()

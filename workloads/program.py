@@ -59,7 +59,7 @@ async def build(settings: WorkloadSettings) -> dict[str, Any]:
             job_inputs.fit_check_result(resolved, settings)  # refuses another configuration's result
         job = _secret_if(secret_job, cluster.apply(lambda values: job_inputs.resolve_for_cluster(settings, values)))
         inputs = job.apply(lambda resolved: job_inputs.ray_job_inputs(resolved, settings))
-        target = {"gke": cluster.apply(job_inputs.gke_target)}
+        target: dict[str, pulumi.Output[Any]] = {"gke": cluster.apply(job_inputs.gke_target)}
         cost = pulumi.Output.all(job, cluster).apply(
             lambda values: job_inputs.cost_estimate(
                 values[0], settings, _price(values[1].get("pricePerChipHourUsd")), values[1].get("costBasis")
@@ -83,7 +83,8 @@ async def build(settings: WorkloadSettings) -> dict[str, Any]:
         job_id=pulumi.Output.unsecret(identified.apply(submission_id)),
         # The same job's id in the first releases' form: a guard they wrote keeps guarding it.
         previous_job_id=pulumi.Output.unsecret(identified.apply(legacy_submission_id)),
-        **target,
+        address=target.get("address"),
+        gke=target.get("gke"),
     )
     ray_job = RayJob(
         "training",

@@ -199,8 +199,10 @@ def main(argv: list[str] | None = None) -> int:
     except (RayJobError, JobsApiError, LocalRayError) as error:
         print(error, file=sys.stderr)
         return 1
-    line = result_line(result.outs)
-    if result.outs.get("diverged"):
+    outs = result.outs
+    assert outs is not None, "RayJobProvider.create returns the job's outputs"
+    line = result_line(outs)
+    if outs.get("diverged"):
         print(
             f"finished in {time.monotonic() - started:.0f} s, but the run DIVERGED: its last loss is not a "
             f"finite number (final_loss is null)",
