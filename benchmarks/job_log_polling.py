@@ -42,6 +42,7 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import workloads.local_ray as local_ray
@@ -178,7 +179,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
     def _forward(self) -> None:
         started = time.monotonic()
-        entry = {
+        entry: dict[str, Any] = {
             "t": round(started - self.server.started, 3),
             "method": self.command,
             "path": urlsplit(self.path).path,

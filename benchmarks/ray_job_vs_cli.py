@@ -54,6 +54,8 @@ def finish(client: JobSubmissionClient, job_id: str, wall_seconds: float) -> tup
     removes the job, so a long-lived cluster is left as it was."""
     info = client.get_job_info(job_id)
     client.delete_job(job_id)
+    if info.start_time is None or info.end_time is None:
+        raise RuntimeError(f"job {job_id} ({info.status}) has no start or end time: its run time is not known")
     return wall_seconds, wall_seconds - (info.end_time - info.start_time) / 1000
 
 
