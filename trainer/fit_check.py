@@ -45,13 +45,14 @@ from domain.perf.fit_results import (
     CODE_GENERATION,
     FitResult,
     configuration,
+    fit_check_job,
     libtpu_flags,
 )
-from domain.perf.hlo_profile import HloError, buffer_memory, profile
+from domain.perf.hlo_profile import BufferMemory, HloError, buffer_memory, profile
 from domain.perf.published_recipes import PublishedRun, compile_spec
 from domain.perf.speed_anchors import speed_model
 from domain.tpu.tpu_catalog import accelerator_by_ray_type
-from domain.training.job import JobError, JobSpec, resolve_job
+from domain.training.job import JobError, JobSpec
 from domain.training.maxtext_config import base_config, base_config_path
 from domain.training.presets import PRESETS
 from trainer.validate_config import counted_by_maxtext, model_flops
@@ -124,11 +125,8 @@ def _target(job: JobSpec) -> dict[str, Any]:
 
 def memory_result(
     job: JobSpec,
+    memory: BufferMemory,
     *,
-    argument: int,
-    temp: int,
-    output: int,
-    alias: int,
     flops: float | None = None,
     stage: str | None,
     fits: bool = True,
@@ -144,15 +142,14 @@ def memory_result(
     target = _target(job)
     if usable_gib is not None:
         target["usable_gib"] = usable_gib
-    total = (argument + temp + output - alias) / GIB
     return FitResult(
         fits=fits,
         message=message,
-        argument_gib=argument / GIB,
-        temp_gib=temp / GIB,
-        output_gib=output / GIB,
-        alias_gib=alias / GIB,
-        total_gib=total,
+        argument_gib=memory.argument_bytes / GIB,
+        temp_gib=memory.temp_bytes / GIB,
+        output_gib=memory.output_bytes / GIB,
+        alias_gib=memory.alias_bytes / GIB,
+        total_gib=memory.total_bytes / GIB,
         flops_per_step=flops,
         compiled_through=stage,
         **target,
@@ -168,10 +165,7 @@ def over_limit(job: JobSpec, refused: FitResult, buffers: Path) -> FitResult:
         return refused  # the compiler's own words stand
     return memory_result(
         job,
-        argument=memory.argument_bytes,
-        temp=memory.temp_bytes,
-        output=memory.output_bytes,
-        alias=memory.alias_bytes,
+        memory,
         stage=None,
         fits=False,
         usable_gib=refused.usable_gib,
@@ -199,12 +193,15 @@ def parse_output(output: str, job: JobSpec) -> FitResult:
         for key, value in (pair.split("=", 1) for pair in memory["fields"].split(",") if "=" in pair)
     }
     flops = FLOPS_FIELD.search(output)
+    analysed = BufferMemory(
+        argument_bytes=fields["argument_size_in_bytes"],
+        output_bytes=fields["output_size_in_bytes"],
+        alias_bytes=fields["alias_size_in_bytes"],
+        temp_bytes=fields["temp_size_in_bytes"],
+    )
     return memory_result(
         job,
-        argument=fields["argument_size_in_bytes"],
-        temp=fields["temp_size_in_bytes"],
-        output=fields["output_size_in_bytes"],
-        alias=fields["alias_size_in_bytes"],
+        analysed,
         flops=float(flops["flops"]) if flops else None,
         stage=CODE_GENERATION,
     )
@@ -293,15 +290,7 @@ def run_fit_check(
         if stopped and buffers is not None:
             # Stopped once the step after buffer assignment was dumped: the compiler dumps it
             # only when every buffer fit its HBM (out of memory, it raises first).
-            memory = buffer_memory(buffers.read_text())
-            result = memory_result(
-                job,
-                argument=memory.argument_bytes,
-                temp=memory.temp_bytes,
-                output=memory.output_bytes,
-                alias=memory.alias_bytes,
-                stage=BUFFER_ASSIGNMENT,
-            )
+            result = memory_result(job, buffer_memory(buffers.read_text()), stage=BUFFER_ASSIGNMENT)
         else:
             result = parse_output(output, job)
             if not result.fits and buffers is not None:
@@ -339,14 +328,7 @@ def published_job(run: PublishedRun, changed: Mapping[str, str] | None = None) -
         base=base_config(),
         changed=changed,
     )
-    job = resolve_job(
-        spec.preset,
-        run_name="fit-check",
-        checkpoint_root="/tmp/fit-check",
-        slices=spec.slices,
-        topology=spec.topology,
-        overrides=spec.overrides,
-    )
+    job = fit_check_job(spec.preset, slices=spec.slices, topology=spec.topology, overrides=spec.overrides)
     return job, spec.extra_flags
 
 
@@ -370,14 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"{', '.join(malformed)}: overrides are KEY=VALUE, for example weight_dtype=bfloat16")
     try:
         overrides = dict(pair.split("=", 1) for pair in args.overrides)
-        job = resolve_job(
-            args.preset,
-            run_name="fit-check",
-            checkpoint_root="/tmp/fit-check",
-            slices=args.slices,
-            topology=args.topology,
-            overrides=overrides,
-        )
+        job = fit_check_job(args.preset, slices=args.slices, topology=args.topology, overrides=overrides)
         extra = os.environ.get(EXTRA_FLAGS_VARIABLE, "")
         if extra:
             print(f"fit check: compiling with the workers' flags plus {EXTRA_FLAGS_VARIABLE}: {extra}")

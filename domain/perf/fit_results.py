@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from domain.perf.published_recipes import model_family
 from domain.perf.speed_anchors import speed_model
 from domain.perf.step_time import Prediction
 from domain.tpu.tpu_catalog import accelerator_by_ray_type
-from domain.training.job import JobSpec
+from domain.training.job import JobSpec, resolve_job
 
 # Results by cache key; tests point it elsewhere (read when used, never copied at import).
 CACHE_DIR = FIT_CHECK_CACHE
@@ -203,6 +204,31 @@ def ways_to_fit(maxtext: dict[str, str]) -> list[str]:
 
 def cache_key(job: JobSpec, flags: str) -> str:
     return hashlib.sha256(json.dumps(configuration(job, flags), sort_keys=True).encode()).hexdigest()[:24]
+
+
+# What a fit check resolves a job with: the compile's run name and output directory do not shape
+# the step (NOT_COMPILED), so every fit check uses these.
+FIT_CHECK_RUN_NAME = "fit-check"
+FIT_CHECK_ROOT = "/tmp/fit-check"
+
+
+def fit_check_job(
+    preset: str,
+    *,
+    slices: int | None = None,
+    topology: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> JobSpec:
+    """The job a fit check compiles: the preset on `slices` x `topology` (the preset's own when
+    None) with `overrides`, refused like any job (JobError) when they are not valid."""
+    return resolve_job(
+        preset,
+        run_name=FIT_CHECK_RUN_NAME,
+        checkpoint_root=FIT_CHECK_ROOT,
+        slices=slices,
+        topology=topology,
+        overrides=overrides,
+    )
 
 
 def result_path(job: JobSpec, flags: str) -> Path:

@@ -24,7 +24,8 @@ from domain.perf.capacity import (
     estimate_memory,
     working_set_units,
 )
-from domain.training.job import JobSpec, resolve_job
+from domain.perf.fit_results import fit_check_job
+from domain.training.job import JobSpec
 from domain.training.presets import preset
 
 POINTS_FILE = Path(__file__).with_name("hbm_estimate_points.json")
@@ -106,14 +107,7 @@ def load_points(text: str | None = None) -> list[Point]:
 
 def job_of(point: Point) -> JobSpec:
     """The job the fit check compiles for the point, as `python -m trainer.fit_check` resolves it."""
-    return resolve_job(
-        point.preset,
-        run_name="fit-check",
-        checkpoint_root="/tmp/fit-check",
-        slices=point.slices,
-        topology=point.topology,
-        overrides=point.overrides,
-    )
+    return fit_check_job(point.preset, slices=point.slices, topology=point.topology, overrides=point.overrides)
 
 
 def _chips_per_slice(point: Point) -> int:
