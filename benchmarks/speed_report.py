@@ -13,7 +13,16 @@ from collections.abc import Sequence
 
 from domain.perf.published_recipes import PublishedRun, published_runs
 from domain.perf.speed_anchors import speed_model
-from domain.perf.speed_checks import RunCheck, comparable_pairs, constant_mfu, mean_absolute, preset_footing, run_checks
+from domain.perf.speed_checks import (
+    PresetFooting,
+    RankedPair,
+    RunCheck,
+    comparable_pairs,
+    constant_mfu,
+    mean_absolute,
+    preset_footing,
+    run_checks,
+)
 from domain.perf.step_time import SpeedModel, ici_share
 from domain.training.presets import PRESETS
 
@@ -101,45 +110,50 @@ def summary(model: SpeedModel, runs: Sequence[PublishedRun], checks: Sequence[Ru
     return lines
 
 
+def _pair_row(model: SpeedModel, pair: RankedPair) -> str:
+    def label(check: RunCheck) -> str:
+        changed = " (changed)" if not check.as_published else ""
+        return f"{_slices(check.run)} b{check.run.tuning_params.get('per_device_batch_size')}{changed}"
+
+    def measured(check: RunCheck) -> str:
+        share = ici_share(check.anchor.profile, model.hardware)
+        return f"{label(check)} ({check.published_tokens_per_second:,.0f}; {share:.2f})"
+
+    first, second = pair.first, pair.second
+    published = label(first if pair.published_first_faster else second)
+    predicted = label(first if pair.predicted_first_faster else second)
+    agrees = "yes" if pair.agrees else "**no**"
+    return (
+        f"| {first.run.model_type} | {measured(first)}, {measured(second)} | {published} | {predicted} "
+        f"| {abs(pair.published_gap_percent):.1f}% | {agrees} |"
+    )
+
+
 def ranking(model: SpeedModel, checks: Sequence[RunCheck]) -> list[str]:
-    lines = [
+    header = (
         "| model | runs (tokens/s per chip published; ICI over compute in the model) | measured faster "
-        "| predicted faster | gap measured | agrees |",
-        "| --- | --- | --- | --- | ---: | --- |",
-    ]
-    for pair in comparable_pairs(checks):
-        first, second = pair.first, pair.second
+        "| predicted faster | gap measured | agrees |"
+    )
+    return [header, "| --- | --- | --- | --- | ---: | --- |", *(_pair_row(model, p) for p in comparable_pairs(checks))]
 
-        def label(check: RunCheck) -> str:
-            changed = " (changed)" if not check.as_published else ""
-            return f"{_slices(check.run)} b{check.run.tuning_params.get('per_device_batch_size')}{changed}"
 
-        published = label(first) if pair.published_first_faster else label(second)
-        predicted = label(first) if pair.predicted_first_faster else label(second)
-        lines.append(
-            f"| {first.run.model_type} | {label(first)} ({first.published_tokens_per_second:,.0f}; "
-            f"{ici_share(first.anchor.profile, model.hardware):.2f}), {label(second)} "
-            f"({second.published_tokens_per_second:,.0f}; {ici_share(second.anchor.profile, model.hardware):.2f}) "
-            f"| {published} | {predicted} | "
-            f"{abs(pair.published_gap_percent):.1f}% | {'yes' if pair.agrees else '**no**'} |"
-        )
-    return lines
+def _footing_row(row: PresetFooting) -> str:
+    run = row.recipe.run
+    efficient = "yes" if row.preset_at_least_as_efficient else "**no**"
+    return (
+        f"| `{row.preset}` ({100 * row.preset_mfu:.1f}%) | `{run.recipe}` {_slices(run)} | "
+        f"{100 * row.recipe_predicted_mfu:.1f}% | {100 * row.recipe_measured_mfu:.1f}% | "
+        f"{100 * run.published_mfu:.1f}% | {efficient} |"
+    )
 
 
 def presets(model: SpeedModel, checks: Sequence[RunCheck]) -> list[str]:
-    lines = [
+    header = (
         "| preset (predicted MFU) | published run of the same model | its MFU, predicted here "
-        "| measured, on today's FLOPs count | as it logged it | preset as efficient, predicted? |",
-        "| --- | --- | ---: | ---: | ---: | --- |",
-    ]
-    for row in preset_footing(model, checks, PRESETS):
-        run = row.recipe.run
-        lines.append(
-            f"| `{row.preset}` ({100 * row.preset_mfu:.1f}%) | `{run.recipe}` {_slices(run)} | "
-            f"{100 * row.recipe_predicted_mfu:.1f}% | {100 * row.recipe_measured_mfu:.1f}% | {100 * run.published_mfu:.1f}% | "
-            f"{'yes' if row.preset_at_least_as_efficient else '**no**'} |"
-        )
-    return lines
+        "| measured, on today's FLOPs count | as it logged it | preset as efficient, predicted? |"
+    )
+    rows = (_footing_row(row) for row in preset_footing(model, checks, PRESETS))
+    return [header, "| --- | --- | ---: | ---: | ---: | --- |", *rows]
 
 
 def report() -> str:

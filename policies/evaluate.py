@@ -90,15 +90,7 @@ def evaluate(
         reported = EnforcementLevel.MANDATORY if level is EnforcementLevel.REMEDIATE else level
         if isinstance(policy, ResourceValidationPolicy) and policy.has_validation():
             for resource, props in zip(resources, wire, strict=True):
-                resource_args = ResourceValidationArgs(
-                    resource["type"],
-                    _proxied(props),
-                    resource["urn"],
-                    resource["name"],
-                    _options(resource),
-                    _provider(resource, by_urn),
-                    dict(properties),
-                )
+                resource_args = ResourceValidationArgs(*_described(resource, props, by_urn), dict(properties))
                 _run(policy.name, partial(policy.validate, resource_args), reported, resource["urn"], violations)
         elif isinstance(policy, StackValidationPolicy):
             stack_args = StackValidationArgs(_stack(resources, wire, by_urn), dict(properties))
@@ -201,22 +193,27 @@ def _provider(resource: Mapping[str, Any], by_urn: Mapping[str, Any]) -> PolicyP
     return PolicyProviderResource(parts[2].rsplit("$", 1)[-1], _proxied(props), urn, parts[3])
 
 
+def _described(
+    resource: Mapping[str, Any], props: dict[str, Any], by_urn: Mapping[str, Any]
+) -> tuple[str, Any, str, str, PolicyResourceOptions, PolicyProviderResource | None]:
+    """What the analyzer tells a policy of one resource, in the order both argument kinds take it:
+    type, properties, URN, name, options, provider."""
+    return (
+        resource["type"],
+        _proxied(props),
+        resource["urn"],
+        resource["name"],
+        _options(resource),
+        _provider(resource, by_urn),
+    )
+
+
 def _stack(
     resources: Sequence[Mapping[str, Any]], wire: Sequence[dict[str, Any]], by_urn: Mapping[str, Any]
 ) -> list[PolicyResource]:
     """The stack's resources linked to their parents and dependencies, as AnalyzeStack does."""
     built = {
-        resource["urn"]: PolicyResource(
-            resource["type"],
-            _proxied(props),
-            resource["urn"],
-            resource["name"],
-            _options(resource),
-            _provider(resource, by_urn),
-            None,
-            [],
-            {},
-        )
+        resource["urn"]: PolicyResource(*_described(resource, props, by_urn), None, [], {})
         for resource, props in zip(resources, wire, strict=True)
     }
     for resource in resources:

@@ -124,7 +124,12 @@ def recorded_like(point: Point, *, activation: float, cast: float, argument_gib:
         + (activation * a_units + cast * c_units) / GIB
     )
     total = argument_gib + temporaries
-    return replace(point, compiled=Compiled(True, argument_gib, temporaries, 0.0, 0.0, total))
+    return replace(
+        point,
+        compiled=Compiled(
+            fits=True, total_gib=total, argument_gib=argument_gib, temp_gib=temporaries, output_gib=0.0, alias_gib=0.0
+        ),
+    )
 
 
 def test_the_fit_recovers_the_constants_the_temporaries_were_made_with_whatever_the_arguments():
@@ -156,7 +161,7 @@ def test_the_fit_minimises_the_squared_error():
             a_units, c_units = working_set_units(job.maxtext_overrides, chips_per_slice=chips, slices=point.slices)
             rest = estimate.gradients_gib + estimate.saved_activations_gib + estimate.logits_gib
             modelled = rest + (activation * a_units + cast * c_units) / GIB
-            total += (modelled - point.compiled.temporaries_gib) ** 2
+            total += (modelled - point.compiled.beyond_arguments_gib) ** 2
         return total
 
     best = squared_error(fit.activation_factor, fit.fp32_cast_factor)

@@ -97,27 +97,36 @@ def resolve_for_cluster(settings: WorkloadSettings, cluster: Mapping[str, Any]) 
                 f"{accelerator}; {_presets_for(accelerator)}"
             ]
         )
-    job = resolve_job(
+    return _settings_job(
+        settings,
         preset,
-        run_name=settings.run_name_for(preset),
         checkpoint_root=cluster["checkpointRoot"],
         slices=_whole(cluster["slices"]),
         topology=cluster["topology"],
-        elastic=settings.elastic,
-        min_slices=settings.min_slices,
-        max_failures=settings.max_failures,
-        max_preemptions=settings.max_preemptions,
-        overrides=settings.maxtext_overrides,
     )
-    return checked_by_maxtext(job, settings)
 
 
 def resolve_local(settings: WorkloadSettings) -> JobSpec:
     assert settings.preset is not None
+    return _settings_job(settings, settings.preset, checkpoint_root=local_checkpoint_root(settings))
+
+
+def _settings_job(
+    settings: WorkloadSettings,
+    preset: str,
+    *,
+    checkpoint_root: str,
+    slices: int | None = None,
+    topology: str | None = None,
+) -> JobSpec:
+    """The job the stack's settings describe on its target (slices and topology: the preset's
+    when None), checked by MaxText."""
     job = resolve_job(
-        settings.preset,
-        run_name=settings.run_name_for(settings.preset),
-        checkpoint_root=local_checkpoint_root(settings),
+        preset,
+        run_name=settings.run_name_for(preset),
+        checkpoint_root=checkpoint_root,
+        slices=slices,
+        topology=topology,
         elastic=settings.elastic,
         min_slices=settings.min_slices,
         max_failures=settings.max_failures,

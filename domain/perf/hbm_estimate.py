@@ -25,6 +25,7 @@ from domain.perf.capacity import (
     working_set_units,
 )
 from domain.perf.fit_results import fit_check_job
+from domain.perf.published_recipes import Compiled
 from domain.training.job import JobSpec
 from domain.training.presets import preset
 
@@ -37,24 +38,6 @@ TABLE_HEADER = (
     "| configuration | compiler arguments + temporaries = total (GiB) | estimate (GiB) | error (GiB) |\n"
     "| --- | --- | --- | --- |"
 )
-
-
-@dataclass(frozen=True)
-class Compiled:
-    """What the compiler placed per chip, in GiB; total = arguments + temporaries + outputs -
-    aliased, as MaxText sums it."""
-
-    fits: bool
-    argument_gib: float
-    temp_gib: float
-    output_gib: float
-    alias_gib: float
-    total_gib: float
-
-    @property
-    def temporaries_gib(self) -> float:
-        """Everything but the arguments: what the estimate's terms other than state model."""
-        return self.total_gib - self.argument_gib
 
 
 @dataclass(frozen=True)
@@ -90,16 +73,7 @@ def load_points(text: str | None = None) -> list[Point]:
                 slices=int(entry["slices"]),
                 topology=entry["topology"],
                 overrides={str(k): str(v) for k, v in entry["overrides"].items()},
-                compiled=None
-                if compiled is None
-                else Compiled(
-                    fits=bool(compiled["fits"]),
-                    argument_gib=float(compiled["argument_gib"]),
-                    temp_gib=float(compiled["temp_gib"]),
-                    output_gib=float(compiled["output_gib"]),
-                    alias_gib=float(compiled["alias_gib"]),
-                    total_gib=float(compiled["total_gib"]),
-                ),
+                compiled=None if compiled is None else Compiled.from_json(compiled),
             )
         )
     return points
@@ -148,7 +122,7 @@ def fit_working_set(points: Sequence[Point]) -> WorkingSetFit:
         activations, cast = (
             units / GIB for units in working_set_units(overrides, chips_per_slice=chips, slices=point.slices)
         )
-        rest = compiled.temporaries_gib - fixed
+        rest = compiled.beyond_arguments_gib - fixed
         saa += activations * activations
         sac += activations * cast
         scc += cast * cast
@@ -179,7 +153,7 @@ class TableRow:
 
     @property
     def error_gib(self) -> float:
-        return self.estimate_gib - self.compiled.total_gib
+        return self.estimate_gib - self.compiled.sizes_gib()[1]
 
 
 def table_rows(points: Sequence[Point]) -> list[TableRow]:
@@ -198,7 +172,7 @@ def error_table(points: Sequence[Point]) -> str:
     temporaries = total, the estimate and its error (estimate - total), in GiB."""
     lines = [TABLE_HEADER]
     for row in table_rows(points):
-        argument, total = round(row.compiled.argument_gib, 2), round(row.compiled.total_gib, 2)
+        argument, total = (round(size, 2) for size in row.compiled.sizes_gib())
         refused = "" if row.compiled.fits else " (does not fit)"
         lines.append(
             f"| {row.point.name}{refused} | {argument:.2f} + {total - argument:.2f} = {total:.2f} "

@@ -67,12 +67,17 @@ def model_family(model_name: str) -> str:
 
 @dataclass(frozen=True)
 class Compiled:
-    """What the fit check's compile said of a run here."""
+    """What the fit check's compile of a configuration said, per chip: whether it fits, its sizes
+    in GiB (total = arguments + temporaries + outputs - aliased, as MaxText sums it) and, for the
+    speed model, its work and profile. Recorded as data (the published runs, the memory
+    estimate's points)."""
 
     fits: bool
     total_gib: float | None
     argument_gib: float | None = None
     temp_gib: float | None = None
+    output_gib: float | None = None
+    alias_gib: float | None = None
     changed: Mapping[str, str] = MappingProxyType({})  # settings changed from the recipe's to compile it
     tokens_per_chip: float | None = None
     model_flops_per_chip: float | None = None  # MaxText's count for this configuration
@@ -85,11 +90,26 @@ class Compiled:
             total_gib=data.get("total_gib"),
             argument_gib=data.get("argument_gib"),
             temp_gib=data.get("temp_gib"),
+            output_gib=data.get("output_gib"),
+            alias_gib=data.get("alias_gib"),
             changed=MappingProxyType(dict(data.get("changed") or {})),
             tokens_per_chip=data.get("tokens_per_chip"),
             model_flops_per_chip=data.get("model_flops_per_chip"),
             profile=StepProfile.from_json(data["profile"]) if data.get("profile") else None,
         )
+
+    def sizes_gib(self) -> tuple[float, float]:
+        """Its arguments and total; a ValueError when the compile recorded no sizes."""
+        if self.total_gib is None or self.argument_gib is None:
+            raise ValueError("this compile recorded no sizes")
+        return self.argument_gib, self.total_gib
+
+    @property
+    def beyond_arguments_gib(self) -> float:
+        """Everything but the arguments (total - arguments): what the memory estimate's terms
+        other than the state model."""
+        argument, total = self.sizes_gib()
+        return total - argument
 
 
 @dataclass(frozen=True)
