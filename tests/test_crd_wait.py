@@ -4,84 +4,55 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import dill
 import pytest
 from pulumi.dynamic.dynamic import serialize_provider
 
 from infra.crd_wait import RAY_CLUSTER_CRD, CrdEstablishedProvider, CrdNotReadyError, wait_for_crd
+from tests.support.fake_jobs_api import FakeHttpServer
 
 CRD_PATH = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{RAY_CLUSTER_CRD}"
 
 
-class FakeApiServer:
+class FakeApiServer(FakeHttpServer):
     """Answers 404 for the CRD `missing_for` times, then `final_status` with the CRD."""
 
     def __init__(self, missing_for: int = 0, final_status: int = 200, established: bool = True):
-        self.requests: list[str] = []
-        outer = self
+        def answer(method: str, path: str) -> tuple[int, bytes]:
+            if path != CRD_PATH or len(self.requests) <= missing_for:
+                body: dict = {"kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404}
+                return 404, json.dumps(body).encode()
+            if final_status != 200:
+                return final_status, json.dumps({"kind": "Status", "status": "Failure", "code": final_status}).encode()
+            condition = {"type": "Established", "status": "True" if established else "False"}
+            crd = {
+                "apiVersion": "apiextensions.k8s.io/v1",
+                "kind": "CustomResourceDefinition",
+                "metadata": {"name": RAY_CLUSTER_CRD},
+                "spec": {
+                    "group": "ray.io",
+                    "names": {"kind": "RayCluster", "plural": "rayclusters"},
+                    "scope": "Namespaced",
+                    "versions": [],
+                },
+                "status": {"conditions": [condition]},
+            }
+            return 200, json.dumps(crd).encode()
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                outer.requests.append(self.path)
-                if self.path != CRD_PATH or len(outer.requests) <= missing_for:
-                    self._reply(404, {"kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404})
-                elif final_status != 200:
-                    self._reply(final_status, {"kind": "Status", "status": "Failure", "code": final_status})
-                else:
-                    condition = {"type": "Established", "status": "True" if established else "False"}
-                    self._reply(
-                        200,
-                        {
-                            "apiVersion": "apiextensions.k8s.io/v1",
-                            "kind": "CustomResourceDefinition",
-                            "metadata": {"name": RAY_CLUSTER_CRD},
-                            "spec": {
-                                "group": "ray.io",
-                                "names": {"kind": "RayCluster", "plural": "rayclusters"},
-                                "scope": "Namespaced",
-                                "versions": [],
-                            },
-                            "status": {"conditions": [condition]},
-                        },
-                    )
-
-            def _reply(self, status, body):
-                payload = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        super().__init__(answer, content_type="application/json")
 
     @property
     def kubeconfig(self) -> dict:
-        server = f"http://127.0.0.1:{self.server.server_address[1]}"
         return {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "fake", "cluster": {"server": server}}],
+            "clusters": [{"name": "fake", "cluster": {"server": self.address}}],
             "users": [{"name": "fake", "user": {}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
             "current-context": "fake",
         }
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def test_returns_once_the_crd_appears():

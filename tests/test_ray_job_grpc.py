@@ -192,18 +192,21 @@ def test_lifecycle_through_the_plugin(plugin, local_ray_head):
     assert outputs["__provider"] == PROVIDER
     assert f"RayJob {job_id}: SUCCEEDED" in stderr_path.read_text()
 
-    read = stub.Read(
-        provider_pb2.ReadRequest(
-            id=job_id,
-            urn=URN,
-            name="grpc-job",
-            type=TYPE,
-            properties=created.properties,
-            inputs=checked_inputs,
+    def read() -> provider_pb2.ReadResponse:
+        return stub.Read(
+            provider_pb2.ReadRequest(
+                id=job_id,
+                urn=URN,
+                name="grpc-job",
+                type=TYPE,
+                properties=created.properties,
+                inputs=checked_inputs,
+            )
         )
-    )
-    assert read.id == job_id
-    assert from_struct(read.properties)["status"] == "SUCCEEDED"
+
+    read_back = read()
+    assert read_back.id == job_id
+    assert from_struct(read_back.properties)["status"] == "SUCCEEDED"
 
     def diff(news: dict[str, Any]) -> provider_pb2.DiffResponse:
         return stub.Diff(
@@ -239,17 +242,7 @@ def test_lifecycle_through_the_plugin(plugin, local_ray_head):
             old_inputs=checked_inputs,
         )
     )
-    gone = stub.Read(
-        provider_pb2.ReadRequest(
-            id=job_id,
-            urn=URN,
-            name="grpc-job",
-            type=TYPE,
-            properties=created.properties,
-            inputs=checked_inputs,
-        )
-    )
-    assert gone.id == ""
+    assert read().id == ""
 
 
 def pid_alive(pid: int) -> bool:
