@@ -19,10 +19,11 @@ from domain.perf.speed_anchors import SPEED_MODELS
 from domain.perf.step_time import raw_step_seconds
 from domain.ray import kuberay
 from domain.tpu.tpu_catalog import ACCELERATORS
+from domain.training import maxtext_check
 from domain.training.job import resolve_job
 from domain.training.presets import PRESETS, PROCEDURE_OVERRIDES
 from tests.support.anchors import CALIBRATING_8B
-from trainer import fit_check, validate_config
+from trainer import fit_check
 
 SUCCESS_OUTPUT = """Jitting and compilation complete!
 Finished train_compile.py successfully!
@@ -179,8 +180,8 @@ def test_the_fit_check_predicts_the_step_from_the_dumped_hlo_and_caches_it(tmp_p
     assert len(calls) == 1 and f"predicted step time: {prediction.step_seconds:.3f} s" in capsys.readouterr().out
     # The workloads stack finds it for the same configuration under any run name.
     renamed = resolve_job("llama3-70b", run_name="prod", checkpoint_root="gs://b", overrides={"steps": "9"})
-    assert validate_config.recorded_result(renamed).prediction == prediction
-    assert validate_config.recorded_result(job(per_device_batch_size=1)) is None
+    assert maxtext_check.recorded_result(renamed).prediction == prediction
+    assert maxtext_check.recorded_result(job(per_device_batch_size=1)) is None
 
 
 def test_a_full_compile_reads_the_executables_memory_analysis(tmp_path, monkeypatch, capsys):
@@ -188,7 +189,7 @@ def test_a_full_compile_reads_the_executables_memory_analysis(tmp_path, monkeypa
     monkeypatch.setattr(fit_results, "CACHE_DIR", tmp_path)
     monkeypatch.setattr(fit_check, "compile_step", compile_)
     assert fit_check.main(["--preset", "llama3-70b", "--full-compile"]) == 0
-    result = validate_config.recorded_result(job())
+    result = maxtext_check.recorded_result(job())
     assert result.compiled_through == fit_check.CODE_GENERATION and result.flops_per_step == 1.945e14
     assert result.prediction is not None
     # Always compiles: it is how the cost model is compared with (benchmarks/roofline_vs_cost_model.py).
@@ -451,7 +452,7 @@ def test_out_of_memory_gives_the_margin_what_takes_it_and_ways_to_fit(tmp_path, 
     assert "key_proj=remat, out_proj=remat, query_proj=remat, value_proj=remat" in report
     assert "exceeds available HBM (31.24G)" in report and report.endswith("result: DOES NOT FIT")
     # Cached with its sizes; the command line exits 1 with the same report.
-    assert validate_config.recorded_result(recipe_8b_v6e_8()[0]).total_gib == result.total_gib
+    assert maxtext_check.recorded_result(recipe_8b_v6e_8()[0]).total_gib == result.total_gib
 
 
 def test_the_usable_hbm_of_a_refusal_is_the_compilers_own():
@@ -498,7 +499,7 @@ def test_the_memory_policy_never_blocks_a_model_the_estimate_was_not_fitted_on()
             "max_target_length": "2048",
         },
     )
-    assert validate_config.recorded_result(gpt3) is None  # the estimate speaks, not a cached compile
+    assert maxtext_check.recorded_result(gpt3) is None  # the estimate speaks, not a cached compile
     from domain.perf.capacity import estimate_memory
 
     estimate = estimate_memory(gpt3.maxtext_overrides, chips_per_slice=256, slices=1).total_gib

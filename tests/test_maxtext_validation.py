@@ -16,11 +16,10 @@ from typing import Any
 import pytest
 
 from domain.config.workload_settings import parse_workload_settings
-from domain.training import maxtext_validation
+from domain.training import maxtext_check, maxtext_validation
 from domain.training.job import JobError, JobSpec, resolve_job
 from tests.test_workloads_program import INFRA_OUTPUTS
 from tests.test_workloads_refusals import Bad, run_refused
-from trainer import validate_config
 from workloads import smoke
 from workloads.job_inputs import local_checkpoint_root
 
@@ -160,11 +159,11 @@ class Answered:
 def answered(tmp_path_factory) -> Any:
     """The whole table asked of MaxText at once, in one process, with an empty cache of its own."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(validate_config, "CACHE_DIR", tmp_path_factory.mktemp("maxtext-config"))
+        patch.setattr(maxtext_check, "CACHE_DIR", tmp_path_factory.mktemp("maxtext-config"))
         asked = {case.id: maxtext_validation.requests(job_of(case), case.overrides) for case in CASES}
         flat = [request for requests in asked.values() for request in requests]
         started = time.monotonic()
-        results = validate_config.run_requests(flat)
+        results = maxtext_check.run_requests(flat)
         seconds = time.monotonic() - started
         answers, position = {}, 0
         for case_id, requests in asked.items():
@@ -207,18 +206,18 @@ def test_a_second_ask_is_answered_by_the_cache_without_maxtext(answered: Answere
 
     monkeypatch.setattr(subprocess, "run", no_process)
     started = time.monotonic()
-    again = validate_config.run_requests(answered.flat)
+    again = maxtext_check.run_requests(answered.flat)
     assert time.monotonic() - started < 1.0
     assert again == [answer for requests in answered.answers.values() for answer in requests]
     # The same answers, asked job by job (each request has an answer of its own).
     first = CASES[0]
-    assert validate_config.maxtext_problems(job_of(first), first.overrides) == first.problems
+    assert maxtext_check.maxtext_problems(job_of(first), first.overrides) == first.problems
 
 
 def test_maxtext_that_cannot_be_asked_refuses_the_job(tmp_path, monkeypatch):
-    monkeypatch.setattr(validate_config, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(maxtext_check, "CACHE_DIR", tmp_path / "cache")
     with pytest.raises(JobError) as caught:
-        validate_config.maxtext_problems(job_of(case("llama3-8b")), {}, python=tmp_path / "no-python")
+        maxtext_check.maxtext_problems(job_of(case("llama3-8b")), {}, python=tmp_path / "no-python")
     (problem,) = caught.value.problems
     assert problem.startswith("maxtextOverrides could not be checked against MaxText's own config rules (")
     assert problem.endswith("run ./scripts/setup to install the trainer environment, then retry")

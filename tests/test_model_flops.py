@@ -22,13 +22,13 @@ import pytest
 from domain.perf import fit_results
 from domain.perf.capacity import LLAMA_FORMULA, MAXTEXT_FLOPS, llama_formula_flops
 from domain.tpu.tpu_catalog import accelerator
-from domain.training import maxtext_validation
+from domain.training import maxtext_check, maxtext_validation
 from domain.training.job import JobSpec, resolve_job
 from policies.check import resources_of
 from policies.evaluate import evaluate
 from tests.test_fit_check import TINY_BUFFERS, TINY_HLO, fake_compile
 from tests.test_workloads_program import run_workloads
-from trainer import fit_check, validate_config
+from trainer import fit_check
 
 CHIPS = 32  # the llama3-8b preset: 2 x v6e-16
 BATCH, LENGTH = 4, 4096  # the preset's per-device batch and sequence length
@@ -87,14 +87,14 @@ def asked() -> list[JobSpec]:
     """Every job of this module asked of MaxText at once (one process), into the checkout's
     config-check cache, where the workloads program and the policies find the answers."""
     jobs = [job(model) for model in MODELS] + [job(DENSE, gradient_accumulation_steps="2")]
-    answers = validate_config.run_requests([maxtext_validation.flops_request(j) for j in jobs])
+    answers = maxtext_check.run_requests([maxtext_validation.flops_request(j) for j in jobs])
     assert [answer["errors"] for answer in answers] == [[]] * len(jobs)
     return jobs
 
 
 @pytest.mark.parametrize("model", MODELS, ids=[model.name for model in MODELS])
 def test_the_products_flops_are_maxtexts_count_for_each_architecture(asked, model):
-    flops = validate_config.model_flops(job(model))
+    flops = maxtext_check.model_flops(job(model))
     assert flops.source == MAXTEXT_FLOPS and flops.fallback_reason is None
     assert flops.per_step == pytest.approx(model.flops_per_step(), rel=1e-9)
     assert (flops.chips, flops.tokens_per_step) == (CHIPS, BATCH * model.length * CHIPS)
@@ -117,26 +117,26 @@ def test_a_second_count_is_read_from_the_cache_without_maxtext(asked, monkeypatc
         raise AssertionError("the trainer environment was started for a counted configuration")
 
     monkeypatch.setattr(subprocess, "run", no_process)
-    assert all(validate_config.model_flops(j).source == MAXTEXT_FLOPS for j in asked)
+    assert all(maxtext_check.model_flops(j).source == MAXTEXT_FLOPS for j in asked)
 
 
 def test_the_config_check_of_a_job_answers_its_flops_count_too(tmp_path, monkeypatch):
     """The workloads stack checks a job's configuration with its user overrides, then counts its
     FLOPs: one MaxText process for both."""
-    monkeypatch.setattr(validate_config, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(maxtext_check, "CACHE_DIR", tmp_path)
     user = {"model_name": MOE.name, "per_device_batch_size": "2"}
     moe = resolve_job("llama3-8b", run_name="flops", checkpoint_root="/tmp/flops", overrides=user)
-    assert validate_config.maxtext_problems(moe, user) == []
+    assert maxtext_check.maxtext_problems(moe, user) == []
     started = []
-    monkeypatch.setattr(validate_config, "_ask", lambda *args, **kwargs: started.append(args) or [])
-    flops = validate_config.model_flops(moe)
+    monkeypatch.setattr(maxtext_check, "_ask", lambda *args, **kwargs: started.append(args) or [])
+    flops = maxtext_check.model_flops(moe)
     assert started == [] and flops.source == MAXTEXT_FLOPS
     assert flops.per_step == pytest.approx(MOE.flops_per_step(batch=2), rel=1e-9)
 
 
 def test_without_the_trainer_environment_the_fallback_is_named(tmp_path, monkeypatch):
-    monkeypatch.setattr(validate_config, "CACHE_DIR", tmp_path)
-    flops = validate_config.model_flops(job(MOE), python=tmp_path / "no-python")
+    monkeypatch.setattr(maxtext_check, "CACHE_DIR", tmp_path)
+    flops = maxtext_check.model_flops(job(MOE), python=tmp_path / "no-python")
     assert flops.source == LLAMA_FORMULA
     assert flops.per_step == llama_formula_flops(job(MOE).maxtext_overrides, chips=CHIPS).per_step
     assert flops.described.startswith("the Llama formula (6 x parameters x tokens + attention; wrong for MoE")
@@ -173,7 +173,7 @@ def test_a_fit_check_recorded_with_the_formula_is_recounted_not_recompiled(asked
     # What an earlier version recorded: the formula's figures, no source.
     stale = dataclasses.replace(stale, model_flops_per_chip=old.per_chip, model_flops_source=None)
     recorded.write_text(stale.to_json())
-    again = validate_config.recorded_result(moe)
+    again = maxtext_check.recorded_result(moe)
     assert again is not None and again.model_flops_per_chip == fresh.model_flops_per_chip
     assert again.prediction == fresh.prediction and len(calls) == 1
 
@@ -194,9 +194,9 @@ def test_the_cost_policy_prices_maxtexts_flops_or_names_its_fallback(tmp_path, m
     assert f"10000 steps of {seconds:.2f} s on 32 chips" in violation.message
     assert "40% MFU of the model FLOPs of MaxText's count for this configuration" in violation.message
     # A policy run without the trainer environment (a pull request's): the formula, named.
-    monkeypatch.setattr(validate_config, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(maxtext_check, "CACHE_DIR", tmp_path)
     # Then the project's own interpreter is asked, and it has no MaxText.
-    monkeypatch.setattr(validate_config, "TRAINER_PYTHON", tmp_path / "no-trainer-python")
+    monkeypatch.setattr(maxtext_check, "TRAINER_PYTHON", tmp_path / "no-trainer-python")
     [violation] = [v for v in evaluate(resources, config) if v.policy_name == "rayjob-predicted-cost"]
     assert "40% MFU of the model FLOPs of the Llama formula" in violation.message
     assert "MaxText could not be asked" in violation.message

@@ -99,8 +99,8 @@ def test_a_capacity_without_a_price_gives_the_job_no_dollar_figure_and_says_why(
 def recorded_fit_check(job):
     """A fit check of exactly `job`'s configuration, with the 8B anchor's recorded profile."""
     from domain.perf import fit_results
+    from domain.training.maxtext_check import model_flops
     from tests.support.anchors import CALIBRATING_8B, anchor_named
-    from trainer.validate_config import model_flops
 
     work = model_flops(job)  # as a fit check records it: MaxText's count
     return fit_results.FitResult(

@@ -20,13 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from domain.ray.preemption import NOTICE_POLL_SECONDS, RESTART_GRACE_SECONDS, run_completed
-from domain.training.job import JobSpec
+from domain.training.job import CPU_WORKER_ENV, JobSpec
 from domain.training.job_events import NOTICE_SAVED_EVENT, event_line, maxtext_step
 from domain.training.maxtext_config import base_config_path
 
-# Environment for CPU workers: JAX on the CPU backend, and MaxText without Google Cloud clients
-# (faster start, nothing to authenticate on a laptop).
-CPU_WORKER_ENV = {"JAX_PLATFORMS": "cpu", "DECOUPLE_GCLOUD": "TRUE"}
 # Where MaxText keeps a run's checkpoints, under the run's directory: one Orbax step directory each.
 CHECKPOINTS_SUBDIRECTORY = "checkpoints"
 

@@ -14,181 +14,25 @@ process validates a whole batch; each answer is cached by its request and the tr
 For an accepted configuration the answer also carries MaxText's own count of a training step's
 FLOPs and tokens per device (the figures MaxText logs TFLOP/s/device and Tokens/s/device with).
 
-The other half runs in the project's environment: `maxtext_problems` builds the requests for a
-job, answers from the cache or runs this module in the trainer environment, and returns the
-problems in the product's words; `model_flops` gives a job's FLOPs per step for MFU, tokens/s
-and cost, from the same answers.
+The other half runs in the project's environment, domain/training/maxtext_check.py: it builds
+the requests, answers from its cache or runs this module, and gives the answers in the
+product's words.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import hashlib
 import json
-import os
-import subprocess
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from domain.paths import MAXTEXT_CONFIG_CACHE, PROJECT_ROOT, TRAINER_LOCK, TRAINER_PYTHON
-from domain.perf.capacity import MAXTEXT_FLOPS, ModelFlops, llama_formula_flops
-from domain.perf.fit_results import FitResult, cached_result
 from domain.training import maxtext_validation
-from domain.training.job import JobError, JobSpec
 from domain.training.maxtext_config import base_config_path
-from trainer.maxtext_trainer import CPU_WORKER_ENV
 
-CACHE_DIR = MAXTEXT_CONFIG_CACHE
-# Importing MaxText takes ~3-20 s depending on the machine; the validations themselves well
-# under a second each.
-TIMEOUT_SECONDS = 300
 # Kubernetes' termination-message path: MaxText writes its config error there even outside a pod.
 TERMINATION_LOG = Path("/dev/termination-log")
-# Environment variables of the caller's shell that MaxText would read but the job's workers do
-# not have: its own M_<KEY> overrides, and XLA_FLAGS (which MaxText refuses next to
-# dump_hlo_xla_flags).
-_NOT_PASSED = ("XLA_FLAGS",)
-_MAXTEXT_ENV_PREFIX = "M_"
-
-
-# --- in the project's environment -------------------------------------------------------------
-
-
-def _lock_digest() -> str:
-    lock = TRAINER_LOCK.read_text() if TRAINER_LOCK.exists() else ""
-    return hashlib.sha256(lock.encode()).hexdigest()
-
-
-def _environment() -> dict[str, str]:
-    kept = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in _NOT_PASSED and not key.startswith(_MAXTEXT_ENV_PREFIX)
-    }
-    # JAX on the CPU backend (no TPU is needed to count a target's devices) and MaxText without
-    # Google Cloud clients, as for CPU workers.
-    return {**kept, **CPU_WORKER_ENV}
-
-
-def _ask(requests: Sequence[Mapping[str, Any]], python: Path) -> list[dict[str, Any]]:
-    """MaxText's answers to `requests`, from one process in the trainer environment."""
-    with tempfile.TemporaryDirectory(prefix="maxtext-config-") as work:
-        asked, answered = Path(work) / "requests.json", Path(work) / "results.json"
-        asked.write_text(json.dumps(list(requests)))
-        try:
-            completed = subprocess.run(
-                [str(python), "-m", "trainer.validate_config", str(asked), str(answered)],
-                cwd=work,
-                env={**_environment(), "PYTHONPATH": str(PROJECT_ROOT)},
-                capture_output=True,
-                text=True,
-                timeout=TIMEOUT_SECONDS,
-            )
-        except subprocess.TimeoutExpired:
-            raise RuntimeError(f"MaxText's config check did not finish within {TIMEOUT_SECONDS} s") from None
-        if completed.returncode != 0 or not answered.exists():
-            tail = "\n".join((completed.stderr or completed.stdout).strip().splitlines()[-5:])
-            raise RuntimeError(f"MaxText's config check failed to run (exit status {completed.returncode}): {tail}")
-        results = json.loads(answered.read_text())
-    if len(results) != len(requests):
-        raise RuntimeError(f"MaxText's config check answered {len(results)} of {len(requests)} configurations")
-    return list(results)
-
-
-def run_requests(requests: Sequence[Mapping[str, Any]], *, python: Path | None = None) -> list[dict[str, Any]]:
-    """MaxText's answer to each request: from the cache for a request already asked under this
-    trainer lock, the others from one process in the trainer environment. Raises RuntimeError
-    (or OSError) when MaxText could not be asked."""
-    lock = _lock_digest()
-    paths = [CACHE_DIR / f"{maxtext_validation.cache_key(request, lock)}.json" for request in requests]
-    answers: list[dict[str, Any] | None] = [json.loads(path.read_text()) if path.exists() else None for path in paths]
-    missing = [index for index, answer in enumerate(answers) if answer is None]
-    if missing:
-        python = python or (TRAINER_PYTHON if TRAINER_PYTHON.exists() else Path(sys.executable))
-        fresh = _ask([requests[index] for index in missing], python)
-        CACHE_DIR.mkdir(parents=True, exist_ok=True)
-        for index, answer in zip(missing, fresh, strict=True):
-            _record(paths[index], answer)
-            # Also the answer to the same configuration asked without alternatives (a FLOPs
-            # count, `model_flops`): the job's check then answers it without another process.
-            bare = maxtext_validation.without_alternatives(requests[index], answer)
-            if bare is not None:
-                _record(CACHE_DIR / f"{maxtext_validation.cache_key(bare, lock)}.json", answer)
-            answers[index] = answer
-    return [answer for answer in answers if answer is not None]
-
-
-def _record(path: Path, answer: Mapping[str, Any]) -> None:
-    # Written whole, then renamed: another check reading the cache meanwhile sees the answer or
-    # none, never part of one.
-    partial = path.with_suffix(f".{os.getpid()}.tmp")
-    partial.write_text(json.dumps(answer, sort_keys=True, indent=1) + "\n")
-    partial.replace(path)
-
-
-def maxtext_problems(
-    job: JobSpec, user_overrides: Mapping[str, Any], *, secret: bool = False, python: Path | None = None
-) -> list[str]:
-    """Every reason MaxText's own config layer gives for refusing `job` on its target, in the
-    product's words (`user_overrides` are the maxtextOverrides setting: the keys to name).
-    Raises JobError when MaxText could not be asked: the job is then not known to be valid."""
-    requests = maxtext_validation.requests(job, user_overrides)
-    try:
-        results = run_requests(requests, python=python)
-    except (RuntimeError, OSError, ValueError) as error:
-        raise JobError(
-            [
-                f"maxtextOverrides could not be checked against MaxText's own config rules ({error}); "
-                "run ./scripts/setup to install the trainer environment, then retry"
-            ]
-        ) from None
-    return maxtext_validation.problems(requests, results, user_overrides, secret=secret)
-
-
-def model_flops(job: JobSpec, *, python: Path | None = None) -> ModelFlops:
-    """One training step of `job` on all its slices: its model FLOPs and tokens as MaxText
-    counts them for the resolved configuration (cached with MaxText's config check: asked of
-    MaxText only for a configuration not yet checked here). Where MaxText cannot be asked (no
-    trainer environment) or does not count it, the Llama formula, its source and reason said
-    in the result: never one in place of the other silently."""
-    chips = job.max_workers * job.chips_per_host if job.use_tpu else job.max_workers
-    try:
-        (answer,) = run_requests([maxtext_validation.flops_request(job)], python=python)
-    except (RuntimeError, OSError, ValueError) as error:
-        reason = f"MaxText could not be asked ({error}); ./scripts/setup installs the trainer environment"
-        return llama_formula_flops(job.maxtext_overrides, chips=chips, fallback_reason=reason)
-    counted = maxtext_validation.model_flops(answer)
-    if isinstance(counted, str):
-        return llama_formula_flops(job.maxtext_overrides, chips=chips, fallback_reason=counted)
-    return counted
-
-
-def counted_by_maxtext(job: JobSpec, result: FitResult, python: Path | None = None) -> FitResult:
-    """`result` with MaxText's count of the step's tokens and FLOPs, for one recorded with
-    another count (before MaxText counted them, or where it could not be asked): recounted, not
-    recompiled. Unchanged when MaxText still cannot count them."""
-    if not result.fits or result.model_flops_source == MAXTEXT_FLOPS:
-        return result
-    work = model_flops(job, python=python)
-    if work.source != MAXTEXT_FLOPS and result.model_flops_source is not None:
-        return result
-    return dataclasses.replace(
-        result,
-        tokens_per_chip=work.tokens_per_chip,
-        model_flops_per_chip=work.per_chip,
-        model_flops_source=work.source,
-    )
-
-
-def recorded_result(job: JobSpec, flags: str | None = None) -> FitResult | None:
-    """The cached fit check of exactly this configuration (with the workers' flags unless told
-    otherwise), with MaxText's count of its work; None when it has not been run here."""
-    cached = cached_result(job, flags)
-    return counted_by_maxtext(job, cached) if cached is not None else None
 
 
 # --- in the trainer environment ---------------------------------------------------------------

@@ -15,8 +15,8 @@ from domain.perf.fit_results import FitResult, configuration, libtpu_flags
 from domain.tpu.tpu_catalog import accelerator_by_ray_type
 from domain.training import maxtext_config
 from domain.training.job import JobError, JobSpec, resolve_job
+from domain.training.maxtext_check import counted_by_maxtext, maxtext_problems, model_flops, recorded_result
 from domain.training.presets import PRESETS
-from trainer.validate_config import counted_by_maxtext, maxtext_problems, model_flops, recorded_result
 
 # The infra stack's outputs the job needs, and those it reads when present (see
 # domain/config/stack_outputs.py, where each output is declared).
@@ -138,7 +138,7 @@ def _settings_job(
 
 def checked_by_maxtext(job: JobSpec, settings: WorkloadSettings) -> JobSpec:
     """`job`, once MaxText's own config layer has accepted it on the job's device target (see
-    trainer/validate_config.py: cached, so only a new configuration waits for MaxText). Raises
+    domain/training/maxtext_check.py: cached, so only a new configuration waits for MaxText). Raises
     JobError with MaxText's reasons otherwise, or when MaxText could not be asked."""
     problems = maxtext_problems(job, settings.maxtext_overrides, secret="maxtextOverrides" in settings.secrets)
     if problems:

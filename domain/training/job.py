@@ -38,6 +38,10 @@ RUN_NAME_MAX = 64
 _RUN_NAME = re.compile(rf"^[a-z0-9]([-a-z0-9_.]{{0,{RUN_NAME_MAX - 2}}}[a-z0-9])?$")
 _NOT_IN_RUN_NAME = re.compile(r"[^-a-z0-9_.]+")
 
+# Environment for CPU workers: JAX on the CPU backend, and MaxText without Google Cloud clients
+# (faster start, nothing to authenticate on a laptop). MaxText's config check runs with it too.
+CPU_WORKER_ENV = {"JAX_PLATFORMS": "cpu", "DECOUPLE_GCLOUD": "TRUE"}
+
 
 RUN_NAME_RULE = (
     f"use lowercase letters, digits, '-', '_' or '.', at most {RUN_NAME_MAX} characters (it names the checkpoint "

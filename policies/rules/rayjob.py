@@ -33,10 +33,10 @@ from domain.perf.fit_results import NOT_COMPILED
 from domain.perf.published_recipes import model_family
 from domain.tpu.tpu_catalog import Accelerator, SliceShape, accelerator_by_ray_type
 from domain.training.job import JobSpec
+from domain.training.maxtext_check import model_flops, recorded_result
 from domain.training.maxtext_config import base_config, override_problems
 from domain.training.presets import PRESETS, maxtext_overrides
 from policies.rules.common import RAY_JOB, at, config_value, known, plain, schema, whole_number
-from trainer.validate_config import model_flops, recorded_result
 
 # docs/capacity.md: the estimate is off by up to ~4 GiB (13% of a v6e chip's usable HBM) either
 # way on the compiles it is fitted to, so only a clear excess blocks; near the limit the ahead-of-time fit check decides.
