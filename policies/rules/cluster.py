@@ -17,7 +17,7 @@ from pulumi_policy import (
 )
 
 from domain.gcp import gke
-from policies.rules.common import CLUSTER, UNKNOWN, at, described, known, plain
+from policies.rules.common import CLUSTER, UNKNOWN, at, described, known, on, plain
 
 WORKLOAD_POOL_SUFFIX = ".svc.id.goog"
 
@@ -46,12 +46,11 @@ def _below(version: str, minimum: str) -> bool | None:
         return numbers < wanted[: len(numbers)]
 
 
-def dranet_version(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+@on(_cluster)
+def dranet_version(
+    props: dict[str, Any], label: str, mode: Any, args: ResourceValidationArgs, report_violation: ReportViolation
+) -> None:
     """Managed DRANET, which hands the DCN NICs to the workers, needs a minimum GKE version."""
-    cluster = _cluster(args)
-    if cluster is None:
-        return
-    props, label, mode = cluster
     version = at(props, "minMasterVersion")
     if not known(mode) or not isinstance(version, str):
         return
@@ -65,12 +64,11 @@ def dranet_version(args: ResourceValidationArgs, report_violation: ReportViolati
         )
 
 
-def workload_identity(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+@on(_cluster)
+def workload_identity(
+    props: dict[str, Any], label: str, mode: Any, args: ResourceValidationArgs, report_violation: ReportViolation
+) -> None:
     """Pods reach the checkpoint bucket as their Kubernetes service account, never a key."""
-    cluster = _cluster(args)
-    if cluster is None:
-        return
-    props, label, mode = cluster
     pool = at(props, "workloadIdentityConfig", "workloadPool")
     if mode != "standard" or not isinstance(pool, str):
         return
@@ -83,12 +81,11 @@ def workload_identity(args: ResourceValidationArgs, report_violation: ReportViol
         )
 
 
-def dataplane_v2(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+@on(_cluster)
+def dataplane_v2(
+    props: dict[str, Any], label: str, mode: Any, args: ResourceValidationArgs, report_violation: ReportViolation
+) -> None:
     """Managed DRANET runs on Dataplane V2 only."""
-    cluster = _cluster(args)
-    if cluster is None:
-        return
-    props, label, mode = cluster
     provider = at(props, "datapathProvider")
     if mode == "standard" and known(provider) and provider != "ADVANCED_DATAPATH":
         report_violation(
@@ -98,12 +95,11 @@ def dataplane_v2(args: ResourceValidationArgs, report_violation: ReportViolation
         )
 
 
-def ray_operator(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+@on(_cluster)
+def ray_operator(
+    props: dict[str, Any], label: str, _: Any, args: ResourceValidationArgs, report_violation: ReportViolation
+) -> None:
     """Without the add-on nothing reconciles the RayCluster: TPU nodes would idle, billed."""
-    cluster = _cluster(args)
-    if cluster is None:
-        return
-    props, label, _ = cluster
     configs = at(props, "addonsConfig", "rayOperatorConfigs")
     if isinstance(configs, list) and (len(configs) == 0 or at(configs, 0, "enabled") is False):
         report_violation(
@@ -114,12 +110,11 @@ def ray_operator(args: ResourceValidationArgs, report_violation: ReportViolation
         )
 
 
-def gcs_fuse(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+@on(_cluster)
+def gcs_fuse(
+    props: dict[str, Any], label: str, _: Any, args: ResourceValidationArgs, report_violation: ReportViolation
+) -> None:
     """Checkpoints are written to the bucket through the GCS FUSE CSI driver."""
-    cluster = _cluster(args)
-    if cluster is None:
-        return
-    props, label, _ = cluster
     if at(props, "addonsConfig", "gcsFuseCsiDriverConfig", "enabled") is False:
         report_violation(
             f"{label} has the GCS FUSE CSI driver off: the Ray pods cannot mount the checkpoint "
@@ -129,12 +124,11 @@ def gcs_fuse(args: ResourceValidationArgs, report_violation: ReportViolation) ->
         )
 
 
-def production_deletion_protection(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+@on(_cluster)
+def production_deletion_protection(
+    props: dict[str, Any], label: str, _: Any, args: ResourceValidationArgs, report_violation: ReportViolation
+) -> None:
     """A production cluster must survive a `pulumi destroy` run against the wrong stack."""
-    cluster = _cluster(args)
-    if cluster is None:
-        return
-    props, label, _ = cluster
     environment = at(props, "resourceLabels", "environment")
     if environment == "production" and at(props, "deletionProtection") is False:
         report_violation(

@@ -16,11 +16,12 @@ Jobs API open (`raycluster.token_authentication`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pulumi_policy import PolicyConfigSchema, PolicyResource
+from pulumi_policy import PolicyConfigSchema, PolicyResource, ReportViolation, ResourceValidationArgs
 from pulumi_policy.proxy import (
     UNKNOWN_ARCHIVE_VALUE,
     UNKNOWN_ARRAY_VALUE,
@@ -335,3 +336,24 @@ class StackView:
             if len(matches) == 1:
                 return by_urn[matches.pop()]
         return None
+
+
+# A resource rule's check of what `select` finds in one resource (a tuple, passed first), before
+# the usual arguments; a resource where it finds nothing (another type) is let through.
+Check = Callable[..., None]
+Rule = Callable[[ResourceValidationArgs, ReportViolation], None]
+
+
+def on(select: Callable[[ResourceValidationArgs], tuple[Any, ...] | None]) -> Callable[[Check], Rule]:
+    """Makes `check(*found, args, report_violation)` a rule of the resources `select` finds."""
+
+    def decorate(check: Check) -> Rule:
+        @functools.wraps(check)
+        def validate(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+            found = select(args)
+            if found is not None:
+                check(*found, args, report_violation)
+
+        return validate
+
+    return decorate

@@ -38,6 +38,7 @@ from policies.rules.common import (
     container_tpu_limit,
     described,
     known,
+    on,
     plain,
     requests_tpu,
     tpu_worker_groups,
@@ -139,12 +140,11 @@ def slices_for_a_job(cluster_spec: Any, group_spec: Any) -> tuple[Any, str]:
     return replicas, "replicas"
 
 
-def hosts_per_slice(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+@on(_ray_cluster)
+def hosts_per_slice(
+    props: dict[str, Any], label: str, args: ResourceValidationArgs, report_violation: ReportViolation
+) -> None:
     """One Ray worker per TPU VM: numOfHosts is the VM count of the selected topology."""
-    cluster = _ray_cluster(args)
-    if cluster is None:
-        return
-    props, label = cluster
     for group in tpu_worker_groups(props):
         hosts = whole_number(at(group.spec, "numOfHosts"))
         accelerator, shape = group.accelerator, group.shape
@@ -159,12 +159,11 @@ def hosts_per_slice(args: ResourceValidationArgs, report_violation: ReportViolat
         )
 
 
-def chips_per_host(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+@on(_ray_cluster)
+def chips_per_host(
+    props: dict[str, Any], label: str, args: ResourceValidationArgs, report_violation: ReportViolation
+) -> None:
     """Each TPU worker takes all chips of its VM, no more (unschedulable), no fewer (idle)."""
-    cluster = _ray_cluster(args)
-    if cluster is None:
-        return
-    props, label = cluster
     for group in tpu_worker_groups(props):
         accelerator, shape = group.accelerator, group.shape
         if accelerator is None or shape is None:
@@ -181,13 +180,12 @@ def chips_per_host(args: ResourceValidationArgs, report_violation: ReportViolati
                 )
 
 
-def megascale_slices(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+@on(_ray_cluster)
+def megascale_slices(
+    props: dict[str, Any], label: str, args: ResourceValidationArgs, report_violation: ReportViolation
+) -> None:
     """JAX multi-slice waits for MEGASCALE_NUM_SLICES slices; KubeRay starts `replicas` of them, or
     the autoscaler up to `maxReplicas`."""
-    cluster = _ray_cluster(args)
-    if cluster is None:
-        return
-    props, label = cluster
     for group in tpu_worker_groups(props):
         replicas, source = slices_for_a_job(at(props, "spec"), group.spec)
         if not known(replicas):
@@ -208,14 +206,13 @@ def megascale_slices(args: ResourceValidationArgs, report_violation: ReportViola
                     )
 
 
-def autoscaler_for_scaling_groups(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+@on(_ray_cluster)
+def autoscaler_for_scaling_groups(
+    props: dict[str, Any], label: str, args: ResourceValidationArgs, report_violation: ReportViolation
+) -> None:
     """A TPU group that may scale (minReplicas < maxReplicas) only scales with KubeRay's in-tree
     autoscaler, and only Ray autoscaler v2 reads the label selectors of Ray's TPU slice placement
     groups (ray.util.tpu): under v1, or with no autoscaler, a job's slices never come up."""
-    cluster = _ray_cluster(args)
-    if cluster is None:
-        return
-    props, label = cluster
     spec = at(props, "spec")
     for group in tpu_worker_groups(props):
         least = whole_number(at(group.spec, "minReplicas"))
@@ -258,13 +255,12 @@ def _image_problem(image: str) -> str | None:
     return None
 
 
-def images_pinned(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+@on(_ray_cluster)
+def images_pinned(
+    props: dict[str, Any], label: str, args: ResourceValidationArgs, report_violation: ReportViolation
+) -> None:
     """A moving tag can give hosts of one slice different Ray or JAX builds, and a rerun a
     different program than the one that was tested."""
-    cluster = _ray_cluster(args)
-    if cluster is None:
-        return
-    props, label = cluster
     for where, pod_spec in _pod_specs(props):
         for container in _containers(pod_spec):
             image = at(container, "image")
@@ -278,12 +274,11 @@ def images_pinned(args: ResourceValidationArgs, report_violation: ReportViolatio
                 )
 
 
-def privileged_only_for_tpu(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+@on(_ray_cluster)
+def privileged_only_for_tpu(
+    props: dict[str, Any], label: str, args: ResourceValidationArgs, report_violation: ReportViolation
+) -> None:
     """Privileged is needed for TPU device access on Standard pools, and nowhere else."""
-    cluster = _ray_cluster(args)
-    if cluster is None:
-        return
-    props, label = cluster
     for where, pod_spec in _pod_specs(props):
         for container in _containers(pod_spec):
             privileged = at(container, "securityContext", "privileged") is True
@@ -324,13 +319,12 @@ _HEAD_REFUSED_CAPACITY = {
 }
 
 
-def head_not_on_spot(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+@on(_ray_cluster)
+def head_not_on_spot(
+    props: dict[str, Any], label: str, args: ResourceValidationArgs, report_violation: ReportViolation
+) -> None:
     """A preempted head (or one on a flex-start node at its end) ends the job and every worker's
     progress since the last checkpoint."""
-    cluster = _ray_cluster(args)
-    if cluster is None:
-        return
-    props, label = cluster
     head = at(props, "spec", "headGroupSpec", "template", "spec")
     if not isinstance(head, dict):
         return
@@ -344,12 +338,11 @@ def head_not_on_spot(args: ResourceValidationArgs, report_violation: ReportViola
             )
 
 
-def head_service_cluster_ip(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+@on(_ray_cluster)
+def head_service_cluster_ip(
+    props: dict[str, Any], label: str, args: ResourceValidationArgs, report_violation: ReportViolation
+) -> None:
     """The head's service carries the dashboard and the Jobs API (remote code execution)."""
-    cluster = _ray_cluster(args)
-    if cluster is None:
-        return
-    props, label = cluster
     head = at(props, "spec", "headGroupSpec")
     for path in (("serviceType",), ("headService", "spec", "type")):
         service_type = at(head, *path)
@@ -380,12 +373,11 @@ def _auth_problem(spec: dict[str, Any]) -> str | None:
     return f"spec.authOptions.mode is {mode!r}"
 
 
-def token_authentication(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+@on(_ray_cluster)
+def token_authentication(
+    props: dict[str, Any], label: str, args: ResourceValidationArgs, report_violation: ReportViolation
+) -> None:
     """Without a token the Jobs API runs any command that any pod in the cluster sends it."""
-    cluster = _ray_cluster(args)
-    if cluster is None:
-        return
-    props, label = cluster
     spec = at(props, "spec")
     problem = _auth_problem(spec) if isinstance(spec, dict) else None
     if problem:

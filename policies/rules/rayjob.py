@@ -36,7 +36,7 @@ from domain.training.job import JobSpec
 from domain.training.maxtext_check import model_flops, recorded_result
 from domain.training.maxtext_config import base_config, override_problems
 from domain.training.presets import PRESETS, maxtext_overrides
-from policies.rules.common import RAY_JOB, at, config_value, known, plain, schema, whole_number
+from policies.rules.common import RAY_JOB, at, config_value, known, on, plain, schema, whole_number
 
 # docs/capacity.md: the estimate is off by up to ~4 GiB (13% of a v6e chip's usable HBM) either
 # way on the compiles it is fitted to, so only a clear excess blocks; near the limit the ahead-of-time fit check decides.
@@ -121,12 +121,9 @@ def _mesh_problems(job: JobSpec, shape: SliceShape | None) -> list[str]:
     return problems
 
 
-def maxtext_mesh(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+@on(_job)
+def maxtext_mesh(job: JobSpec, label: str, args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
     """MaxText refuses a mesh that does not multiply to the devices, after the slices are up."""
-    found = _job(args)
-    if found is None:
-        return
-    job, label = found
     tpu = _tpu(job)
     if job.use_tpu and tpu is None:
         return
@@ -259,13 +256,10 @@ def elastic_checkpointing(args: ResourceValidationArgs, report_violation: Report
     )
 
 
-def predicted_mfu(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+@on(_job)
+def predicted_mfu(job: JobSpec, label: str, args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
     """A layout much slower than its preset's pays for the difference in TPU hours. Reads the
     fit check this checkout has for exactly the job's configuration; without one it says nothing."""
-    found = _job(args)
-    if found is None:
-        return
-    job, label = found
     preset = PRESETS.get(job.preset)
     result = recorded_result(job) if _tpu(job) is not None else None
     prediction = result.prediction if result is not None else None
@@ -283,15 +277,12 @@ def predicted_mfu(args: ResourceValidationArgs, report_violation: ReportViolatio
         )
 
 
-def predicted_cost(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+@on(_job)
+def predicted_cost(job: JobSpec, label: str, args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
     """What the whole run should cost: steps x the fit check's predicted step time for exactly
     this configuration, or, without one, the model's FLOPs at the default assumed MFU: MaxText's
     count, or where MaxText cannot be asked (no trainer environment) the Llama formula, which the
     message then names."""
-    found = _job(args)
-    if found is None:
-        return
-    job, label = found
     tpu = _tpu(job)
     steps = job.total_steps
     if tpu is None or steps is None:

@@ -25,6 +25,7 @@ from policies.rules.common import (
     at,
     described,
     known,
+    on,
     plain,
     pool_slice,
     whole_number,
@@ -44,12 +45,11 @@ def _tpu_pool(args: ResourceValidationArgs) -> tuple[dict[str, Any], PoolSlice, 
     return props, found, described("TPU node pool", args.name, props)
 
 
-def catalog_shape(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+@on(_tpu_pool)
+def catalog_shape(
+    props: dict[str, Any], found: PoolSlice, label: str, args: ResourceValidationArgs, report_violation: ReportViolation
+) -> None:
     """Machine type, topology and node count must describe one whole slice of the catalog."""
-    pool = _tpu_pool(args)
-    if pool is None:
-        return
-    props, found, label = pool
     accelerator, topology = found.accelerator, found.topology
     if not isinstance(topology, str):
         return
@@ -112,12 +112,11 @@ def catalog_shape(args: ResourceValidationArgs, report_violation: ReportViolatio
         )
 
 
-def compact_placement(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+@on(_tpu_pool)
+def compact_placement(
+    props: dict[str, Any], found: PoolSlice, label: str, args: ResourceValidationArgs, report_violation: ReportViolation
+) -> None:
     """The VMs of a multi-host slice must sit together for their inter-chip links."""
-    pool = _tpu_pool(args)
-    if pool is None:
-        return
-    props, found, label = pool
     if found.shape is None or not found.shape.is_multi_host:
         return
     placement = at(props, "placementPolicy", "type")
@@ -130,12 +129,11 @@ def compact_placement(args: ResourceValidationArgs, report_violation: ReportViol
         )
 
 
-def dranet_networks(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+@on(_tpu_pool)
+def dranet_networks(
+    props: dict[str, Any], found: PoolSlice, label: str, args: ResourceValidationArgs, report_violation: ReportViolation
+) -> None:
     """DCN traffic needs the accelerator's extra NICs and the label that turns DRANET on."""
-    pool = _tpu_pool(args)
-    if pool is None:
-        return
-    props, found, label = pool
     needed = found.accelerator.dcn_networks
     if needed == 0:
         return
@@ -161,12 +159,11 @@ def dranet_networks(args: ResourceValidationArgs, report_violation: ReportViolat
         )
 
 
-def gvnic(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+@on(_tpu_pool)
+def gvnic(
+    props: dict[str, Any], _: PoolSlice, label: str, args: ResourceValidationArgs, report_violation: ReportViolation
+) -> None:
     """Multi-NIC TPU VMs need Google's virtual NIC for DCN bandwidth."""
-    pool = _tpu_pool(args)
-    if pool is None:
-        return
-    props, _, label = pool
     if at(props, "nodeConfig", "gvnic", "enabled") is False:
         report_violation(
             f"{label} has gVNIC disabled: the additional DCN NICs and their bandwidth need it. "
@@ -175,12 +172,11 @@ def gvnic(args: ResourceValidationArgs, report_violation: ReportViolation) -> No
         )
 
 
-def gke_metadata_server(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+@on(_tpu_pool)
+def gke_metadata_server(
+    props: dict[str, Any], _: PoolSlice, label: str, args: ResourceValidationArgs, report_violation: ReportViolation
+) -> None:
     """Without the GKE metadata server, pods see the node's credentials instead of their own."""
-    pool = _tpu_pool(args)
-    if pool is None:
-        return
-    props, _, label = pool
     mode = at(props, "nodeConfig", "workloadMetadataConfig", "mode")
     if known(mode) and mode != "GKE_METADATA":
         report_violation(
@@ -191,14 +187,13 @@ def gke_metadata_server(args: ResourceValidationArgs, report_violation: ReportVi
         )
 
 
-def flex_start(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+@on(_tpu_pool)
+def flex_start(
+    props: dict[str, Any], _: PoolSlice, label: str, args: ResourceValidationArgs, report_violation: ReportViolation
+) -> None:
     """A flex-start pool as GKE builds one: its nodes come only through the cluster autoscaler,
     from any zone with capacity, never from a reservation and never Spot, and are not
     auto-repaired (GKE's flex-start documentation and xpk, cited in domain/gcp/gcp_resources.py)."""
-    pool = _tpu_pool(args)
-    if pool is None:
-        return
-    props, _, label = pool
     if at(props, "nodeConfig", "flexStart") is not True:
         return
     fix = "Build the pool from the stack's capacity = flex-start setting, or set "
