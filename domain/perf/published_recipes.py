@@ -25,9 +25,11 @@ from domain.tpu.tpu_catalog import accelerator
 RECIPES_FILE = Path(__file__).with_name("tpu_recipes_v6e.json")
 GENERATION = "v6e"
 
-# Recipe settings that say where data comes from or how the run is logged and saved: they do not
-# change the compiled step (and the tokenizer paths are the recipe checkout's own files).
-NOT_COMPILED = frozenset({"tokenizer_path", "reuse_example_batch", "dataset_type", "enable_checkpointing"})
+# Recipe settings that say where data comes from or how the run is logged and saved: not taken
+# from the recipe (its tokenizer path is a file of the recipe's own checkout), so MaxText's
+# defaults stand; they do not change the compiled step. (Not fit_results.NOT_COMPILED, the
+# settings a cached result is recorded without.)
+RECIPE_DATA_SETTINGS = frozenset({"tokenizer_path", "reuse_example_batch", "dataset_type", "enable_checkpointing"})
 # Recipe flags the pinned libtpu (0.0.52) does not take, beyond those the catalog says it refuses
 # for v6e: an unknown flag fails the compile. This one selects a chip configuration for the
 # SparseCore all-reduce offload, which the compile here therefore does not reproduce.
@@ -153,7 +155,7 @@ class PublishedRun:
 
     @property
     def published_mfu(self) -> float:
-        return self.published_tflops_per_device * 1e12 / (accelerator(GENERATION).peak_bf16_tflops_per_chip * 1e12)
+        return self.published_tflops_per_device / accelerator(GENERATION).peak_bf16_tflops_per_chip
 
     def layout(self) -> Mapping[str, str]:
         """The run's settings a user would not change to choose a layout: two runs with the
@@ -161,7 +163,7 @@ class PublishedRun:
         return {
             key: str(value)
             for key, value in self.tuning_params.items()
-            if key not in LAYOUT_CHOICES and key not in NOT_COMPILED
+            if key not in LAYOUT_CHOICES and key not in RECIPE_DATA_SETTINGS
         }
 
 
@@ -202,7 +204,7 @@ def compile_spec(
     )
     if "dcn_fsdp_parallelism" in run.tuning_params:
         overrides["dcn_data_parallelism"] = "1"
-    overrides.update({key: _text(value) for key, value in run.tuning_params.items() if key not in NOT_COMPILED})
+    overrides.update({key: _text(value) for key, value in run.tuning_params.items() if key not in RECIPE_DATA_SETTINGS})
     for key, value in list(overrides.items()):
         if key.startswith("ici_") and value == "-1":
             overrides[key] = str(chips)
