@@ -9,7 +9,6 @@ project number) are filled in here with fake values.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +18,7 @@ import pulumi
 import yaml
 from pulumi.runtime import mocks as pulumi_mocks
 
+from domain.config import cli_config
 from domain.paths import PROJECT_ROOT
 
 INFRA_PROJECT = "maxtext-tpu-infra"
@@ -142,13 +142,22 @@ def stack_config(stack: str = "dev", project_dir: Path = PROJECT_ROOT) -> dict[s
     return dict(data.get("config") or {})
 
 
-def _as_engine_value(value: Any) -> str:
-    """The engine passes every config value as a string; objects and lists as JSON."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (list, dict)):
-        return json.dumps(value)
-    return str(value)
+def project_directory(project: str) -> Path:
+    """The directory of this checkout's project named `project` (the infra or the workloads one)."""
+    for directory in (PROJECT_ROOT, PROJECT_ROOT / "workloads"):
+        if cli_config.project_document(directory)["name"] == project:
+            return directory
+    raise ValueError(f"no Pulumi.yaml of this checkout names the project {project!r}; pass its project_dir")
+
+
+def cli_engine_config(
+    config: dict[str, Any], *, project: str, stack: str, project_dir: Path | None = None
+) -> dict[str, str]:
+    """What the CLI's language host hands the program of a stack whose file holds `config`: the
+    project file's defaults merged in, every value as text. Raises CliConfigError where the CLI
+    would stop instead."""
+    document = cli_config.project_document(project_dir or project_directory(project))
+    return cli_config.engine_text(cli_config.merged(document, stack, config, project=project))
 
 
 def run_program(
@@ -159,16 +168,22 @@ def run_program(
     stack: str = "dev",
     monitor: RecordingMonitor | None = None,
     secret_keys: frozenset[str] = frozenset(),
+    project_dir: Path | None = None,
 ) -> ProgramRun:
     """Runs `program` (which returns its stack outputs, or a coroutine that does, as an async
-    program given to `pulumi.run` would) under mocks with `config` set.
+    program given to `pulumi.run` would) under mocks with the config the CLI would hand it for a
+    stack file holding `config`: the project file's defaults merged in, every value as text
+    (domain/config/cli_config.py). What the CLI would refuse raises CliConfigError before the
+    program starts.
 
-    Pass a `monitor` to inspect what was registered even when the program raises, and
-    `secret_keys` for config set with `pulumi config set --secret`.
+    Pass a `monitor` to inspect what was registered even when the program raises, `secret_keys`
+    for config set with `pulumi config set --secret`, and `project_dir` for a project named
+    otherwise than this checkout's two.
     """
+    engine_config = cli_engine_config(config, project=project, stack=stack, project_dir=project_dir)
     monitor = monitor or RecordingMonitor()
     pulumi.runtime.set_mocks(monitor.mocks, project=project, stack=stack, preview=False, monitor=monitor)
-    pulumi.runtime.set_all_config({key: _as_engine_value(value) for key, value in config.items()}, sorted(secret_keys))
+    pulumi.runtime.set_all_config(engine_config, sorted(secret_keys))
     captured: dict[str, Any] = {}
 
     @pulumi.runtime.test

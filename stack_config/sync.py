@@ -80,8 +80,16 @@ class _Dumper(yaml.SafeDumper):
         super().increase_indent(flow, False)
 
 
+# Why the block declares what it does: domain/config/setting.py, pulumi_yaml_config.
+PROJECT_FILE_HEADER = (
+    "# The `config:` block is generated (scripts/sync-settings): the settings with a default, untyped,\n"
+    "# since the program checks every value. The others are optional and left out, since the CLI\n"
+    "# would require a declared key without a default. docs/reference.md lists every setting.\n"
+)
+
+
 def project_file_text(document: dict) -> str:
-    return yaml.dump(document, Dumper=_Dumper, sort_keys=False, width=1000, allow_unicode=True)
+    return PROJECT_FILE_HEADER + yaml.dump(document, Dumper=_Dumper, sort_keys=False, width=1000, allow_unicode=True)
 
 
 def main() -> int:

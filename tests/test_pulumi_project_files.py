@@ -9,6 +9,9 @@ import jsonschema
 import pytest
 import yaml
 
+from domain.config import cli_config
+from domain.config.setting import settings_of
+from stack_config.sync import PROJECTS, project_file
 from tests.support.shared import PROJECT_ROOT, require_shared
 
 # Namespaces of the providers and the engine: their keys belong to them, not to the project.
@@ -53,16 +56,38 @@ def test_schema_rejects_a_broken_project_file(project_schema):
     [stack for project in project_files() for stack in stack_files(project)],
     ids=lambda p: str(p.relative_to(PROJECT_ROOT)),
 )
-def test_every_stack_key_is_declared_by_its_project(stack_file):
+def test_every_stack_file_is_one_the_cli_runs(stack_file):
+    """Its keys are its project's settings, and the CLI's merge of the project's defaults
+    (domain/config/cli_config.py) neither misses a value nor refuses a type."""
     project = yaml.safe_load((stack_file.parent / "Pulumi.yaml").read_text())
-    declared = set(project.get("config") or {})
+    settings = {entry.key for _, cls, _ in PROJECTS for entry in settings_of(cls)}
     stack = yaml.safe_load(stack_file.read_text())
     for key in stack.get("config") or {}:
         namespace, _, name = key.partition(":")
         if namespace in FOREIGN_NAMESPACES:
             continue
         assert namespace == project["name"], f"{stack_file.name}: {key} is not in namespace {project['name']}"
-        assert name in declared, f"{stack_file.name}: {key} is not declared in Pulumi.yaml"
+        assert name in settings, f"{stack_file.name}: {key} is not a setting of {project['name']}"
+    stack_name = stack_file.name.split(".")[1]
+    merged = cli_config.merged(project, stack_name, stack.get("config") or {})
+    declared_defaults = [key for key, entry in project["config"].items() if "default" in entry]
+    assert {f"{project['name']}:{key}" for key in declared_defaults} <= set(merged)
+
+
+@pytest.mark.parametrize("directory, cls, name", PROJECTS, ids=[name for _, _, name in PROJECTS])
+def test_the_project_file_declares_no_key_the_cli_would_require(directory, cls, name):
+    """A project key declared without a default is one the CLI requires of every stack
+    ("Stack 'dev' is missing configuration value ..."): only required settings may be declared so."""
+    project = yaml.safe_load(project_file(directory).read_text())
+    assert cli_config.project_problems(project, project["name"]) == []
+    with pytest.raises(cli_config.CliConfigError) as refused:
+        cli_config.merged({**project, "config": {**project["config"], "bucketName": {"type": "string"}}}, "dev", {})
+    assert refused.value.problems == ["Stack 'dev' is missing configuration value 'bucketName'"]
+    by_name = {entry.name: entry for entry in settings_of(cls) if entry.namespace is None}
+    for key, declaration in project["config"].items():
+        if ":" in key:
+            continue
+        assert "default" in declaration or by_name[key].required is not None, key
 
 
 def test_kubernetes_default_provider_is_disabled():

@@ -36,7 +36,9 @@ def run_stack(monkeypatch, *, project: str, organization: str | None, stack: str
     }
     config.update({f"{project}:{key}": value for key, value in settings.items()})
     monitor = RecordingMonitor(stack_outputs={INFRA_STACK: INFRA_OUTPUTS})
-    run = run_program(lambda: build(read_settings()), config, project=project, stack=stack, monitor=monitor)
+    run = run_program(
+        lambda: build(read_settings()), config, project=project, stack=stack, monitor=monitor, project_dir=WORKLOADS_DIR
+    )
     return run, run.one(RAY_JOB).inputs
 
 

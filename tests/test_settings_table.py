@@ -10,13 +10,19 @@ from typing import Any
 
 import pulumi
 import pytest
-import yaml
 
 from domain.config.setting import SECRET, markdown_table, pulumi_yaml_config, read, setting, settings_of
 from domain.config.settings import SettingsError, StackSettings, parse_settings
 from domain.config.workload_settings import WorkloadSettings
 from stack_config import raw_config
-from stack_config.sync import PROJECTS, REFERENCE, project_file, synced_project_file, synced_reference
+from stack_config.sync import (
+    PROJECTS,
+    REFERENCE,
+    project_file,
+    project_file_text,
+    synced_project_file,
+    synced_reference,
+)
 from tests.support.pulumi_harness import INFRA_PROJECT, run_program, stack_config
 
 GCP = {"gcp:project": "my-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b"}
@@ -130,12 +136,23 @@ def test_a_setting_declared_from_another_keeps_its_rule_and_takes_the_changes_gi
     assert read(Narrower, {"count": "0"}, project_name="demo").problems == ["count = 0 is out of range; use 1 to 4"]
 
 
-def test_a_setting_is_set_when_the_stack_gives_it_a_value_even_its_default():
-    reading = example({"count": "2", "name": None})
-    assert reading.is_set("count") and reading.is_set("project")  # gcp:project, by its field
-    assert not reading.is_set("ratio") and not reading.is_set("name")
+def test_a_setting_without_a_default_is_set_when_the_stack_gives_it_a_value():
+    reading = example({"ratio": "0.5"})
+    assert reading.is_set("project") and reading.is_set("ratio")  # gcp:project, by its field
+    assert not example({"ratio": None}).is_set("ratio")
     with pytest.raises(KeyError):
         reading.is_set("colour")  # not a field: a mistake, not "unset"
+
+
+def test_a_setting_with_a_default_is_asked_whether_it_changed_never_whether_it_is_set():
+    """The CLI sets every default on every stack (domain/config/cli_config.py): `is_set` of such a
+    setting would be true for a stack that never mentions it, so asking it is a mistake."""
+    with pytest.raises(ValueError, match="count has a default, which the CLI sets on every stack"):
+        example({"count": "2"}).is_set("count")
+    assert not example({"count": "2"}).changed("count")  # the default, as the CLI merges it
+    assert not example({}).changed("count")
+    assert example({"count": "3"}).changed("count")
+    assert not example({"count": "9"}).changed("count")  # refused: reported as out of range instead
 
 
 def test_a_refused_value_is_none_and_marked_refused_so_later_checks_can_skip_it():
@@ -168,8 +185,8 @@ def test_a_secret_that_may_stay_secret_is_not_refused():
 @pytest.mark.parametrize("directory, cls, name", PROJECTS, ids=[name for _, _, name in PROJECTS])
 def test_pulumi_yaml_declares_exactly_the_settings_classes_settings(directory, cls, name):
     """Pulumi.yaml is what `pulumi config` shows users; `./scripts/sync-settings` writes it."""
-    on_disk = yaml.safe_load(project_file(directory).read_text())
-    assert on_disk == synced_project_file(directory, cls), "run ./scripts/sync-settings"
+    on_disk = project_file(directory).read_text()
+    assert on_disk == project_file_text(synced_project_file(directory, cls)), "run ./scripts/sync-settings"
 
 
 def test_readme_tables_are_the_settings_classes_tables():
@@ -211,11 +228,7 @@ def test_a_new_setting_is_one_declaration():
             "integer", "Minutes of warm-up.", default=5, minimum=0, in_clear="it is exported as the warmup output"
         )
 
-    assert pulumi_yaml_config(WithWarmup)["warmupMinutes"] == {
-        "type": "integer",
-        "description": "Minutes of warm-up.",
-        "default": 5,
-    }
+    assert pulumi_yaml_config(WithWarmup)["warmupMinutes"] == {"description": "Minutes of warm-up.", "default": 5}
     assert "| `warmupMinutes` | integer | `5` | no | Minutes of warm-up. |" in markdown_table(WithWarmup)
     good = read(WithWarmup, {**GCP, "warmupMinutes": "7"}, project_name=INFRA_PROJECT)
     assert good.problems == [] and good.values["warmup_minutes"] == 7

@@ -10,7 +10,6 @@ or RayJobGuard registered. The shipped stacks themselves still register what the
 from __future__ import annotations
 
 import asyncio
-import json
 import runpy
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +21,7 @@ from pulumi.runtime import settings as runtime_settings
 from domain.config.problems import ProblemsError
 from domain.config.workload_settings import WorkloadSettingsError
 from domain.training.job import JobError
-from tests.support.pulumi_harness import PROJECT_ROOT, RecordingMonitor, run_program, stack_config
+from tests.support.pulumi_harness import PROJECT_ROOT, RecordingMonitor, cli_engine_config, run_program, stack_config
 from tests.test_workloads_program import INFRA_OUTPUTS, INFRA_STACK, PROJECT, RAY_JOB, WORKLOADS_DIR, run_workloads
 from workloads.config import read_settings
 from workloads.program import build
@@ -774,19 +773,12 @@ class ExportRecordingMonitor(RecordingMonitor):
         return super().RegisterResourceOutputs(request)
 
 
-def engine_text(value: Any) -> str:
-    """A config value as the engine passes it: text, with objects and lists as JSON."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
-
-
 def run_entry_point(stack: str, monitor: ExportRecordingMonitor, **settings: Any) -> None:
     """`pulumi.runtime.run_in_stack` is how the language host runs a program: it creates the
     root stack, runs __main__.py, then awaits the async program given to `pulumi.run`."""
     pulumi.runtime.set_mocks(monitor.mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
     config = {**stack_config(stack, WORKLOADS_DIR), **{f"{PROJECT}:{key}": value for key, value in settings.items()}}
-    pulumi.runtime.set_all_config({key: engine_text(value) for key, value in config.items()}, [])
+    pulumi.runtime.set_all_config(cli_engine_config(config, project=PROJECT, stack=stack), [])
     runtime_settings.set_root_resource(None)  # the runner makes its own root stack
     program = str(WORKLOADS_DIR / "__main__.py")
     try:

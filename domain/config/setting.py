@@ -127,6 +127,7 @@ class Reading:
     raw: Mapping[str, Any]
     kinds: Mapping[str, Kind]  # by key
     keys: Mapping[str, str]  # by field
+    defaults: Mapping[str, Any]  # by field
     refused: set[str] = dataclasses.field(default_factory=set)  # fields whose value was refused
 
     def shown(self, key: str, value: Any = None) -> str:
@@ -137,8 +138,16 @@ class Reading:
         return _shown(self.kinds.get(key), self.raw.get(key) if value is None else value)
 
     def is_set(self, field: str) -> bool:
-        """Whether the stack sets this field's setting (to anything, even its default)."""
+        """Whether the stack sets this field's setting, which has no default. The CLI merges every
+        default into the config (domain/config/cli_config.py), so a setting with one always looks
+        set: ask `changed` of it instead."""
+        if self.defaults[field] is not None:
+            raise ValueError(f"{self.keys[field]} has a default, which the CLI sets on every stack; use changed()")
         return self.raw.get(self.keys[field]) is not None
+
+    def changed(self, field: str) -> bool:
+        """Whether this field's value differs from its default: what a user can be told they set."""
+        return self.values[field] not in (None, self.defaults[field])
 
     def ok(self, *fields: str) -> bool:
         """Whether these fields were read without a problem."""
@@ -161,6 +170,7 @@ def read(cls: type, raw: Mapping[str, Any], *, project_name: str, secret_keys: S
         raw=raw,
         kinds={entry.key: entry.kind for entry in table},
         keys={entry.field: entry.key for entry in table},
+        defaults={entry.field: entry.default for entry in table},
     )
     problems = reading.problems
     project_keys = [entry.key for entry in table if entry.namespace is None]
@@ -297,22 +307,23 @@ def redacted(problem: str, secrets: list[str]) -> str:
 
 
 def pulumi_yaml_config(cls: type) -> dict[str, dict[str, Any]]:
-    """The project's own settings as Pulumi.yaml's `config:` block declares them (a provider's
-    settings, like gcp:zone, are its provider's to declare)."""
+    """The project's own settings with a default, as Pulumi.yaml's `config:` block declares them
+    (domain/config/cli_config.py says what the CLI does with the block). A setting without one is
+    left out: the CLI takes a declared key without a default for a required one and stops every
+    stack that lacks it. A provider's settings, like gcp:zone, are its provider's to declare."""
     block: dict[str, dict[str, Any]] = {}
     for entry in settings_of(cls):
-        if entry.namespace is not None:
+        if entry.namespace is not None or entry.default is None:
             continue
-        # `pulumi config` has no number type: a number is declared as text, which `read` parses.
-        declaration: dict[str, Any] = {"type": "string" if entry.kind == "number" else entry.kind}
-        if entry.kind == "array":
-            declaration["items"] = {"type": "string"}
-        declaration["description"] = entry.description
-        # Lists and maps are left to the description: the CLI's check of a structured default
-        # against its declared type is not something this machine can run.
-        if entry.default is not None and entry.kind not in ("array", "object"):
-            declaration["default"] = str(entry.default) if entry.kind == "number" else entry.default
-        block[entry.name] = declaration
+        # No `type:`: the CLI would check it first and stop with "must be of type 'integer'",
+        # naming neither the value nor the range, and refuse a list or map set as text (`pulumi
+        # config set capacity spot`); `read` checks every kind and says what would be valid.
+        default: Any = entry.default
+        if entry.kind == "number":
+            default = str(default)  # the CLI merges a float default as JSON, not as its text
+        elif entry.kind in ("array", "object"):
+            default = list(default) if entry.kind == "array" else dict(default)
+        block[entry.name] = {"description": entry.description, "default": default}
     return block
 
 

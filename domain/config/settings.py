@@ -578,7 +578,7 @@ def _standard_only_problems(reading: Reading, settings: _Read) -> list[str]:
     problems = []
     for field, instead in STANDARD_ONLY.items():
         entry, value = _SETTINGS[field], reading.values[field]
-        if settings.mode == "autopilot" and reading.is_set(field) and value not in (None, entry.default):
+        if settings.mode == "autopilot" and reading.changed(field):
             problems.append(
                 f"{entry.key} = {reading.shown(entry.key, list(value) if entry.kind == 'array' else None)} does "
                 f"nothing on an Autopilot stack ({instead}); unset it (`pulumi config rm {entry.key}`), or use "
@@ -751,7 +751,7 @@ def _capacity_problems(reading: Reading, settings: _Read) -> list[str]:
         min_slices is not None
         and slices is not None
         and min_slices >= slices
-        and reading.is_set("idle_timeout_seconds")
+        and reading.changed("idle_timeout_seconds")
         and reading.ok("idle_timeout_seconds", "min_slices")
     ):
         problems.append(

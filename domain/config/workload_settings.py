@@ -207,10 +207,9 @@ IGNORED_WHEN = (
 
 def _ignored_problems(reading: Reading, *, where: set[str]) -> list[str]:
     problems = []
-    values = reading.values
     for field, when, why in IGNORED_WHEN:
         entry = _SETTINGS[field]
-        if when in where and reading.is_set(field) and values[field] not in (None, entry.default):
+        if when in where and reading.changed(field):
             problems.append(
                 f"{entry.key} = {reading.shown(entry.key)} does nothing on this stack: {why}; unset it "
                 f"(`pulumi config rm {entry.key}`)"

@@ -10,6 +10,7 @@ from policies.mock_engine import (  # noqa: F401 (re-exported for the tests)
     ProgramRun,
     RecordingMonitor,
     Registration,
+    cli_engine_config,
     run_program,
     stack_config,
 )
