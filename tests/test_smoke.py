@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from tests.support.fake_jobs_api import FakeHttpServer
 from tests.support.port_holder import PortHolder
 from tests.support.pulumi_harness import PROJECT_ROOT
 from workloads import smoke
@@ -67,6 +68,40 @@ def test_a_port_held_by_something_else_fails_within_seconds_naming_it(mode, says
     assert "starting a loopback-only Ray head" not in err
 
 
+AMBIENT_TOKEN = "token-of-another-cluster"
+
+
+def _answers(status: int, body: str):
+    return lambda _method, _path: (status, body.encode())
+
+
+@pytest.mark.parametrize(
+    "status, body",
+    [(401, "Unauthorized: Missing authentication token"), (403, "Forbidden"), (404, "not found"), (200, "{}")],
+)
+def test_the_shells_ray_token_is_never_sent_to_a_holder_that_has_not_answered_as_ray(status, body, monkeypatch):
+    monkeypatch.setenv("RAY_AUTH_TOKEN", AMBIENT_TOKEN)
+    with FakeHttpServer(_answers(status, body), content_type="application/json") as holder:
+        with pytest.raises(smoke.SmokeError, match="is not a Ray dashboard"):
+            smoke.existing_head(holder.address)
+    assert holder.requests and all("authorization" not in headers for headers in holder.headers)
+
+
+def test_a_ray_head_that_wants_a_token_gets_it_after_it_has_said_so(monkeypatch):
+    """A Ray dashboard answers /api/authentication_mode without a token (ray/dashboard/
+    http_server_head.py's public paths); only then is the token sent, to /api/version."""
+    monkeypatch.setenv("RAY_AUTH_TOKEN", AMBIENT_TOKEN)
+    answers = {
+        "/api/authentication_mode": (200, b'{"authentication_mode": "token"}'),
+        "/api/version": (200, b'{"ray_version": "2.60.0"}'),
+    }
+    with FakeHttpServer(lambda _method, path: answers[path], content_type="application/json") as head:
+        assert smoke.existing_head(head.address)
+    assert [path for _, path in head.requests] == ["/api/authentication_mode", "/api/version"]
+    assert "authorization" not in head.headers[0]
+    assert head.headers[1]["authorization"] == f"Bearer {AMBIENT_TOKEN}"
+
+
 @pytest.mark.parametrize("address", ["http://10.0.0.1:8265", "https://127.0.0.1:8265", "http://127.0.0.1"])
 def test_the_address_must_be_a_loopback_dashboard_url(address, capsys):
     with pytest.raises(SystemExit):
@@ -84,3 +119,10 @@ def test_two_smoke_runs_started_in_the_same_second_get_two_runs(monkeypatch):
         monkeypatch.setattr(smoke.os, "getpid", lambda pid=pid: pid)
         names.append(smoke.fresh_run_name("tiny-cpu"))
     assert names[0] != names[1] and all(run_name_is_valid(name) for name in names)
+
+
+@pytest.mark.slow
+def test_a_real_ray_head_with_token_authentication_is_recognised_and_reused(local_ray_head):
+    """Ray's own dashboard (2.60, token auth on) answers the token-free question first."""
+    assert smoke._authentication_mode(local_ray_head.address, "127.0.0.1", 0) == "token"
+    assert smoke.existing_head(local_ray_head.address)

@@ -29,6 +29,7 @@ from urllib.parse import urlparse
 import requests
 import yaml
 
+from domain.config import cli_config
 from domain.config.workload_settings import WorkloadSettingsError, parse_workload_settings
 from domain.training.job import JobError
 from workloads import job_inputs
@@ -49,7 +50,10 @@ class SmokeError(RuntimeError):
 
 
 def local_stack_config() -> dict:
-    config = yaml.safe_load(LOCAL_STACK_FILE.read_text())["config"]
+    """The local stack's settings as `pulumi up` would hand them over: the project's defaults merged in."""
+    stack = yaml.safe_load(LOCAL_STACK_FILE.read_text())["config"]
+    document = cli_config.project_document(LOCAL_STACK_FILE.parent)
+    config = cli_config.engine_text(cli_config.merged(document, "local", stack))
     return {key.split(":", 1)[1]: value for key, value in config.items() if key.startswith(f"{PROJECT}:")}
 
 
@@ -100,20 +104,12 @@ def existing_head(address: str) -> bool:
         return False
     except OSError as error:
         raise SmokeError(f"could not connect to {host}:{port} ({error}); {_elsewhere(port)}") from None
-    token = local_ray_token()
-    try:
-        response = requests.get(
-            f"{address.rstrip('/')}/api/version",
-            headers={"Authorization": f"Bearer {token}"} if token else {},
-            timeout=PROBE_SECONDS,
-        )
-    except requests.RequestException as error:
-        raise SmokeError(
-            f"port {port} on {host} is held by {port_holder(port)}, which accepts connections but did not "
-            f"answer HTTP within {PROBE_SECONDS:.0f} s ({type(error).__name__}): it is not a Ray dashboard, "
-            f"and no Ray head can start there; {_elsewhere(port)}"
-        ) from None
-    if response.status_code in (401, 403):
+    # Ray's one unauthenticated JSON answer: until the holder has given it, it is not known to be
+    # Ray, and the shell's token (another cluster's, perhaps) is not sent to it.
+    mode = _authentication_mode(address, host, port)
+    token = local_ray_token() if mode == "token" else None
+    response = _probe(f"{address.rstrip('/')}/api/version", host, port, token)
+    if response.status_code in (401, 403) and mode == "token":
         # A Ray head that wants a token: say how to give it (the Jobs API's own advice).
         raise SmokeError(
             f"the Ray head at {address} refused this client (HTTP {response.status_code}); "
@@ -131,6 +127,29 @@ def existing_head(address: str) -> bool:
             f"dashboard (/api/version gave HTTP {response.status_code}, {kind}); {_elsewhere(port)}"
         )
     return True
+
+
+def _probe(url: str, host: str, port: int, token: str | None = None) -> requests.Response:
+    try:
+        return requests.get(url, headers={"Authorization": f"Bearer {token}"} if token else {}, timeout=PROBE_SECONDS)
+    except requests.RequestException as error:
+        raise SmokeError(
+            f"port {port} on {host} is held by {port_holder(port)}, which accepts connections but did not "
+            f"answer HTTP within {PROBE_SECONDS:.0f} s ({type(error).__name__}): it is not a Ray dashboard, "
+            f"and no Ray head can start there; {_elsewhere(port)}"
+        ) from None
+
+
+def _authentication_mode(address: str, host: str, port: int) -> str | None:
+    """What a Ray dashboard says of its authentication at its public /api/authentication_mode
+    (Ray 2.52 and later): "token" or "disabled"; None for any other answer."""
+    response = _probe(f"{address.rstrip('/')}/api/authentication_mode", host, port)
+    try:
+        body = response.json() if response.status_code == 200 else None
+    except ValueError:
+        return None
+    mode = body.get("authentication_mode") if isinstance(body, dict) else None
+    return mode if isinstance(mode, str) else None
 
 
 def fresh_run_name(preset: str) -> str:
