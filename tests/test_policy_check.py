@@ -28,7 +28,8 @@ def test_a_production_stack_without_deletion_protection_is_refused_before_the_pa
     # tests/test_policy_rules.py exercises it on its own).
     assert check.main(["--stack", "dev", "--set", "production=true"]) == 2
     assert "production = true but deletionProtection is false" in capsys.readouterr().err
-    assert check.main(["--stack", "dev", "--set", "production=true", "--set", "deletionProtection=true"]) == 0
+    protected = ["--set", "production=true", "--set", "deletionProtection=true", "--set", "bucketForceDestroy=false"]
+    assert check.main(["--stack", "dev", *protected]) == 0
 
 
 def test_a_job_that_cannot_fit_fails_before_any_tpu_is_provisioned(capsys):

@@ -25,7 +25,7 @@ SAMPLES = {
     "topology": "4x4",
     "reservation": "v6e-res",
     "bucketName": "my-ckpt",
-    "rayImage": "rayproject/ray:2.60.0-py312-tpu",
+    "rayImage": "us-docker.pkg.dev/my-project/images/maxtext-ray:2.60.0-1",
     "infraStack": "organization/maxtext-tpu-infra/dev",
     "address": "http://127.0.0.1:8265",
     "preset": "llama3-8b",
@@ -88,8 +88,8 @@ def test_a_workloads_value_with_a_trailing_line_break_is_refused(key, value):
         {"serviceAccount": "ray.trainer.v1"},  # a DNS subdomain name
         {"serviceAccount": "r" * 63 + "." + "s" * 63},
         {"namespace": "2024-runs"},  # an RFC 1123 label may start with a digit
-        {"rayImage": "rayproject/ray@sha256:" + "0123456789abcdef" * 4},  # Ray version unknown: not checked
-        {"rayImage": "us-docker.pkg.dev/p/r/ray:1.0.0"},  # not Ray's own image: its tag is not Ray's version
+        {"rayImage": "us-docker.pkg.dev/p/r/maxtext-ray@sha256:" + "0123456789abcdef" * 4},
+        {"rayImage": "us-docker.pkg.dev/p/r/maxtext-ray:1.0.0"},  # a team's own numbering of its build
         {"headMachineType": "n1-standard-16"},
         {"headMachineType": "a2-highgpu-1g"},  # vCPUs not in the name: not checked
         {"bucketName": "ckpt.example.com"},

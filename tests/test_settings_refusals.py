@@ -43,7 +43,7 @@ BUCKET_RULE = "use 3-63 lowercase letters, digits, '-', '_' and '.'"
 PROJECT_RULE = "use the project ID (6-30 lowercase letters, digits and '-'"
 COMPUTE_RULE = "1-63 lowercase letters, digits and '-', starting with a letter and not ending with '-'"
 MACHINE_RULE = "use a Compute Engine machine type name, for example n1-standard-16"
-IMAGE_RULE = "use REGISTRY/REPOSITORY:VERSION (for example rayproject/ray:"
+IMAGE_RULE = "use REGISTRY/PATH/maxtext-ray:VERSION (for example us-docker.pkg.dev/my-project/images/maxtext-ray:"
 LABEL_RULE = "use lowercase letters, digits and '-', starting with a letter"
 SECRET_FIX = "set it without --secret"
 NAMESPACE_RULE = "use at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit"
@@ -65,7 +65,33 @@ ROWS = [
         "bucket-dotted-part",
         {"bucketName": "c" * 64 + ".example.com"},
         "has a part between dots longer than 63 characters",
-        "at most 63 between dots",
+        "1 to 63 between dots",
+    ),
+    row(
+        "bucket-empty-label",
+        {"bucketName": "my..ckpt"},
+        "bucketName = 'my..ckpt' is not a Cloud Storage bucket name: it has an empty part between dots",
+        "1 to 63 between dots",
+    ),
+    row(
+        "bucket-dash-label",
+        {"bucketName": "my-.ckpt"},
+        "bucketName = 'my-.ckpt' is not a Cloud Storage bucket name: it has a part between dots that starts or ends",
+        "none of them starting or ending with '-'",
+    ),
+    # ---------------------------------------------------------------- gcp:defaultLabels
+    row(
+        "default-labels-upper-and-space",
+        {"gcp:defaultLabels": {"team": "ML Research"}},
+        "gcp:defaultLabels = {'team': 'ML Research'} is refused by GCP on every labelled resource: it has 'team' = "
+        "'ML Research', whose value has uppercase letters",
+        "each value at most 63 lowercase letters, digits, '_' and '-'",
+    ),
+    row(
+        "default-labels-key",
+        {"gcp:defaultLabels": '{"Cost Center": "ml"}'},
+        "it has the key 'Cost Center', which does not start with a lowercase letter",
+        "each key 1-63 lowercase letters, digits, '_' and '-' starting with a letter",
     ),
     # ---------------------------------------------------------------- gcp:project
     row("project-display-name", {"gcp:project": "My Project"}, "gcp:project = 'My Project'", PROJECT_RULE),
@@ -328,6 +354,25 @@ ROWS = [
         "run `pulumi config set deletionProtection true`",
     ),
     row(
+        "production-force-destroys-its-checkpoints",
+        {"production": True, "deletionProtection": True},
+        "production = true but bucketForceDestroy is true, so it would delete the bucket with every checkpoint",
+        "run `pulumi config set bucketForceDestroy false`",
+    ),
+    row(
+        "zone-single-tenant-on-demand",
+        {"gcp:zone": "us-east5-c"},
+        "gcp:zone = 'us-east5-c' is marked single-tenant for TPU v6e",
+        "use a reservation (`pulumi config set capacity reservation` and `pulumi config set reservation <name>`), "
+        "or a zone not marked so in us-east5: us-east5-a, us-east5-b",
+    ),
+    row(
+        "region-single-tenant-spot-autopilot",
+        {"mode": "autopilot", "gcp:region": "us-east4", "gcp:zone": "us-east4-a", "capacity": ["spot", "on-demand"]},
+        "gcp:region = 'us-east4' has only zones (us-east4-a, us-east4-b) that are marked single-tenant",
+        "or a zone not marked so: us-central1-b",
+    ),
+    row(
         "zone-without-v6e",
         {"gcp:region": "us-central1", "gcp:zone": "us-central1-a"},
         "gcp:zone = 'us-central1-a' does not offer TPU v6e",
@@ -425,14 +470,29 @@ ROWS = [
     row(
         "image-other-ray-version",
         {"rayImage": "rayproject/ray:2.40.0-py312-tpu"},
-        "rayImage = 'rayproject/ray:2.40.0-py312-tpu' holds Ray 2.40.0, but the cluster runs Ray 2.60.0",
-        "predates token authentication",
+        "rayImage = 'rayproject/ray:2.40.0-py312-tpu' is Ray's own image",
+        "it holds Ray 2.40.0, but the cluster runs Ray 2.60.0 (the head, every worker and the job client need the "
+        "same Ray; 2.40.0 also predates token authentication",
     ),
     row(
         "image-newer-ray-version",
         {"rayImage": "docker.io/rayproject/ray:2.61.0"},
-        "rayImage = 'docker.io/rayproject/ray:2.61.0' holds Ray 2.61.0, but the cluster runs Ray 2.60.0",
-        "use rayproject/ray:2.60.0-py312-tpu, an image of Ray 2.60.0, or unset rayImage",
+        "rayImage = 'docker.io/rayproject/ray:2.61.0' is Ray's own image",
+        "it holds Ray 2.61.0, but the cluster runs Ray 2.60.0",
+    ),
+    row(
+        "image-stock-ray-without-maxtext",
+        {"rayImage": "rayproject/ray:2.60.0-py312-tpu"},
+        "rayImage = 'rayproject/ray:2.60.0-py312-tpu' is Ray's own image: only a build of trainer/Dockerfile has "
+        "MaxText and this product's trainer package, so every job would fail with `No module named ...`",
+        IMAGE_RULE,
+    ),
+    row(
+        "image-not-named-as-the-worker-image",
+        {"rayImage": f"us-docker.pkg.dev/p/r/ray@{DIGEST}"},
+        f"rayImage = 'us-docker.pkg.dev/p/r/ray@{DIGEST}' is not named as a build of trainer/Dockerfile (its image "
+        "name is not 'maxtext-ray')",
+        IMAGE_RULE,
     ),
     row(
         "price-overflows-the-cost-outputs",

@@ -303,7 +303,7 @@ def test_build_script_fails_when_the_build_fails(run_build):
 
 def test_ray_image_defaults_to_building_and_a_set_image_must_be_pinned():
     assert settings().ray_image is None
-    pinned = "us-docker.pkg.dev/p/r/ray@sha256:" + "0" * 64
+    pinned = "us-docker.pkg.dev/p/r/maxtext-ray@sha256:" + "0" * 64
     assert settings(rayImage=pinned).ray_image == pinned
     with pytest.raises(SettingsError, match="or unset it to build the worker image"):
         settings(rayImage="rayproject/ray")
@@ -317,10 +317,13 @@ def built_run():
     return run_infra(stack_config("dev"))
 
 
+GIVEN_IMAGE = "us-docker.pkg.dev/my-project/images/maxtext-ray:2.60.0-1"  # a team's own build of trainer/Dockerfile
+
+
 @pytest.fixture(scope="module")
 def given_image_run():
     config = stack_config("dev")
-    config["maxtext-tpu-infra:rayImage"] = "rayproject/ray:2.60.0-py312-tpu"
+    config["maxtext-tpu-infra:rayImage"] = GIVEN_IMAGE
     return run_infra(config)
 
 
@@ -401,5 +404,5 @@ def test_nodes_can_pull_but_not_push(built_run):
 def test_a_set_image_is_used_as_is_and_nothing_is_built(given_image_run):
     for type_token in (REPOSITORY, BUILD, COMPONENT):
         assert given_image_run.of_type(type_token) == [], type_token
-    assert ray_cluster_images(given_image_run) == ["rayproject/ray:2.60.0-py312-tpu"] * 2
-    assert given_image_run.outputs["rayImage"] == "rayproject/ray:2.60.0-py312-tpu"
+    assert ray_cluster_images(given_image_run) == [GIVEN_IMAGE] * 2
+    assert given_image_run.outputs["rayImage"] == GIVEN_IMAGE

@@ -18,7 +18,7 @@ from typing import Any
 from domain.config.problems import ProblemsError
 from domain.config.setting import Reading, read, setting, settings_of
 from domain.gcp import dcn, gcp_names, gke, k8s_names, resource_names
-from domain.gcp.images import IMAGE_RULE, image_reference_problems, ray_version_of
+from domain.gcp.images import IMAGE_RULE, WORKER_IMAGE_NAME, image_reference_problems, is_worker_image, ray_version_of
 from domain.gcp.machine_types import machine_size
 from domain.perf.capacity import HOURS_PER_DAY
 from domain.ray import ray_head
@@ -30,6 +30,7 @@ from domain.tpu.tpu_catalog import (
     TPU_ZONES_SOURCE,
     Accelerator,
     SliceShape,
+    single_tenant_zones,
     zone_region,
 )
 from domain.training.job import PRESET, SLICES, JobError, resolve_job, topology_problem
@@ -122,6 +123,13 @@ def _region(value: str) -> str | None:
     return "is not a Google Cloud region (for example us-east5); run `pulumi config set gcp:region <region>`"
 
 
+def _labels(value: Mapping[str, Any]) -> str | None:
+    problems = gcp_names.labels_problems(value)
+    if not problems:
+        return None
+    return f"is refused by GCP on every labelled resource: it {'; it '.join(problems)}; use {gcp_names.LABELS_RULE}"
+
+
 def _capacity(value: tuple[str, ...]) -> str | None:
     unknown = [choice for choice in value if choice not in CAPACITY_CHOICES]
     if unknown:
@@ -184,6 +192,14 @@ class StackSettings:
         namespace="gcp",
         required="<zone>",
         in_clear="it is the clusterLocation output of a Standard stack and the node pools' location",
+    )
+    default_labels: Mapping[str, str] = setting(
+        "object",
+        "Labels the Google provider adds to every resource it creates (the Google provider's setting).",
+        namespace="gcp",
+        default={},
+        check=_labels,
+        in_clear=f"they label every resource, {_STATE}",
     )
     preset: Preset = setting(
         PRESET,
@@ -306,7 +322,7 @@ class StackSettings:
     )
     bucket_force_destroy: bool = setting(
         "boolean",
-        "Let `pulumi destroy` delete a bucket that still holds checkpoints.",
+        "Let `pulumi destroy` delete a bucket that still holds checkpoints (a production stack must set false).",
         default=True,
         in_clear=f"it is the bucket's force_destroy, {_STATE}",
     )
@@ -318,13 +334,14 @@ class StackSettings:
     )
     production: bool = setting(
         "boolean",
-        "Marks a production stack (it then requires deletionProtection).",
+        "Marks a production stack (it then requires deletionProtection and bucketForceDestroy = false).",
         default=False,
         in_clear="it becomes the cluster's environment label",
     )
     ray_image: str | None = setting(
         "string",
-        "Ray container image for head and workers, used as-is (pin a tag or digest). Unset: the stack "
+        "Worker image for the Ray head and workers, used as-is: a build of trainer/Dockerfile named "
+        "REGISTRY/PATH/maxtext-ray, pinned by tag or digest. Unset: the stack "
         "builds trainer/Dockerfile (Ray and MaxText baked in) with Cloud Build into its own Artifact "
         "Registry repository and uses that.",
         unset="built by the stack",
@@ -434,6 +451,7 @@ class _Read:
     price_per_chip_hour: float | None
     production: bool | None
     deletion_protection: bool | None
+    bucket_force_destroy: bool | None
 
     @classmethod
     def of(cls, reading: Reading) -> _Read:
@@ -536,6 +554,8 @@ def _shape_problems(reading: Reading, settings: _Read) -> list[str]:
     # Where the TPUs are: Standard pools live in gcp:zone; Autopilot picks a zone of gcp:region.
     if mode is not None and reading.ok("region", "zone") and region and zone:
         problems += _availability_problems(chosen.accelerator, mode, region, zone)
+        if reading.ok("capacity") and settings.capacity is not None and not problems:
+            problems += _single_tenant_problems(chosen.accelerator, mode, region, zone, settings.capacity)
     # The preset's MaxText mesh, exactly as a job on this cluster would be checked.
     if settings.shape is not None:
         problems += _mesh_problems(chosen, settings.topology, settings.shape[2])
@@ -620,7 +640,7 @@ def _image_and_machine_problems(reading: Reading, settings: _Read) -> list[str]:
         autoscales = slices is not None and min_slices is not None and min_slices < slices
         problems += _head_machine_problems(machine_type, autoscales=autoscales)
     if settings.ray_image and reading.ok("ray_image"):
-        problems += _ray_image_version_problems(reading.shown("rayImage"), ray_version_of(settings.ray_image))
+        problems += _ray_image_problems(reading.shown("rayImage"), settings.ray_image)
     return problems
 
 
@@ -639,12 +659,23 @@ def _price_problems(reading: Reading, settings: _Read) -> list[str]:
 
 
 def _protection_problems(reading: Reading, settings: _Read) -> list[str]:
-    if settings.production and settings.deletion_protection is False:
-        return [
-            "production = true but deletionProtection is false: a production cluster must survive a "
-            "`pulumi destroy` run against the wrong stack; run `pulumi config set deletionProtection true`"
-        ]
-    return []
+    """A production stack survives a `pulumi destroy` run against it by mistake: its cluster and
+    its checkpoints (bucketForceDestroy defaults to true, for teardown of other stacks)."""
+    if not settings.production:
+        return []
+    unsafe, fixes = [], []
+    if settings.deletion_protection is False:
+        unsafe.append("deletionProtection is false")
+        fixes.append("`pulumi config set deletionProtection true`")
+    if settings.bucket_force_destroy:
+        unsafe.append("bucketForceDestroy is true, so it would delete the bucket with every checkpoint in it")
+        fixes.append("`pulumi config set bucketForceDestroy false`")
+    if not unsafe:
+        return []
+    return [
+        f"production = true but {' and '.join(unsafe)}: a production cluster and its checkpoints must survive "
+        f"a `pulumi destroy` run against the wrong stack; run {' and '.join(fixes)}"
+    ]
 
 
 def _name_problems(reading: Reading, settings: _Read) -> list[str]:
@@ -824,21 +855,59 @@ def _head_machine_problems(machine_type: str, *, autoscales: bool) -> list[str]:
     ]
 
 
-def _ray_image_version_problems(shown: str, version: str | None) -> list[str]:
-    """A pinned image of Ray's own whose tag names another Ray than the cluster's."""
-    if version is None or version == RAY_VERSION:
+def _ray_image_problems(shown: str, image: str) -> list[str]:
+    """An image that cannot run this product's jobs. Its contents cannot be read before a node
+    pulls it, so its name says whether it is a build of trainer/Dockerfile; Ray's own images
+    also say which Ray they hold."""
+    if is_worker_image(image):
         return []
-    too_old = (
-        f"; and Ray {version} predates token authentication, which the cluster turns on (Ray "
-        f"{MIN_RAY_VERSION_FOR_TOKEN_AUTH} or later)"
-        if version_key(version) < version_key(MIN_RAY_VERSION_FOR_TOKEN_AUTH)
-        else ""
-    )
+    version = ray_version_of(image)
+    if version is None:
+        what = f"is not named as a build of trainer/Dockerfile (its image name is not {WORKER_IMAGE_NAME!r})"
+    else:
+        what = "is Ray's own image"
+    mismatch = ""
+    if version is not None and version != RAY_VERSION:
+        too_old = (
+            f"; {version} also predates token authentication, which the cluster turns on"
+            if version_key(version) < version_key(MIN_RAY_VERSION_FOR_TOKEN_AUTH)
+            else ""
+        )
+        mismatch = (
+            f", and it holds Ray {version}, but the cluster runs Ray {RAY_VERSION} (the head, every worker and "
+            f"the job client need the same Ray{too_old})"
+        )
     return [
-        f"rayImage = {shown} holds Ray {version}, but the cluster runs Ray {RAY_VERSION} (the RayCluster's "
-        f"rayVersion, the job client and the trainer): Ray needs the same version on the head, every worker "
-        f"and the client{too_old}; use rayproject/ray:{RAY_VERSION}-py312-tpu, an image of Ray {RAY_VERSION}, "
-        "or unset rayImage to build the worker image"
+        f"rayImage = {shown} {what}: only a build of trainer/Dockerfile has MaxText and this product's trainer "
+        f"package, so every job would fail with `No module named ...` once the slices are up{mismatch}; use "
+        f"{IMAGE_RULE}"
+    ]
+
+
+def _single_tenant_problems(
+    accelerator: Accelerator, mode: str, region: str, zone: str, capacity: tuple[str, ...]
+) -> list[str]:
+    """Zones the TPU table marks single-tenant offer their TPUs through reservations: on-demand,
+    Spot or flex-start nodes there would wait for capacity that is not sold."""
+    if RESERVATION in capacity:
+        return []
+    single_tenant = single_tenant_zones(accelerator.name)
+    in_region = [candidate for candidate in accelerator.zones if zone_region(candidate) == region]
+    if mode == "standard" and zone in single_tenant:
+        where, what = f"gcp:zone = {zone!r}", "is"
+    elif mode == "autopilot" and in_region and set(in_region) <= set(single_tenant):
+        where, what = f"gcp:region = {region!r}", f"has only zones ({', '.join(in_region)}) that are"
+    else:
+        return []
+    shared = [candidate for candidate in accelerator.zones if candidate not in single_tenant]
+    nearby = [candidate for candidate in shared if zone_region(candidate) == region]
+    hint = f" in {region}: {', '.join(nearby)}" if nearby else f": {', '.join(shared)}"
+    return [
+        f"{where} {what} marked single-tenant for TPU {accelerator.name} in the TPU table (read as capacity for "
+        f"single-tenant use, such as a reservation), and capacity = {list(capacity)} has no reservation, so the "
+        "TPU nodes would wait for capacity that is not sold there; use a reservation (`pulumi config set capacity "
+        f"reservation` and `pulumi config set reservation <name>`), or a zone not marked so{hint}. Zones as "
+        f"listed by {TPU_ZONES_SOURCE}"
     ]
 
 

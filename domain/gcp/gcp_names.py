@@ -12,6 +12,8 @@ cloud, so a name can still be refused for being taken (buckets, projects) or mis
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 _LOWER_DIGITS_HYPHEN = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
 
@@ -159,6 +161,42 @@ def label_value_problems(value: str) -> list[str]:
     return problems
 
 
+# Label keys: 1-63 characters, starting with a lowercase letter, then lowercase letters, numeric
+# characters, underscores and dashes; at most 64 labels on a resource. Same source as the values.
+LABEL_KEY_MAX = 63
+LABELS_MAX = 64
+LABELS_RULE = (
+    f"at most {LABELS_MAX} labels, each key 1-{LABEL_KEY_MAX} lowercase letters, digits, '_' and '-' starting with a "
+    f"letter, each value {LABEL_VALUE_RULE}"
+)
+
+
+def label_key_problems(key: str) -> list[str]:
+    problems = []
+    if not 1 <= len(key) <= LABEL_KEY_MAX:
+        problems.append(f"is {len(key)} characters long (1 to {LABEL_KEY_MAX})")
+    if key and not key[0].islower():
+        problems.append("does not start with a lowercase letter")
+    problems += [problem for problem in label_value_problems(key) if not problem.startswith("is ")]
+    return problems
+
+
+def labels_problems(labels: Mapping[str, Any]) -> list[str]:
+    """Why GCP refuses these labels on a resource: each key and value, and their number."""
+    problems = [] if len(labels) <= LABELS_MAX else [f"has {len(labels)} labels (at most {LABELS_MAX})"]
+    for key, value in labels.items():
+        key_problems = label_key_problems(str(key))
+        if key_problems:
+            problems.append(f"has the key {str(key)!r}, which {', '.join(key_problems)}")
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            problems.append(f"has {str(key)!r} = {value!r}, which is not text")
+            continue
+        value_problems = label_value_problems(str(value))
+        if value_problems:
+            problems.append(f"has {str(key)!r} = {str(value)!r}, whose value {', '.join(value_problems)}")
+    return problems
+
+
 # ------------------------------------------------------------------------------------------------
 # Project ids: "6 to 30 lowercase letters, digits, or hyphens. It must start with a letter.
 # Trailing hyphens are prohibited." Legacy domain-scoped ids (`example.com:my-project`) exist too:
@@ -201,8 +239,8 @@ BUCKET_NAME_MAX = 63
 BUCKET_DOTTED_NAME_MAX = 222
 BUCKET_NAME_RULE = (
     f"{BUCKET_NAME_MIN}-{BUCKET_NAME_MAX} lowercase letters, digits, '-', '_' and '.', starting and ending with "
-    f"a letter or digit (a name with dots may have up to {BUCKET_DOTTED_NAME_MAX}, at most {BUCKET_NAME_MAX} "
-    "between dots), not an IP address, not starting with 'goog' and not containing 'google'; or leave "
+    f"a letter or digit (a name with dots may have up to {BUCKET_DOTTED_NAME_MAX}, 1 to {BUCKET_NAME_MAX} "
+    "between dots, none of them starting or ending with '-'), not an IP address, not starting with 'goog' and not containing 'google'; or leave "
     "bucketName unset for a generated name"
 )
 _BUCKET_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_.")
@@ -224,9 +262,14 @@ def bucket_name_problems(name: str) -> list[str]:
         problems.append(f"is {len(name)} characters long (at most {limit}{' with dots' if dotted else ''})")
     if len(name) < BUCKET_NAME_MIN:
         problems.append(f"is {len(name)} characters long (at least {BUCKET_NAME_MIN})")
-    long_parts = [part for part in name.split(".") if len(part) > BUCKET_NAME_MAX]
-    if dotted and long_parts:
+    parts = name.split(".")
+    if dotted and any(len(part) > BUCKET_NAME_MAX for part in parts):
         problems.append(f"has a part between dots longer than {BUCKET_NAME_MAX} characters")
+    # A name with dots must be a valid DNS name: no empty label, none starting or ending with '-'.
+    if dotted and "" in parts[1:-1]:
+        problems.append("has an empty part between dots ('..'), which a DNS name cannot have")
+    elif dotted and any(part.startswith("-") or part.endswith("-") for part in parts):
+        problems.append("has a part between dots that starts or ends with '-', which a DNS name cannot have")
     if any(character.isupper() for character in name):
         problems.append("has uppercase letters")
     others = {character for character in name.lower() if character not in _BUCKET_CHARACTERS}

@@ -20,9 +20,16 @@ from domain.ray.ray_version import RAY_VERSION
 # Tags that by convention move to newer images.
 MOVING_TAGS = ("latest", "nightly", "main", "master", "stable", "edge", "dev")
 
+# The worker image's name: the stack builds trainer/Dockerfile under it, and a team that builds
+# that Dockerfile itself pushes it under the same name. No other image holds MaxText and the
+# trainer package the jobs run.
+WORKER_IMAGE_NAME = "maxtext-ray"
+
 IMAGE_RULE = (
-    f"REGISTRY/REPOSITORY:VERSION (for example rayproject/ray:{RAY_VERSION}-py312-tpu) or "
-    "REGISTRY/REPOSITORY@sha256:<64 hex digits>, or unset it to build the worker image"
+    f"REGISTRY/PATH/{WORKER_IMAGE_NAME}:VERSION (for example "
+    f"us-docker.pkg.dev/my-project/images/{WORKER_IMAGE_NAME}:{RAY_VERSION}-1) or "
+    f"REGISTRY/PATH/{WORKER_IMAGE_NAME}@sha256:<64 hex digits>, a build of trainer/Dockerfile, or unset it to "
+    "build the worker image"
 )
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -87,6 +94,12 @@ def image_reference_problems(image: str) -> list[str]:
 RAY_REPOSITORIES = ("rayproject/ray", "rayproject/ray-ml")
 _DOCKER_HUB = ("docker.io/", "index.docker.io/", "registry-1.docker.io/")
 _RAY_TAG_VERSION = re.compile(r"(\d{1,4}\.\d{1,4}\.\d{1,4})(?:[-.].*)?")
+
+
+def is_worker_image(image: str) -> bool:
+    """Whether a (valid) reference names a build of trainer/Dockerfile, by its image name."""
+    repository, _, _ = _split(image)
+    return repository.rsplit("/", 1)[-1] == WORKER_IMAGE_NAME
 
 
 def ray_version_of(image: str) -> str | None:

@@ -21,6 +21,7 @@ from typing import Any
 
 from domain.config.settings import StackSettings
 from domain.gcp import resource_names
+from domain.gcp.images import WORKER_IMAGE_NAME
 from domain.ray.ray_version import RAY_VERSION
 
 DOCKERFILE = "trainer/Dockerfile"
@@ -31,7 +32,7 @@ BASE_IMAGE = f"rayproject/ray:{RAY_VERSION}-py312"
 LOCK_FILE = "requirements-trainer.txt"
 # The directories the Dockerfile copies whole into the image, next to the lock it installs.
 PACKAGES = ("domain", "trainer")
-IMAGE_NAME = "maxtext-ray"
+IMAGE_NAME = WORKER_IMAGE_NAME
 TAG_LENGTH = 16
 # Read by gcloud for the upload (gitignore syntax) and by Docker for the context: its patterns are
 # written to mean the same in both. Without it gcloud would fall back to .gitignore, upload any

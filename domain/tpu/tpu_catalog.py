@@ -499,6 +499,11 @@ def offered_zones(accelerator_name: str) -> tuple[str, ...]:
     return tuple(TPU_ZONES.get(accelerator_name, {}))
 
 
+def single_tenant_zones(accelerator_name: str) -> tuple[str, ...]:
+    """The zones TPU_ZONES marks single-tenant: capacity there comes from a reservation."""
+    return tuple(zone for zone, note in TPU_ZONES.get(accelerator_name, {}).items() if note.startswith("single-tenant"))
+
+
 def offered_regions(accelerator_name: str) -> tuple[str, ...]:
     """The regions with at least one such zone, in the table's order."""
     return tuple(dict.fromkeys(zone_region(zone) for zone in offered_zones(accelerator_name)))
