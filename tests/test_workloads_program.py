@@ -299,3 +299,20 @@ def test_the_job_description_gives_exactly_the_job_inputs_the_resource_declares(
         {"address": "http://127.0.0.1:8265", "preset": "tiny-cpu"}, stack="local", project_name=PROJECT
     )
     assert set(job_inputs.ray_job_inputs(job_inputs.resolve_local(settings), settings)) == set(JOB_INPUTS)
+
+
+def test_a_deadline_shorter_than_the_predicted_run_is_warned_of_with_by_how_much(caplog):
+    """A warning at preview, not a refusal: the estimate has an error band (docs/training.md)."""
+    caplog.set_level("WARNING")
+    run, _ = run_workloads("dev", timeoutSeconds="60")
+    hours, step = run.outputs["estimatedJobHours"], run.outputs["estimatedStepSeconds"]
+    [warning] = [record.getMessage() for record in caplog.records if "timeoutSeconds" in record.getMessage()]
+    predicted = round(hours * 3600)
+    assert warning.startswith(
+        f"timeoutSeconds = 60 is shorter than the run this stack predicts: 100 steps of about {step:g} s"
+    )
+    assert f"take about {predicted} s, {predicted - 60} s" in warning
+    assert f"stopped after about {int(60 // step)} steps; raise timeoutSeconds to at least" in warning
+    caplog.clear()
+    run_workloads("dev")  # the default deadline, 6 hours, outlasts the predicted run
+    assert not [record for record in caplog.records if "timeoutSeconds" in record.getMessage()]

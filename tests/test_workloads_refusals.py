@@ -443,6 +443,28 @@ ROWS = [
         "address (a Ray dashboard URL such as http://127.0.0.1:8265)",
         ("infraStack", "address", "set exactly one of"),
     ),
+    # The job would run, but not on the TPUs it pays for.
+    Bad("hardware-cpu-on-tpu", {"maxtextOverrides": {"hardware": "cpu"}},
+        "maxtextOverrides.hardware = 'cpu' is not the job's hardware: the job runs on TPU v6e slices, whose chips "
+        "would sit idle while billed; remove it (preset 'llama3-8b' trains with hardware: tpu)",
+        ("maxtextOverrides.hardware", "'cpu'", "trains with hardware: tpu"), error=JobError),
+    Bad("hardware-gpu-on-tpu", {"maxtextOverrides": {"hardware": "gpu"}},
+        "maxtextOverrides.hardware = 'gpu' is not the job's hardware: the job runs on TPU v6e slices, whose chips "
+        "would sit idle while billed; remove it (preset 'llama3-8b' trains with hardware: tpu)",
+        ("maxtextOverrides.hardware", "'gpu'", "trains with hardware: tpu"), error=JobError),
+    Bad("hardware-tpu-on-cpu", {"maxtextOverrides": {"hardware": "tpu"}}, stack="local",
+        problem="maxtextOverrides.hardware = 'tpu' is not the job's hardware: preset 'tiny-cpu' runs on a CPU-only "
+        "Ray cluster; remove it (preset 'tiny-cpu' trains with hardware: cpu)",
+        names=("maxtextOverrides.hardware", "'tpu'", "trains with hardware: cpu"), error=JobError),
+    Bad("jax-platforms-cpu", {"runtimeEnv": {"env_vars": {"JAX_PLATFORMS": "cpu"}}},
+        "runtimeEnv.env_vars.JAX_PLATFORMS = 'cpu' keeps JAX off the TPUs: the job would train on the hosts' CPUs "
+        "while every chip of its slices sits idle, billed; remove it (JAX finds the TPUs itself), or list tpu first",
+        ("runtimeEnv.env_vars.JAX_PLATFORMS", "'cpu'", "remove it")),
+    Bad("jax-platform-name-cpu", {"runtimeEnv": {"env_vars": {"JAX_PLATFORM_NAME": "cpu"}}},
+        "runtimeEnv.env_vars.JAX_PLATFORM_NAME = 'cpu' keeps JAX off the TPUs: the job would train on the hosts' "
+        "CPUs while every chip of its slices sits idle, billed; remove it (JAX finds the TPUs itself), or list tpu "
+        "first",
+        ("runtimeEnv.env_vars.JAX_PLATFORM_NAME", "'cpu'", "remove it")),
     Bad("elastic-maybe", {"elastic": "maybe"}, "elastic = 'maybe' is not a boolean; use true or false",
         ("elastic", "'maybe'", "use true or false")),
     Bad("run-name-spaces", {"runName": "My Run"},

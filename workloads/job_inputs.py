@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -240,6 +241,28 @@ def fit_check_result(job: JobSpec, settings: WorkloadSettings) -> FitResult | No
             ]
         )
     return result
+
+
+def deadline_warning(estimate: Mapping[str, Any], steps: int | None, timeout_seconds: int) -> str | None:
+    """The run the estimate predicts against timeoutSeconds: a job predicted to outlast its
+    deadline would be stopped there. The estimate has an error band, so this is a warning."""
+    hours, step = estimate.get("estimatedJobHours"), estimate.get("estimatedStepSeconds")
+    if not hours or not step or not steps:
+        return None
+    predicted = hours * 3600
+    if predicted <= timeout_seconds:
+        return None
+    if estimate.get("estimateSource") == PREDICTION:
+        source = "the fit check's predicted step time"
+    else:
+        source = f"an assumed MFU of {estimate.get('assumedMfu')}"
+    return (
+        f"timeoutSeconds = {timeout_seconds} is shorter than the run this stack predicts: {steps} steps of about "
+        f"{step:g} s ({source}) take about {predicted:.0f} s, {predicted - timeout_seconds:.0f} s "
+        f"({(predicted / timeout_seconds - 1) * 100:.0f}%) more, so the job would be stopped after about "
+        f"{int(timeout_seconds // step)} steps; raise timeoutSeconds to at least {math.ceil(predicted * 1.25)} "
+        "(the prediction plus 25%), or lower steps (a warning: the prediction has an error band)"
+    )
 
 
 def cost_estimate(

@@ -15,6 +15,7 @@ from typing import Any
 import pulumi
 
 from domain.config.workload_settings import WorkloadSettings
+from domain.training.job import JobSpec
 from workloads import job_inputs
 from workloads.job_inputs import COST_OUTPUTS, INFRA_OUTPUTS, OPTIONAL_INFRA_OUTPUTS
 from workloads.ray_job import (
@@ -36,6 +37,14 @@ __all__ = ["COST_OUTPUTS", "INFRA_OUTPUTS", "OPTIONAL_INFRA_OUTPUTS", "build"]
 
 def _secret_if(secret: bool, value: pulumi.Output[Any]) -> pulumi.Output[Any]:
     return pulumi.Output.secret(value) if secret else value
+
+
+def _warned_of_deadline(estimate: dict[str, Any], job: JobSpec, settings: WorkloadSettings) -> dict[str, Any]:
+    """The estimate, after a warning at preview and update when it outlasts timeoutSeconds."""
+    warning = job_inputs.deadline_warning(estimate, job.total_steps, settings.timeout_seconds)
+    if warning is not None:
+        pulumi.log.warn(warning)
+    return estimate
 
 
 async def build(settings: WorkloadSettings) -> dict[str, Any]:
@@ -61,8 +70,12 @@ async def build(settings: WorkloadSettings) -> dict[str, Any]:
         inputs = job.apply(lambda resolved: job_inputs.ray_job_inputs(resolved, settings))
         target: dict[str, pulumi.Output[Any]] = {"gke": cluster.apply(job_inputs.gke_target)}
         cost = pulumi.Output.all(job, cluster).apply(
-            lambda values: job_inputs.cost_estimate(
-                values[0], settings, _price(values[1].get("pricePerChipHourUsd")), values[1].get("costBasis")
+            lambda values: _warned_of_deadline(
+                job_inputs.cost_estimate(
+                    values[0], settings, _price(values[1].get("pricePerChipHourUsd")), values[1].get("costBasis")
+                ),
+                values[0],
+                settings,
             )
         )
     else:

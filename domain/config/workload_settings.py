@@ -234,6 +234,29 @@ def _libtpu_problems(runtime_env: Mapping[str, Any], accelerators: list[Any], *,
     return problems
 
 
+# JAX's platform choice: a list in JAX_PLATFORMS (in order of preference), one name in the older
+# JAX_PLATFORM_NAME. Without tpu in it, JAX on a TPU host computes on the host's CPUs.
+JAX_PLATFORM_VARIABLES = ("JAX_PLATFORMS", "JAX_PLATFORM_NAME")
+
+
+def _platform_problems(runtime_env: Mapping[str, Any], *, secret: bool) -> list[str]:
+    """JAX told to use other platforms than the TPUs a GKE job pays for."""
+    env_vars = runtime_env.get("env_vars")
+    if not isinstance(env_vars, dict):
+        return []  # refused on its own (_runtime_env_problems)
+    problems = []
+    for name in JAX_PLATFORM_VARIABLES:
+        value = env_vars.get(name)
+        if isinstance(value, str) and "tpu" not in [part.strip().lower() for part in value.split(",")]:
+            shown = "[secret]" if secret else repr(value)
+            problems.append(
+                f"runtimeEnv.env_vars.{name} = {shown} keeps JAX off the TPUs: the job would train on the hosts' "
+                "CPUs while every chip of its slices sits idle, billed; remove it (JAX finds the TPUs itself), or "
+                "list tpu first"
+            )
+    return problems
+
+
 def _install_of(key: str, value: Any) -> str | None:
     """What a runtime env field installs at every job start, or None."""
     if key in RUNTIME_INSTALLS:
@@ -331,6 +354,8 @@ def parse_workload_settings(
         allow_install=bool(values["allow_runtime_install"]),
         secret="runtimeEnv" in reading.secrets,
     )
+    if on_infra:
+        problems += _platform_problems(runtime_env, secret="runtimeEnv" in reading.secrets)
     # The accelerators the job can run on: its preset's, or (the infra stack's preset being
     # unknown here) any TPU preset's; a flag all of them refuse is refused now.
     candidates = [chosen] if chosen is not None else [p for p in PRESETS.values() if p.runs_on_tpu]

@@ -19,7 +19,7 @@ from domain.config.setting import Setting
 from domain.config.stack_identity import StackIdentity
 from domain.tpu.tpu_catalog import Accelerator
 from domain.training import maxtext_config
-from domain.training.presets import PRESETS, maxtext_overrides
+from domain.training.presets import PRESETS, Preset, maxtext_overrides
 
 # Ray Train retries after a worker error (a Spot preemption is counted apart, without limit).
 DEFAULT_MAX_FAILURES = {"multislice": 0, "elastic": 3}
@@ -217,6 +217,23 @@ def preset_maxtext_overrides(preset_name: str, *, slices: int, elastic: bool) ->
     return resolved
 
 
+def _hardware_problems(chosen: Preset, hardware: str | None) -> list[str]:
+    """MaxText's `hardware` other than the one the job's machines have: on TPU slices it would
+    leave every chip idle while billed (a key copied from the local stack, most often)."""
+    expected = "tpu" if chosen.runs_on_tpu else "cpu"
+    if hardware is None or hardware == expected:
+        return []
+    where = (
+        f"the job runs on TPU {chosen.accelerator_name} slices, whose chips would sit idle while billed"
+        if chosen.runs_on_tpu
+        else f"preset {chosen.name!r} runs on a CPU-only Ray cluster"
+    )
+    return [
+        f"maxtextOverrides.hardware = {hardware!r} is not the job's hardware: {where}; remove it (preset "
+        f"{chosen.name!r} trains with hardware: {expected})"
+    ]
+
+
 def resolve_job(
     preset_name: str,
     *,
@@ -260,6 +277,7 @@ def resolve_job(
     resolved = preset_maxtext_overrides(chosen.name, slices=max(slices, 1), elastic=elastic)
     user = {str(key): str(value) for key, value in (overrides or {}).items()}
     resolved.update(user)
+    problems += _hardware_problems(chosen, user.get("hardware"))
     problems += maxtext_config.override_problems(user, chips_per_slice=None, slices=max(slices, 1))
     problems += maxtext_config.value_problems({str(key): value for key, value in (overrides or {}).items()})
     if not problems and shape is not None:
