@@ -1,6 +1,7 @@
 """Ray token authentication on the RayCluster: KubeRay's name for the token's Secret, the
-RayCluster's authOptions and rayVersion on every shape, and the stack outputs that tell clients
-where the token is without carrying it."""
+RayCluster's authOptions and rayVersion on every shape, the stack outputs that tell clients
+where the token is without carrying it, and a directly reached head getting a token only once it
+has answered as a Ray dashboard that asks for one."""
 
 from __future__ import annotations
 
@@ -80,3 +81,35 @@ def test_the_secret_output_is_the_name_kuberay_gives_the_secret(infra_run):
     assert run.outputs["rayAuthSecret"] == kuberay.ray_auth_secret_name(metadata["name"])
     assert run.outputs["rayClusterName"] == metadata["name"]
     assert run.outputs["namespace"] == metadata["namespace"] == "training"
+
+
+# ---------------------------------------------------------------- a directly reached head's token
+
+AMBIENT_TOKEN = "token-of-another-cluster"
+
+
+@pytest.mark.parametrize("status, body", [(401, "Unauthorized"), (404, "not found"), (200, "<html></html>")])
+def test_the_provider_sends_no_token_to_a_server_that_has_not_answered_as_ray(status, body, monkeypatch):
+    """A `pulumi up` of the local stack while something else holds its port: the shell's token,
+    another cluster's perhaps, stays with the shell."""
+    from tests.support.fake_jobs_api import FakeHttpServer
+    from workloads.jobs_api import JobsApi
+
+    monkeypatch.setenv("RAY_AUTH_TOKEN", AMBIENT_TOKEN)
+    with FakeHttpServer(lambda _method, _path: (status, body.encode())) as holder:
+        assert JobsApi(holder.address).headers() == {}
+    assert [path for _, path in holder.requests] == ["/api/authentication_mode"]
+    assert "authorization" not in holder.headers[0]
+
+
+def test_the_provider_sends_the_token_to_a_ray_head_that_asks_for_one(monkeypatch):
+    from tests.support.fake_jobs_api import FakeHttpServer
+    from workloads.jobs_api import JobsApi
+
+    monkeypatch.setenv("RAY_AUTH_TOKEN", AMBIENT_TOKEN)
+    modes = {"token": {"Authorization": f"Bearer {AMBIENT_TOKEN}"}, "disabled": {}}
+    for mode, headers in modes.items():
+        answer = f'{{"authentication_mode": "{mode}"}}'.encode()
+        with FakeHttpServer(lambda _method, _path, answer=answer: (200, answer), "application/json") as head:
+            assert JobsApi(head.address).headers() == headers
+        assert "authorization" not in head.headers[0]

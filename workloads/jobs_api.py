@@ -298,6 +298,33 @@ def local_ray_token() -> str | None:
     return token or None
 
 
+# Ray's dashboard answers this path without a token (ray/dashboard/http_server_head.py's public
+# paths): {"authentication_mode": "token"} or "disabled". Until a server has answered so, it is not
+# known to be Ray, and no token found in the environment is sent to it.
+AUTHENTICATION_MODE_PATH = "/api/authentication_mode"
+
+
+def authentication_mode_of(response: requests.Response) -> str | None:
+    """The mode a Ray dashboard's answer to AUTHENTICATION_MODE_PATH says; None for any other."""
+    if response.status_code != 200:
+        return None
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    mode = body.get("authentication_mode") if isinstance(body, dict) else None
+    return mode if isinstance(mode, str) else None
+
+
+def _asks_for_a_token(address: str) -> bool:
+    """Whether the server at `address` has answered as a Ray dashboard that wants a token."""
+    try:
+        response = requests.get(f"{address.rstrip('/')}{AUTHENTICATION_MODE_PATH}", timeout=REQUEST_TIMEOUT_SECONDS)
+    except requests.RequestException:
+        return False  # the call that follows meets the same silence and says so
+    return authentication_mode_of(response) == "token"
+
+
 def _is_loopback(address: str) -> bool:
     host = urlparse(address).hostname or ""
     if host == "localhost":
@@ -420,7 +447,7 @@ class JobsApi:
     def headers(self) -> dict[str, str]:
         """Fresh headers: the operator's GKE token and the cluster's Ray token. Never logged."""
         if self.gke is None:
-            token = local_ray_token()
+            token = local_ray_token() if _asks_for_a_token(self.address) else None
             return {"Authorization": f"Bearer {token}"} if token else {}
         configuration = kube_configuration(self.gke)
         headers = {"Authorization": f"Bearer {_bearer_token(configuration)}"}

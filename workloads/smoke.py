@@ -33,7 +33,14 @@ from domain.config import cli_config
 from domain.config.workload_settings import WorkloadSettingsError, parse_workload_settings
 from domain.training.job import JobError
 from workloads import job_inputs
-from workloads.jobs_api import ErrorKind, JobsApi, JobsApiError, local_ray_token
+from workloads.jobs_api import (
+    AUTHENTICATION_MODE_PATH,
+    ErrorKind,
+    JobsApi,
+    JobsApiError,
+    authentication_mode_of,
+    local_ray_token,
+)
 from workloads.local_ray import LocalRayError, LocalRayHead, port_holder
 from workloads.ray_job import EXPORTED, RayJobError, RayJobProvider
 
@@ -141,15 +148,9 @@ def _probe(url: str, host: str, port: int, token: str | None = None) -> requests
 
 
 def _authentication_mode(address: str, host: str, port: int) -> str | None:
-    """What a Ray dashboard says of its authentication at its public /api/authentication_mode
-    (Ray 2.52 and later): "token" or "disabled"; None for any other answer."""
-    response = _probe(f"{address.rstrip('/')}/api/authentication_mode", host, port)
-    try:
-        body = response.json() if response.status_code == 200 else None
-    except ValueError:
-        return None
-    mode = body.get("authentication_mode") if isinstance(body, dict) else None
-    return mode if isinstance(mode, str) else None
+    """What a Ray dashboard says of its authentication (Ray 2.52 and later): "token" or
+    "disabled"; None for any other answer."""
+    return authentication_mode_of(_probe(f"{address.rstrip('/')}{AUTHENTICATION_MODE_PATH}", host, port))
 
 
 def fresh_run_name(preset: str) -> str:
