@@ -15,7 +15,6 @@ capacity has no catalog price shows no figure, as the stack's outputs do.
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +22,7 @@ from domain.config.settings import StackSettings, parse_settings
 from domain.paths import PROJECT_ROOT
 from domain.perf.capacity import settings_cost
 from domain.tpu.capacity_choices import CAPACITY_CHOICES, RESERVATION
-from policies.mock_engine import INFRA_PROJECT, stack_config
+from policies.mock_engine import INFRA_PROJECT, cli_engine_config, stack_config
 
 _PREFIX = f"{INFRA_PROJECT}:"
 # A reservation choice needs one named; any valid name prices the same.
@@ -52,11 +51,12 @@ def rows(slices: int) -> list[Row]:
 
 def stack_settings(stack: str, settings: dict[str, Any]) -> StackSettings:
     """The stack file's config with `settings` on top, validated as the infra program does it
-    (config values reach it as strings, lists as JSON)."""
-    raw = {key.removeprefix(_PREFIX): value for key, value in stack_config(stack, PROJECT_ROOT).items()}
-    raw.update(settings)
-    engine = {key: value if isinstance(value, str) else json.dumps(value) for key, value in raw.items()}
-    return parse_settings(engine, stack=stack, project_name=INFRA_PROJECT)
+    under the CLI (domain/config/cli_config.py: the project's defaults merged, values as text)."""
+    config = {**stack_config(stack, PROJECT_ROOT), **{_PREFIX + key: value for key, value in settings.items()}}
+    engine = cli_engine_config(config, project=INFRA_PROJECT, stack=stack)
+    raw = {key.removeprefix(_PREFIX): value for key, value in engine.items() if key.startswith(_PREFIX)}
+    raw.update({key: value for key, value in engine.items() if key.startswith("gcp:")})
+    return parse_settings(raw, stack=stack, project_name=INFRA_PROJECT)
 
 
 def _money(amount: float | None) -> str:

@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from domain.config.settings import parse_settings
 from domain.perf.capacity import (
     GIB,
     LLAMA_FORMULA,
@@ -38,6 +37,7 @@ from domain.perf.hbm_estimate import (
 )
 from domain.tpu.tpu_catalog import RESERVATION_ASSUMPTION, accelerator
 from domain.training.presets import PROCEDURE_OVERRIDES, maxtext_overrides, preset
+from tests.support.cli_settings import infra_settings
 
 V6E = accelerator("v6e")
 CAPACITY_DOC = Path(__file__).parents[1] / "docs" / "capacity.md"
@@ -261,7 +261,7 @@ US_EAST5 = {"gcp:project": "my-project", "gcp:region": "us-east5", "gcp:zone": "
 
 def default_stack_cost(**config):
     """The cost of the shipped default stack (2 slices of v6e-16) with `config` on top."""
-    return settings_cost(parse_settings({**US_EAST5, **config}, stack="dev", project_name="maxtext-tpu-infra"))
+    return settings_cost(infra_settings({**US_EAST5, **config}))
 
 
 def test_the_default_stack_trains_at_list_price_and_costs_nothing_idle():

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from domain.config.settings import parse_settings
 from domain.perf import fit_results
 from domain.perf.hlo_profile import StepProfile
 from domain.perf.published_recipes import OUT_PROJ_RECOMPUTED, RECIPES_FILE, published_runs
@@ -23,6 +22,7 @@ from domain.training import maxtext_check
 from domain.training.job import resolve_job
 from domain.training.presets import PRESETS, PROCEDURE_OVERRIDES
 from tests.support.anchors import CALIBRATING_8B
+from tests.support.cli_settings import infra_settings
 from trainer import fit_check
 
 SUCCESS_OUTPUT = """Jitting and compilation complete!
@@ -95,11 +95,7 @@ def test_another_compiler_failure_is_reported_in_its_own_words(output, said):
 def test_the_compile_runs_with_exactly_the_workers_libtpu_flags(tmp_path, monkeypatch):
     """One definition (the accelerator's, in domain/tpu/tpu_catalog.py) feeds the RayCluster's TPU
     workers and the fit check's compile."""
-    settings = parse_settings(
-        {"gcp:project": "my-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b"},
-        stack="dev",
-        project_name="maxtext-tpu-infra",
-    )
+    settings = infra_settings({"gcp:project": "my-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b"})
     cluster = kuberay.ray_cluster(settings, bucket_name="ckpt", image="img:1")
     (worker,) = cluster["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"]
     workers_flags = {item["name"]: item["value"] for item in worker["env"]}["LIBTPU_INIT_ARGS"]

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from domain.config.settings import parse_settings
 from domain.gcp import gcp_resources
+from tests.support.cli_settings import infra_settings
 from tests.support.fake_container_api import gcloud_node_pool_create, gcloud_path
 
 pytestmark = pytest.mark.skipif(
@@ -150,7 +150,7 @@ def gcloud_flags(pool_name: str, capacity_flags: list[str]) -> list[str]:
 
 @pytest.mark.parametrize("case, overrides, index, capacity_flags", CASES, ids=[case[0] for case in CASES])
 def test_tpu_pool_is_what_gcloud_sends(tmp_path, case, overrides, index, capacity_flags):
-    settings = parse_settings({**BASE, **overrides}, stack="dev", project_name="maxtext-tpu-infra")
+    settings = infra_settings({**BASE, **overrides})
     args = gcp_resources.tpu_pool_args(settings, index, "maxtext-tpu", "nodes@x", NETWORKS)
     sent = gcloud_node_pool_create(tmp_path, gcloud_flags(args["name"], capacity_flags))
     assert sent["name"] == args["name"] == f"v6e-16-{index}"
@@ -162,7 +162,7 @@ def test_tpu_pool_is_what_gcloud_sends(tmp_path, case, overrides, index, capacit
 def test_the_comparison_sees_a_wrong_field(tmp_path):
     """The comparison itself: a flex-start pool with auto-repair left on, or bounded at fewer
     VMs than the slice, is not what gcloud sends."""
-    settings = parse_settings({**BASE, "capacity": "flex-start"}, stack="dev", project_name="maxtext-tpu-infra")
+    settings = infra_settings({**BASE, "capacity": "flex-start"})
     sent = as_sent(gcloud_node_pool_create(tmp_path, gcloud_flags("v6e-16-0", FLEX_START)))
     args = gcp_resources.tpu_pool_args(settings, 0, "maxtext-tpu", "nodes@x", NETWORKS)
     args["management"]["auto_repair"] = True

@@ -3,8 +3,8 @@
 import pulumi_gcp as gcp
 import pytest
 
-from domain.config.settings import parse_settings
 from domain.gcp import gcp_resources, worker_image
+from tests.support.cli_settings import infra_settings
 from tests.support.typed_args import to_typed_args
 
 BASE = {"gcp:project": "my-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b"}
@@ -13,7 +13,7 @@ EMAIL = "nodes@my-project.iam.gserviceaccount.com"
 
 
 def settings(**overrides):
-    return parse_settings({**BASE, **overrides}, stack="dev", project_name="maxtext-tpu-infra")
+    return infra_settings({**BASE, **overrides})
 
 
 VARIANTS = {

@@ -10,7 +10,6 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 
-from domain.config.settings import parse_settings
 from domain.gcp import gcp_resources, worker_image
 from domain.ray import kuberay
 from infra.components.apis import ProjectApis, ProjectApisArgs
@@ -20,6 +19,7 @@ from infra.components.network import DcnNetworkArgs, DcnNetworks, DcnNetworksArg
 from infra.components.storage import CheckpointStorageArgs
 from infra.components.tpu_slices import TpuPoolArgs, TpuSlices, TpuSlicesArgs
 from infra.components.worker_image import WorkerImage, WorkerImageArgs
+from tests.support.cli_settings import infra_settings
 from tests.support.pulumi_harness import run_program
 
 BASE = {"gcp:project": "my-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b"}
@@ -31,7 +31,7 @@ NO_PROVIDER = cast(k8s.Provider, None)
 
 
 def settings(**overrides):
-    return parse_settings({**BASE, **overrides}, stack="dev", project_name="maxtext-tpu-infra")
+    return infra_settings({**BASE, **overrides})
 
 
 # ---------------------------------------------------------------- from the settings

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from domain.config.settings import SettingsError, parse_settings
+from domain.config.settings import SettingsError
 from domain.config.stack_identity import StackIdentity
-from domain.config.workload_settings import WorkloadSettingsError, parse_workload_settings
+from domain.config.workload_settings import WorkloadSettingsError
 from domain.tpu.tpu_catalog import ACCELERATORS
 from domain.training.job import (
     MAX_FAILURES,
@@ -25,6 +25,7 @@ from domain.training.job import (
     topology_problem,
 )
 from domain.training.presets import PRESETS, maxtext_overrides
+from tests.support.cli_settings import infra_settings, workload_settings
 
 
 def resolve(preset="llama3-8b", **kwargs):
@@ -235,14 +236,14 @@ WORKLOADS = {"infraStack": "o/p/s"}
 
 def workload_problems(**raw) -> list[str]:
     with pytest.raises(WorkloadSettingsError) as caught:
-        parse_workload_settings({**WORKLOADS, **raw}, stack="dev", project_name="maxtext-tpu-workloads")
+        workload_settings({**WORKLOADS, **raw})
     return caught.value.problems
 
 
 def stack_problems(**raw) -> list[str]:
     config = {"gcp:project": "my-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b", **raw}
     with pytest.raises(SettingsError) as caught:
-        parse_settings(config, stack="dev", project_name="maxtext-tpu-infra")
+        infra_settings(config)
     return caught.value.problems
 
 

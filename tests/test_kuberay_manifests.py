@@ -9,11 +9,12 @@ import pytest
 import yaml
 
 from domain.config import settings as settings_module
-from domain.config.settings import StackSettings, parse_settings
+from domain.config.settings import StackSettings
 from domain.ray import kuberay, ray_head
 from domain.tpu import tpu_catalog
 from domain.tpu.tpu_catalog import ACCELERATORS
 from tests.conftest import run_infra
+from tests.support.cli_settings import infra_settings
 from tests.support.k8s_conformance import (
     normalize_numbers,
     require_schema,
@@ -294,7 +295,7 @@ BASE_SETTINGS = {"gcp:project": "my-project", "gcp:region": "us-east5", "gcp:zon
 
 
 def settings_of(**overrides: Any) -> StackSettings:
-    return parse_settings({**BASE_SETTINGS, **overrides}, stack="dev", project_name="maxtext-tpu-infra")
+    return infra_settings({**BASE_SETTINGS, **overrides})
 
 
 def ray_cluster_of(**overrides: Any) -> dict[str, Any]:

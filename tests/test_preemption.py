@@ -15,17 +15,18 @@ import time
 
 import pytest
 
-from domain.config.settings import SettingsError, parse_settings
+from domain.config.settings import SettingsError
 from domain.gcp import gke
 from domain.ray import preemption
 from domain.training.job_events import NOTICE_SAVED_EVENT, parse_event
+from tests.support.cli_settings import infra_settings
 from trainer import maxtext_trainer
 
 BASE = {"gcp:project": "my-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b"}
 
 
 def settings(**overrides):
-    return parse_settings({**BASE, **overrides}, stack="dev", project_name="maxtext-tpu-infra")
+    return infra_settings({**BASE, **overrides})
 
 
 CAPACITIES = {

@@ -12,8 +12,9 @@ from __future__ import annotations
 import pytest
 
 from domain.config.setting import settings_of
-from domain.config.settings import SettingsError, StackSettings, parse_settings
-from domain.config.workload_settings import WorkloadSettings, WorkloadSettingsError, parse_workload_settings
+from domain.config.settings import SettingsError, StackSettings
+from domain.config.workload_settings import WorkloadSettings, WorkloadSettingsError
+from tests.support.cli_settings import infra_settings, workload_settings
 
 INFRA_BASE = {"gcp:project": "my-gcp-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b"}
 WORKLOADS_BASE = {"infraStack": "organization/maxtext-tpu-infra/dev"}
@@ -59,9 +60,9 @@ def test_the_walk_covers_every_string_setting():
 @pytest.mark.parametrize("key, value", INFRA_STRINGS, ids=[key for key, _ in INFRA_STRINGS])
 def test_an_infra_value_with_a_trailing_line_break_is_refused(key, value):
     base = {**INFRA_BASE, **CONTEXT.get(key, {})}
-    parse_settings({**base, key: value}, stack="dev", project_name="maxtext-tpu-infra")  # valid as it is
+    infra_settings({**base, key: value})  # valid as it is
     with pytest.raises(SettingsError) as caught:
-        parse_settings({**base, key: value + "\n"}, stack="dev", project_name="maxtext-tpu-infra")
+        infra_settings({**base, key: value + "\n"})
     assert any(problem.startswith(f"{key} = {value + chr(10)!r} ") for problem in caught.value.problems), (
         caught.value.problems
     )
@@ -73,7 +74,7 @@ def test_a_workloads_value_with_a_trailing_line_break_is_refused(key, value):
     if key == "fitCheckResult":  # only used with an infra stack
         base = WORKLOADS_BASE
     with pytest.raises(WorkloadSettingsError) as caught:
-        parse_workload_settings({**base, key: value + "\n"}, stack="dev", project_name="maxtext-tpu-workloads")
+        workload_settings({**base, key: value + "\n"})
     assert any(problem.startswith(f"{key} = {value + chr(10)!r} ") for problem in caught.value.problems), (
         caught.value.problems
     )
@@ -99,7 +100,7 @@ def test_a_workloads_value_with_a_trailing_line_break_is_refused(key, value):
     ],
 )
 def test_valid_values_are_accepted(overrides):
-    parse_settings({**INFRA_BASE, **overrides}, stack="dev", project_name="maxtext-tpu-infra")
+    infra_settings({**INFRA_BASE, **overrides})
 
 
 @pytest.mark.parametrize(
@@ -115,4 +116,4 @@ def test_valid_values_are_accepted(overrides):
     ],
 )
 def test_valid_workloads_values_are_accepted(overrides):
-    parse_workload_settings({**WORKLOADS_BASE, **overrides}, stack="dev", project_name="maxtext-tpu-workloads")
+    workload_settings({**WORKLOADS_BASE, **overrides})

@@ -4,9 +4,10 @@ from typing import get_type_hints
 
 import pytest
 
-from domain.config.settings import MAX_SLICES, SettingsError, StackSettings, _Read, parse_settings
+from domain.config.settings import MAX_SLICES, SettingsError, StackSettings, _Read
 from domain.perf.capacity import settings_cost
 from domain.training.presets import Preset
+from tests.support.cli_settings import infra_settings
 
 PROJECT = "maxtext-tpu-infra"
 VALID = {"gcp:project": "my-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b"}
@@ -17,7 +18,7 @@ def parse(**overrides):
     qualified = {
         f"gcp:{key}" if key in ("project", "region", "zone") else key: value for key, value in overrides.items()
     }
-    return parse_settings({**VALID, **qualified}, stack="dev", project_name=PROJECT)
+    return infra_settings({**VALID, **qualified})
 
 
 def problems_of(**overrides) -> list[str]:

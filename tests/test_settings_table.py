@@ -23,6 +23,7 @@ from stack_config.sync import (
     synced_project_file,
     synced_reference,
 )
+from tests.support.cli_settings import workload_settings
 from tests.support.pulumi_harness import INFRA_PROJECT, run_program, stack_config
 
 GCP = {"gcp:project": "my-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b"}
@@ -209,12 +210,11 @@ def test_every_project_setting_has_a_description_and_a_declared_default_where_it
 
 @pytest.mark.parametrize("stack", ["dev", "local"])
 def test_shipped_workloads_stack_files_read_cleanly(stack):
-    from domain.config.workload_settings import parse_workload_settings
     from tests.support.shared import PROJECT_ROOT
 
     config = stack_config(stack, PROJECT_ROOT / "workloads")
     raw = {key.split(":", 1)[1]: value for key, value in config.items()}
-    assert parse_workload_settings(raw, stack=stack, project_name="maxtext-tpu-workloads").stack == stack
+    assert workload_settings(raw, stack=stack).stack == stack
 
 
 def test_a_new_setting_is_one_declaration():

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from domain.config.settings import SettingsError, parse_settings
+from domain.config.settings import SettingsError
 from domain.gcp import gcp_resources, worker_image
 from domain.ray.ray_version import RAY_VERSION
 from infra.program import PROJECT_ROOT
 from tests.conftest import run_infra
+from tests.support.cli_settings import infra_settings
 from tests.support.pulumi_harness import stack_config
 
 BASE = {"gcp:project": "my-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b"}
@@ -34,7 +35,7 @@ def settings(**overrides):
     qualified = {
         f"gcp:{key}" if key in ("project", "region", "zone") else key: value for key, value in overrides.items()
     }
-    return parse_settings({**BASE, **qualified}, stack="dev", project_name="maxtext-tpu-infra")
+    return infra_settings({**BASE, **qualified})
 
 
 # ---------------------------------------------------------------- the content tag

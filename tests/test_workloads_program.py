@@ -7,8 +7,9 @@ import shlex
 
 import pytest
 
-from domain.config.workload_settings import WorkloadSettingsError, parse_workload_settings
+from domain.config.workload_settings import WorkloadSettingsError
 from domain.training.job import JobError, JobSpec
+from tests.support.cli_settings import workload_settings
 from tests.support.pulumi_harness import PROJECT_ROOT, RecordingMonitor, run_program, stack_config
 from workloads.config import read_settings
 from workloads.program import build
@@ -202,16 +203,14 @@ def test_a_preset_for_another_accelerator_is_refused():
 )
 def test_bad_workloads_config_is_refused(raw, expected):
     with pytest.raises(WorkloadSettingsError) as caught:
-        parse_workload_settings(raw, stack="dev", project_name=PROJECT)
+        workload_settings(raw)
     assert any(expected in problem for problem in caught.value.problems), caught.value.problems
 
 
 def test_a_missing_trainer_program_is_refused_before_submission(monkeypatch):
     from workloads import job_inputs
 
-    settings = parse_workload_settings(
-        {"address": "http://127.0.0.1:8265", "preset": "tiny-cpu"}, stack="local", project_name=PROJECT
-    )
+    settings = workload_settings({"address": "http://127.0.0.1:8265", "preset": "tiny-cpu"}, stack="local")
     job = job_inputs.resolve_local(settings)
     monkeypatch.setattr(job_inputs.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(
@@ -295,9 +294,7 @@ def test_the_job_description_gives_exactly_the_job_inputs_the_resource_declares(
     from workloads import job_inputs
     from workloads.ray_job import JOB_INPUTS
 
-    settings = parse_workload_settings(
-        {"address": "http://127.0.0.1:8265", "preset": "tiny-cpu"}, stack="local", project_name=PROJECT
-    )
+    settings = workload_settings({"address": "http://127.0.0.1:8265", "preset": "tiny-cpu"}, stack="local")
     assert set(job_inputs.ray_job_inputs(job_inputs.resolve_local(settings), settings)) == set(JOB_INPUTS)
 
 
