@@ -113,7 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     violations = evaluate(resources_of(run), policy_config)
     for violation in violations:
-        print(f"[{violation.enforcement_level}] {violation.policy_name}: {violation.message}\n    {violation.urn}")
+        # A stack policy's violation is about the whole stack, not one resource.
+        where = violation.urn or f"the stack {args.stack} as a whole"
+        print(f"[{violation.enforcement_level}] {violation.policy_name}: {violation.message}\n    {where}")
     mandatory = [v for v in violations if v.enforcement_level == "mandatory"]
     print(
         f"{name} stack {args.stack}: {len(run.registrations)} resources checked, "

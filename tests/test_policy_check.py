@@ -70,3 +70,11 @@ def test_a_dcn_network_without_its_firewall_is_caught_from_the_mock_run():
     ]
     fired = {v.policy_name for v in evaluate(resources) if v.enforcement_level == "mandatory"}
     assert fired == {"dcn-network-internal-firewall"}
+
+
+def test_a_stack_policys_violation_names_the_stack_not_a_missing_resource(capsys):
+    """Every slice kept up (accepted since the CLI's defaults are merged) is over the idle budget."""
+    assert check.main(["--stack", "dev", "--set", "minSlices=2"]) == 0
+    out = capsys.readouterr().out
+    assert "[advisory] tpu-idle-budget: While no job runs, the stack keeps 32 TPU chips up" in out
+    assert "\n    the stack dev as a whole\n" in out and "None" not in out
