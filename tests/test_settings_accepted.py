@@ -36,6 +36,7 @@ class Stack:
     id: str
     settings: dict[str, Any]  # project keys bare, the Google provider's as gcp:KEY
     workloads: dict[str, Any] = field(default_factory=dict)  # the workloads stack's, on this infra stack
+    secrets: tuple[str, ...] = ()  # workloads keys set with `pulumi config set --secret`
 
 
 def _capacity_rows() -> list[Stack]:
@@ -93,6 +94,7 @@ ROWS = [
     Stack("workloads-deadlines", {}, {"timeoutSeconds": "86400", "queueTimeoutSeconds": "7200"}),
     Stack("workloads-named-run", {}, {"runName": "llama3-8b-exp1", "preset": "llama3-8b"}),
     Stack("workloads-mfu", {}, {"assumedMfu": "0.45"}),
+    Stack("workloads-secret-environment", {}, {"runtimeEnv": {"env_vars": {"WANDB_API_KEY": "k-123"}}}, ("runtimeEnv",)),
     Stack("workloads-70b", {"preset": "llama3-70b"}, {"elastic": "true"}),
 ]  # fmt: skip
 
@@ -128,8 +130,11 @@ def test_a_valid_stack_is_accepted_as_the_cli_runs_it(stack: Stack):
         project=WORKLOADS_PROJECT,
         stack="dev",
         monitor=RecordingMonitor(stack_outputs={INFRA_STACK: infra.outputs}),
+        secret_keys=frozenset(f"{WORKLOADS_PROJECT}:{key}" for key in stack.secrets),
     )
     inputs = run.one(RAY_JOB).inputs
     entrypoint = inputs["entrypoint"]
     elastic = stack.workloads.get("elastic") == "true"
     assert ("maxtext_elastic_trainer" in entrypoint) == elastic, entrypoint
+    if "runtimeEnv" in stack.secrets:
+        assert "runtime_env" in run.one(RAY_JOB).secret_inputs
