@@ -206,6 +206,11 @@ DELIBERATE_DIFFERENCES = {
     "RayCluster.spec.workerGroupSpecs[0].template.spec.terminationGracePeriodSeconds": "stated, so "
     "the drain timeout can be derived from it (Kubernetes' 30 s on on-demand capacity; the node's "
     "shutdown share on Spot)",
+    "RayCluster.spec.headGroupSpec.template.spec.volumes[1].csi.volumeAttributes.mountOptions": "no "
+    "file cache on the checkpoint mount: file-cache:max-size-mb:-1 fills the node's boot disk with every "
+    "checkpoint a restore reads (policy raycluster-fuse-file-cache-bounded)",
+    "RayCluster.spec.workerGroupSpecs[0].template.spec.volumes[1].csi.volumeAttributes.mountOptions": "no "
+    "file cache on the checkpoint mount, as on the head",
     "RayCluster.spec.workerGroupSpecs[0].template.spec.containers[0].env[4].value": "LIBTPU_INIT_ARGS "
     "without --xla_tpu_enable_async_collective_fusion_fuse_all_gather=true, which the pinned libtpu "
     "(0.0.52) refuses for v6e: the job would fail at its first step (tests/test_fit_check.py "

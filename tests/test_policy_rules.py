@@ -438,6 +438,13 @@ CASES = [
     # Without the spec nothing can be told; a spec without authOptions is decided (see
     # DECIDED_WHEN_MISSING).
     Case("raycluster-token-auth", STD, "ray-cluster", (*AUTH_OPTIONS, "mode"), "disabled", unknown_path=("spec",)),
+    Case(
+        "raycluster-fuse-file-cache-bounded",
+        STD,
+        "ray-cluster",
+        (*HEAD_POD, "volumes", 1, "csi", "volumeAttributes", "mountOptions"),
+        "implicit-dirs,file-cache:max-size-mb:-1",
+    ),
     Case("ray-head-service-not-public", STD, "dashboard", ("spec", "type"), "NodePort", change=add_head_service),
     Case(
         "raycluster-tpu-selectors",
@@ -679,6 +686,31 @@ def test_images_must_carry_a_fixed_tag_or_a_digest(shipped, image, pinned):
     set_at(named(resources, "ray-cluster")["props"], (*WORKER_CONTAINER, "image"), image)
     names = {v.policy_name for v in evaluate(resources)}
     assert names == (set() if pinned else {"raycluster-images-pinned"})
+
+
+@pytest.mark.parametrize(
+    "attributes, bounded",
+    [
+        ({"mountOptions": "implicit-dirs,uid=1000"}, True),  # no file cache: the shipped mount
+        ({"mountOptions": "implicit-dirs,file-cache:max-size-mb:10240"}, True),
+        ({"fileCacheCapacity": "10Gi"}, True),
+        ({"fileCacheCapacity": "0"}, True),
+        ({"mountOptions": "implicit-dirs,file-cache:max-size-mb:-1"}, False),  # the procedure's
+        ({"mountOptions": "file-cache:max-size-mb=-1, implicit-dirs"}, False),
+        ({"mountOptions": "implicit-dirs", "fileCacheCapacity": "-1"}, False),
+    ],
+)
+def test_every_fuse_file_cache_is_bounded(shipped, attributes, bounded):
+    resources = copy.deepcopy(shipped["infra-standard"])
+    path = (*WORKER_POD, "volumes", 1, "csi", "volumeAttributes")
+    set_at(named(resources, "ray-cluster")["props"], path, {"bucketName": "ckpt", **attributes})
+    violations = [v for v in evaluate(resources) if v.policy_name == "raycluster-fuse-file-cache-bounded"]
+    assert len(violations) == (0 if bounded else 1)
+    if violations:
+        assert "volume 'gcs-fuse-csi-ephemeral' of worker group 'tpu-group' has an unbounded file cache" in (
+            violations[0].message
+        )
+        assert "Bound it (file-cache:max-size-mb:N" in violations[0].message
 
 
 @pytest.mark.parametrize(

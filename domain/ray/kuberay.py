@@ -34,7 +34,12 @@ CHECKPOINT_MOUNT = "/data"
 
 GCS_FUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
 GCS_FUSE_VOLUME = "gcs-fuse-csi-ephemeral"
-GCS_FUSE_MOUNT_OPTIONS = "implicit-dirs,uid=1000,gid=1000,dir-mode=775,file-mode=664,file-cache:max-size-mb:-1"
+# No file cache on the checkpoint mount (the procedure's file-cache:max-size-mb:-1 takes the whole
+# cache volume, by default the TPU node's boot disk, and a restore would copy every checkpoint read
+# there). A file cache is opt-in, and "-1" means the cache volume's entire capacity:
+# https://cloud.google.com/kubernetes-engine/docs/reference/cloud-storage-fuse-csi-driver/volume-attr
+# https://cloud.google.com/kubernetes-engine/docs/how-to/cloud-storage-fuse-csi-driver-perf
+GCS_FUSE_MOUNT_OPTIONS = "implicit-dirs,uid=1000,gid=1000,dir-mode=775,file-mode=664"
 # The sidecar's own limits set to "0" (unlimited), as the procedure does, so checkpoint writes of
 # tens of GB are not throttled by a small default sidecar.
 GCS_FUSE_ANNOTATIONS = {

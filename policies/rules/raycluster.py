@@ -25,7 +25,12 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from domain.ray.kuberay import AUTOSCALER_VERSION, FLEX_START_NODE_LABEL, MIN_RAY_VERSION_FOR_TOKEN_AUTH
+from domain.ray.kuberay import (
+    AUTOSCALER_VERSION,
+    FLEX_START_NODE_LABEL,
+    GCS_FUSE_DRIVER,
+    MIN_RAY_VERSION_FOR_TOKEN_AUTH,
+)
 from domain.tpu.tpu_catalog import ACCELERATORS
 from policies.rules.common import (
     K8S_SERVICE,
@@ -291,6 +296,44 @@ def privileged_only_for_tpu(
                 )
 
 
+def _unbounded_file_cache(attributes: Any) -> str | None:
+    """How a Cloud Storage FUSE volume's attributes ask for a file cache without bound, if they do:
+    `file-cache:max-size-mb:-1` in its mount options, or fileCacheCapacity "-1" (GKE's volume
+    attributes reference: the cache volume's entire capacity)."""
+    if not isinstance(attributes, dict):
+        return None
+    options = attributes.get("mountOptions")
+    for option in options.split(",") if isinstance(options, str) else []:
+        key, _, size = option.strip().replace("=", ":").rpartition(":")
+        if key == "file-cache:max-size-mb" and size.strip() == "-1":
+            return f"mount option {option.strip()!r}"
+    if str(attributes.get("fileCacheCapacity", "")).strip() == "-1":
+        return 'fileCacheCapacity "-1"'
+    return None
+
+
+@on(_ray_cluster)
+def fuse_file_cache_bounded(
+    props: dict[str, Any], label: str, args: ResourceValidationArgs, report_violation: ReportViolation
+) -> None:
+    """An unbounded Cloud Storage FUSE file cache fills its cache volume, by default the node's
+    boot disk, with everything read through the mount: a whole checkpoint on a restore."""
+    for where, pod_spec in _pod_specs(props):
+        volumes = at(pod_spec, "volumes")
+        for volume in volumes if isinstance(volumes, list) else []:
+            if not isinstance(volume, dict) or at(volume, "csi", "driver") != GCS_FUSE_DRIVER:
+                continue
+            unbounded = _unbounded_file_cache(at(volume, "csi", "volumeAttributes"))
+            if unbounded:
+                report_violation(
+                    f"{label}: Cloud Storage FUSE volume {at(volume, 'name')!r} of {where} has an unbounded "
+                    f"file cache ({unbounded}), which fills the node's boot disk (its default cache volume) with "
+                    "everything read, a whole checkpoint on a restore. Bound it (file-cache:max-size-mb:N, on a "
+                    "cache volume sized for it) or leave the file cache off.",
+                    args.urn,
+                )
+
+
 def _requires_label(pod_spec: dict[str, Any], label: str) -> bool:
     """Whether the pod can only run on nodes labelled `label`=true."""
     if at(pod_spec, "nodeSelector", label) == "true":
@@ -526,6 +569,12 @@ ALL = [
         description="Only containers that use TPU chips run privileged.",
         validate=privileged_only_for_tpu,
         enforcement_level=EnforcementLevel.ADVISORY,
+    ),
+    ResourceValidationPolicy(
+        name="raycluster-fuse-file-cache-bounded",
+        description="Every Cloud Storage FUSE volume's file cache is bounded (never file-cache:max-size-mb:-1).",
+        validate=fuse_file_cache_bounded,
+        enforcement_level=EnforcementLevel.MANDATORY,
     ),
     ResourceValidationPolicy(
         name="raycluster-head-not-on-spot",
