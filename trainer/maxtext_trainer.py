@@ -116,11 +116,17 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     notice = PreemptionNotice(poll_seconds=config["notice_poll_seconds"], report=rank0)
     from maxtext.trainers.pre_train.train import main as maxtext_main
 
+    _mark_absl_flags_parsed()
+    stopped = _DataStop()
+    logging.getLogger("absl").addHandler(stopped)
     notice.start()
     try:
         maxtext_main(config["argv"])
     finally:
         notice.stop()
+        logging.getLogger("absl").removeHandler(stopped)
+    if stopped.failure is not None:
+        raise RuntimeError(f"MaxText stopped training because its data pipeline failed: {stopped.failure}")
     if notice.received and not _report_the_notice_save(notice, config, rank0):
         threading.Event().wait()
 
@@ -163,6 +169,35 @@ def _report_the_notice_save(notice: PreemptionNotice, config: dict[str, Any], ra
 
 def _emit(event: str, **fields: Any) -> None:
     print(event_line(event, time=round(time.time(), 3), **fields), flush=True)
+
+
+def _mark_absl_flags_parsed() -> None:
+    """MaxText's main is called here, not through absl's app.run, so absl's flags stay unparsed,
+    and Grain's data workers read one: with grain_worker_count >= 1 the first batch raised
+    UnparsedFlagAccessError. No flag is given on a command line here, so the defaults stand."""
+    from absl import flags
+
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
+
+
+# MaxText ends its training loop, and returns as if the run were done, when fetching a batch
+# raises anything but StopIteration: it logs this line and nothing fails (maxtext/common/
+# data_loader.py raises StopTraining, which maxtext/trainers/pre_train/train.py logs).
+DATA_STOP = "Training stopped: `next(self.data_iterator)` failed with "
+
+
+class _DataStop(logging.Handler):
+    """Keeps the failure MaxText logs when its data pipeline raises."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.INFO)
+        self.failure: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message.startswith(DATA_STOP):
+            self.failure = message[len(DATA_STOP) :].strip()
 
 
 class _StepEvents(logging.Handler):

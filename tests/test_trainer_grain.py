@@ -1,0 +1,107 @@
+"""The tiny preset trained on a prepared corpus through MaxText's Grain pipeline, on a real local
+Ray head (`slow`): with a Grain worker process (MaxText's default grain_worker_count=1), and a data
+pipeline that fails mid-run failing the job instead of ending it as if it were done."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from ray.job_submission import JobStatus, JobSubmissionClient
+
+from domain.paths import PROJECT_ROOT, TRAINER_PYTHON
+from domain.training.job import JobSpec, resolve_job
+
+pytestmark = pytest.mark.slow
+
+STEP_LOSS = re.compile(r"completed step: \d+, .*?loss: ([-\d.naninf]+)")
+DOCUMENTS = [f"document {index}: " + "the quick brown fox jumps " * (1 + index % 5) for index in range(200)]
+# Records of MaxText's Example type without the text feature its pipeline asks for.
+WRONG_FEATURE = """
+import sys
+from array_record.python.array_record_module import ArrayRecordWriter
+from maxtext.input_pipeline.protos import example_pb2
+writer = ArrayRecordWriter(sys.argv[1], "group_size:1")
+for index in range(50):
+    example = example_pb2.Example()
+    example.features.feature["body"].bytes_list.value.append(f"document {index}".encode())
+    writer.write(example.SerializeToString())
+writer.close()
+"""
+
+
+def trainer_python(*args: str) -> str:
+    done = subprocess.run([str(TRAINER_PYTHON), *args], capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def llama3_tokenizer() -> str:
+    """The Llama 3 tokenizer MaxText ships in its package (by absolute path: MaxText's default,
+    relative one, does not resolve in an installed package)."""
+    package = trainer_python("-c", "import maxtext, os; print(os.path.dirname(maxtext.__file__))").strip()
+    return str(Path(package) / "assets" / "tokenizers" / "tokenizer_llama3.tiktoken")
+
+
+def grain_job(tmp_path: Path, pattern: str, tokenizer: str, run_name: str) -> JobSpec:
+    return resolve_job(
+        "tiny-cpu",
+        run_name=run_name,
+        checkpoint_root=str(tmp_path / "runs"),
+        overrides={
+            "dataset_type": "grain",
+            "grain_train_files": pattern,
+            "grain_file_type": "arrayrecord",
+            "grain_worker_count": 1,
+            "tokenizer_path": tokenizer,
+            "tokenizer_type": "tiktoken",
+            "vocab_size": 128256,  # the tokenizer's
+        },
+    )
+
+
+def run(head, job: JobSpec, timeout: float = 420) -> tuple[JobStatus, str]:
+    client = JobSubmissionClient(head.address)
+    job_id = client.submit_job(entrypoint=job.entrypoint())
+    status = client.get_job_status(job_id)
+    deadline = time.monotonic() + timeout
+    while not status.is_terminal():
+        if time.monotonic() > deadline:
+            client.stop_job(job_id)
+            pytest.fail(f"job {job_id} still {status} after {timeout} s")
+        time.sleep(1)
+        status = client.get_job_status(job_id)
+    return status, client.get_job_logs(job_id)
+
+
+def test_the_tiny_preset_trains_on_a_prepared_corpus_with_a_grain_worker(local_ray_head, tmp_path, llama3_tokenizer):
+    (tmp_path / "corpus.jsonl").write_text("".join(json.dumps({"text": text}) + "\n" for text in DOCUMENTS))
+    summary = json.loads(
+        trainer_python("-m", "trainer.prepare_data", str(tmp_path / "corpus.jsonl"), "--output", str(tmp_path / "data"))
+    )
+    job = grain_job(tmp_path, summary["pattern"], llama3_tokenizer, "grain-run")
+    status, logs = run(local_ray_head, job)
+    assert status == JobStatus.SUCCEEDED, logs[-3000:]
+    assert "UnparsedFlagAccessError" not in logs and "Training stopped" not in logs
+    losses = [float(loss) for loss in STEP_LOSS.findall(logs)]
+    assert len(losses) == int(job.maxtext_overrides["steps"]) and all(math.isfinite(loss) for loss in losses)
+    # MaxText saves the Grain data position with each checkpoint: one file per process.
+    final = Path(job.run_directory) / "checkpoints" / str(len(losses) - 1)
+    assert (final / "iter" / "process_0-of-1.json").is_file()
+
+
+def test_a_data_pipeline_that_fails_mid_run_fails_the_job(local_ray_head, tmp_path, llama3_tokenizer):
+    """MaxText logs "Training stopped: `next(self.data_iterator)` failed ..." and returns as if the
+    run were done; the trainer turns that into a failure that says why."""
+    trainer_python("-c", WRONG_FEATURE, str(tmp_path / "data-00000-of-00001.array_record"))
+    job = grain_job(tmp_path, str(tmp_path / "data-*-of-00001.array_record"), llama3_tokenizer, "broken-run")
+    status, logs = run(local_ray_head, job)
+    assert status == JobStatus.FAILED, logs[-3000:]
+    assert "MaxText stopped training because its data pipeline failed" in logs
+    assert "Column 'text' not found in dataset" in logs
