@@ -18,11 +18,12 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
+from domain.config import cli_config
 from domain.config.settings import StackSettings, parse_settings
 from domain.paths import PROJECT_ROOT
 from domain.perf.capacity import settings_cost
 from domain.tpu.capacity_choices import CAPACITY_CHOICES, RESERVATION
-from policies.mock_engine import INFRA_PROJECT, cli_engine_config, stack_config
+from policies.mock_engine import INFRA_PROJECT, stack_config
 
 _PREFIX = f"{INFRA_PROJECT}:"
 # A reservation choice needs one named; any valid name prices the same.
@@ -53,9 +54,7 @@ def stack_settings(stack: str, settings: dict[str, Any]) -> StackSettings:
     """The stack file's config with `settings` on top, validated as the infra program does it
     under the CLI (domain/config/cli_config.py: the project's defaults merged, values as text)."""
     config = {**stack_config(stack, PROJECT_ROOT), **{_PREFIX + key: value for key, value in settings.items()}}
-    engine = cli_engine_config(config, project=INFRA_PROJECT, stack=stack)
-    raw = {key.removeprefix(_PREFIX): value for key, value in engine.items() if key.startswith(_PREFIX)}
-    raw.update({key: value for key, value in engine.items() if key.startswith("gcp:")})
+    raw = cli_config.settings_raw(PROJECT_ROOT, stack, config, StackSettings)
     return parse_settings(raw, stack=stack, project_name=INFRA_PROJECT)
 
 

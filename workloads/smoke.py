@@ -30,7 +30,7 @@ import requests
 import yaml
 
 from domain.config import cli_config
-from domain.config.workload_settings import WorkloadSettingsError, parse_workload_settings
+from domain.config.workload_settings import WorkloadSettings, WorkloadSettingsError, parse_workload_settings
 from domain.training.job import JobError
 from workloads import job_inputs
 from workloads.jobs_api import (
@@ -59,9 +59,7 @@ class SmokeError(RuntimeError):
 def local_stack_config() -> dict:
     """The local stack's settings as `pulumi up` would hand them over: the project's defaults merged in."""
     stack = yaml.safe_load(LOCAL_STACK_FILE.read_text())["config"]
-    document = cli_config.project_document(LOCAL_STACK_FILE.parent)
-    config = cli_config.engine_text(cli_config.merged(document, "local", stack))
-    return {key.split(":", 1)[1]: value for key, value in config.items() if key.startswith(f"{PROJECT}:")}
+    return cli_config.settings_raw(LOCAL_STACK_FILE.parent, "local", stack, WorkloadSettings)
 
 
 def parse_args(argv: list[str] | None):

@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from domain.config.problems import ProblemsError
+from domain.config.setting import settings_of
 
 _GO_INTEGER = re.compile(r"[+-]?[0-9]+")
 
@@ -178,3 +179,20 @@ def merged(
 def engine_text(config: Mapping[str, ConfigValue]) -> dict[str, str]:
     """The config as the language host passes it to the program: every value as text."""
     return {key: value.text for key, value in config.items()}
+
+
+def settings_raw(directory: Path, stack: str, stack_config: Mapping[str, Any], cls: type) -> dict[str, str]:
+    """What a program reading `cls`'s settings gets under the CLI for a stack file holding
+    `stack_config` (project keys bare or qualified, a provider's as `namespace:key`; None for
+    unset), keyed as stack_config/__init__.py's raw_config keys it: the project's keys bare and
+    the provider keys `cls` declares."""
+    document = project_document(directory)
+    project = document["name"]
+    stack_file = {_full_key(project, key): value for key, value in stack_config.items() if value is not None}
+    config = engine_text(merged(document, stack, stack_file))
+    provider_keys = {entry.key for entry in settings_of(cls) if entry.namespace is not None}
+    return {
+        key.removeprefix(f"{project}:"): value
+        for key, value in config.items()
+        if key.startswith(f"{project}:") or key in provider_keys
+    }
