@@ -306,6 +306,23 @@ def test_free_ports_are_distinct_and_avoid_the_given_ones():
     assert len(set(ports)) == 300 and not avoid & set(ports)
 
 
+def test_free_ports_are_outside_the_kernels_ephemeral_range_and_rays_worker_ports():
+    """CI saw a head's dashboard fail to bind the port chosen for it: an outgoing connection of
+    Ray's own processes had taken it from the ephemeral range meanwhile."""
+    ephemeral = local_ray.ephemeral_ports()
+    ports = local_ray.free_ports(50)
+    assert all(port not in ephemeral and port > local_ray.RAY_WORKER_PORTS_END for port in ports), ports
+
+
+def test_free_ports_follow_the_range_the_kernel_is_set_to(monkeypatch, tmp_path):
+    setting = tmp_path / "ip_local_port_range"
+    setting.write_text("20000\t65400\n")
+    monkeypatch.setattr(local_ray, "_EPHEMERAL_RANGE", setting)
+    assert set(local_ray.free_ports(20)) <= set(range(65401, 65536))
+    with pytest.raises(local_ray.LocalRayError, match=r"ephemeral range 20000-65400"):
+        local_ray.free_ports(200)
+
+
 def test_an_autoscaling_heads_ports_are_all_its_own_the_autoscalers_included(monkeypatch):
     """The autoscaler's metrics port is given to Ray in the environment, not as an option: the
     ports `ray start` gets as options must not take it (Ray's default for it is one fixed port)."""

@@ -68,19 +68,50 @@ class LocalRayError(RuntimeError):
     pass
 
 
+# Ray's workers listen on 10002-19999 (`ray start --min-worker-port/--max-worker-port`'s
+# defaults); ports chosen here start above them.
+RAY_WORKER_PORTS_END = 19999
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def ephemeral_ports() -> range:
+    """The ports the kernel hands to outgoing connections and to bind(port 0). A listening port
+    chosen from them can be taken, between the choice and Ray's bind, by any connection that
+    Ray's own processes open meanwhile: CI saw a dashboard fail so."""
+    try:
+        low, high = (int(value) for value in _EPHEMERAL_RANGE.read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999  # Linux's default
+    return range(low, high + 1)
+
+
 def free_ports(count: int, avoid: frozenset[int] | set[int] = frozenset()) -> list[int]:
-    """`count` distinct free loopback ports, none in `avoid`. The probes stay bound until all
-    are chosen: a port probed and closed one by one can come back from the kernel on the next
-    probe, and Ray refuses to start when two of its components are given one port."""
+    """`count` distinct free loopback ports, none in `avoid`, none Ray's workers use and none
+    the kernel gives to outgoing connections (ephemeral_ports). The probes stay bound until all
+    are chosen, and Ray refuses to start when two of its components are given one port."""
+    ephemeral = ephemeral_ports()
+    candidates = [
+        port for port in range(RAY_WORKER_PORTS_END + 1, 65536) if port not in ephemeral and port not in avoid
+    ]
+    random = secrets.SystemRandom()
+    random.shuffle(candidates)
     with contextlib.ExitStack() as stack:
         chosen: list[int] = []
-        while len(chosen) < count:
+        for port in candidates:
             probe = stack.enter_context(socket.socket())
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-            if port not in avoid and port not in chosen:
-                chosen.append(port)
-        return chosen
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError as error:
+                if error.errno != errno.EADDRINUSE:
+                    raise
+                continue
+            chosen.append(port)
+            if len(chosen) == count:
+                return chosen
+    raise LocalRayError(
+        f"found {len(chosen)} of the {count} free loopback ports needed outside the ephemeral range "
+        f"{ephemeral.start}-{ephemeral.stop - 1} and Ray's worker ports (up to {RAY_WORKER_PORTS_END})"
+    )
 
 
 def free_port() -> int:
