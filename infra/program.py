@@ -100,6 +100,8 @@ def build(settings: StackSettings) -> dict[str, Any]:
             bucket_name=storage.bucket_name,
             checkpoint_root=kuberay.CHECKPOINT_MOUNT,
             checkpoint_bucket_url=storage.bucket_name.apply(lambda bucket: f"gs://{bucket}"),
+            dataset_root=kuberay.DATASET_MOUNT if settings.dataset_bucket is not None else None,
+            dataset_uri=settings.dataset_uri,
             preset=settings.preset.name,
             accelerator=settings.accelerator.name,
             slices=settings.slices,

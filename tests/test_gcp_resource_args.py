@@ -26,7 +26,9 @@ VARIANTS = {
     "standard-shared-reservation": settings(
         capacity="reservation", reservation="projects/owner-project/reservations/v6e"
     ),
+    "standard-dataset": settings(datasetBucket="acme-corpus", datasetPrefix="web/v1"),
 }
+PRINCIPAL = "principal://iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/p.svc.id.goog/subject/ns/default/sa/maxtext-ray"
 
 
 def all_resource_args(s):
@@ -39,6 +41,9 @@ def all_resource_args(s):
         yield gcp.compute.SubnetworkArgs, gcp_resources.dcn_subnet_args(s, index, "net-id")
         yield gcp.compute.FirewallArgs, gcp_resources.dcn_firewall_args(s, index, "net-id")
     yield gcp.storage.BucketArgs, gcp_resources.bucket_args(s)
+    dataset_access = gcp_resources.dataset_access_args(s)
+    if dataset_access is not None:
+        yield gcp.storage.BucketIAMMemberArgs, {**dataset_access, "member": PRINCIPAL}
     yield gcp.serviceaccount.AccountArgs, gcp_resources.node_service_account_args(s)
     for api in gcp_resources.REQUIRED_APIS:
         yield gcp.projects.ServiceArgs, gcp_resources.project_service_args(s, api)
@@ -165,3 +170,15 @@ def test_flex_start_pools_are_what_gke_requires():
         assert args["node_config"]["flex_start"] is False
         assert args["management"]["auto_repair"] is True
         assert "location_policy" not in args.get("autoscaling", {})
+
+
+def test_the_dataset_bucket_is_granted_read_only_and_only_with_a_dataset():
+    """roles/storage.objectViewer on the existing bucket named by datasetBucket (its prefix is the
+    mount's business, not the grant's); no grant at all without one."""
+    grant = to_typed_args(
+        gcp.storage.BucketIAMMemberArgs,
+        {**gcp_resources.dataset_access_args(VARIANTS["standard-dataset"]), "member": PRINCIPAL},
+    )
+    assert (grant.bucket, grant.role, grant.member) == ("acme-corpus", "roles/storage.objectViewer", PRINCIPAL)
+    assert gcp_resources.DATASET_ROLE == "roles/storage.objectViewer"
+    assert gcp_resources.dataset_access_args(VARIANTS["standard"]) is None

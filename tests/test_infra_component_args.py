@@ -94,6 +94,9 @@ def test_storage_and_networks_take_the_settings_values():
     storage = CheckpointStorageArgs.from_settings(stack, kubernetes=NO_PROVIDER)
     assert (storage.project, storage.namespace, storage.service_account) == ("my-project", "ray", "maxtext-ray")
     assert storage.bucket == gcp_resources.bucket_args(stack)
+    assert storage.dataset_access is None
+    with_dataset = CheckpointStorageArgs.from_settings(settings(datasetBucket="acme-corpus"), kubernetes=NO_PROVIDER)
+    assert with_dataset.dataset_access == {"bucket": "acme-corpus", "role": "roles/storage.objectViewer"}
     networks = DcnNetworksArgs.from_settings(stack).networks
     assert [n.network["name"] for n in networks] == ["maxtext-tpu-net-1", "maxtext-tpu-net-2"]
     assert [n.subnet("id")["ip_cidr_range"] for n in networks] == list(stack.dcn_subnets)

@@ -483,9 +483,19 @@ def test_stack_outputs_for_the_workloads_project(standard_run):
 
 # What a value of each declared type of output is (a number is null where no price is known).
 KIND_VALUES = {"string": str, "integer": int, "number": (float, type(None)), "array": list, "object": dict}
+# Outputs that are null on a stack without datasetBucket.
+DATASET_OUTPUTS = ("datasetRoot", "datasetUri")
+DATASET = {"datasetBucket": "acme-corpus", "datasetPrefix": "corpora/web-v1"}
 
 
-@pytest.mark.parametrize("run_name", ["standard_run", "autopilot_run"])
+@pytest.fixture(scope="module")
+def dataset_run():
+    config = stack_config("dev")
+    config.update({f"maxtext-tpu-infra:{key}": value for key, value in DATASET.items()})
+    return run_infra(config)
+
+
+@pytest.mark.parametrize("run_name", ["standard_run", "autopilot_run", "dataset_run"])
 def test_the_stack_exports_exactly_the_declared_outputs_of_their_declared_types(request, run_name):
     """domain/config/stack_outputs.py declares every output once, and docs/reference.md's table (types included)
     and the workloads reader derive from it: what the program exports is exactly that."""
@@ -493,7 +503,34 @@ def test_the_stack_exports_exactly_the_declared_outputs_of_their_declared_types(
     assert set(outputs) == {entry.name for entry in STACK_OUTPUTS}
     for entry in STACK_OUTPUTS:
         value = outputs[entry.name]
+        if entry.name in DATASET_OUTPUTS and run_name != "dataset_run":
+            assert value is None, entry.name
+            continue
         assert isinstance(value, KIND_VALUES[entry.kind]) and not isinstance(value, bool), (entry.name, value)
+
+
+def test_the_dataset_outputs_say_where_the_workers_read_it_and_from_which_bucket(dataset_run):
+    assert dataset_run.outputs["datasetRoot"] == "/dataset"
+    assert dataset_run.outputs["datasetUri"] == "gs://acme-corpus/corpora/web-v1"
+    config = stack_config("dev")
+    config["maxtext-tpu-infra:datasetBucket"] = "acme-corpus"
+    assert run_infra(config).outputs["datasetUri"] == "gs://acme-corpus"
+
+
+def test_the_dataset_bucket_is_read_only_to_the_pods_principal_and_never_created(dataset_run, standard_run):
+    """One grant on the existing dataset bucket: roles/storage.objectViewer, for the principal the
+    checkpoint bucket's objectUser goes to, waiting for the cluster like it; no Bucket is created
+    for it, and a stack without datasetBucket grants nothing beyond its checkpoint bucket."""
+    grants = {grant.inputs["bucket"]: grant for grant in dataset_run.of_type(BUCKET_IAM)}
+    checkpoint = find(dataset_run, BUCKET).outputs["name"]
+    assert set(grants) == {checkpoint, "acme-corpus"}
+    dataset = grants["acme-corpus"]
+    assert dataset.name == "checkpoints-dataset-access"
+    assert dataset.inputs["role"] == "roles/storage.objectViewer"
+    assert dataset.inputs["member"] == grants[checkpoint].inputs["member"] == PRINCIPAL
+    assert find(dataset_run, CLUSTER).urn in dataset.dependencies
+    assert [bucket.name for bucket in dataset_run.of_type(BUCKET)] == ["checkpoints-bucket"]
+    assert [grant.inputs["role"] for grant in standard_run.of_type(BUCKET_IAM)] == ["roles/storage.objectUser"]
 
 
 @pytest.mark.parametrize("run_name", ["standard_run", "autopilot_run"])

@@ -46,6 +46,9 @@ VARIANTS = {
     # Spot and a reservation are refused together (Spot VMs cannot consume reservations).
     "autopilot-spot": {"mode": "autopilot", "capacity": ["spot"]},
     "autopilot-reserved": {"mode": "autopilot", "capacity": ["reservation"], "reservation": "v6e-res"},
+    # The dataset mount, schema-checked like the rest: a folder of the bucket, and a file cache on a RAM disk.
+    "standard-dataset": {"datasetBucket": "acme-corpus", "datasetPrefix": "corpora/web-v1"},
+    "autopilot-dataset-cached": {"mode": "autopilot", "datasetBucket": "acme-corpus", "datasetFileCacheMib": "8192"},
 }
 
 
@@ -208,9 +211,11 @@ DELIBERATE_DIFFERENCES = {
     "shutdown share on Spot)",
     "RayCluster.spec.headGroupSpec.template.spec.volumes[1].csi.volumeAttributes.mountOptions": "no "
     "file cache on the checkpoint mount: file-cache:max-size-mb:-1 fills the node's boot disk with every "
-    "checkpoint a restore reads (policy raycluster-fuse-file-cache-bounded)",
-    "RayCluster.spec.workerGroupSpecs[0].template.spec.volumes[1].csi.volumeAttributes.mountOptions": "no "
-    "file cache on the checkpoint mount, as on the head",
+    "checkpoint a restore reads (policy raycluster-fuse-file-cache-bounded); and GKE's checkpoint advice: "
+    "a rename-dir-limit, without which Orbax's rename of a finished checkpoint fails on a flat bucket, "
+    "and streaming writes instead of staging each file on the boot disk",
+    "RayCluster.spec.workerGroupSpecs[0].template.spec.volumes[1].csi.volumeAttributes.mountOptions": "the "
+    "checkpoint mount's options, as on the head",
     "RayCluster.spec.workerGroupSpecs[0].template.spec.containers[0].env[4].value": "LIBTPU_INIT_ARGS "
     "without --xla_tpu_enable_async_collective_fusion_fuse_all_gather=true, which the pinned libtpu "
     "(0.0.52) refuses for v6e: the job would fail at its first step (tests/test_fit_check.py "
@@ -463,3 +468,120 @@ def test_workers_select_their_capacity_and_the_head_avoids_spot_and_flex_start(v
 def test_autopilot_uses_the_compute_class_exactly_when_it_decides_something():
     assert kuberay.uses_compute_class(settings_of(mode="autopilot"))  # DRANET's NICs
     assert not kuberay.uses_compute_class(settings_of(capacity=["spot"]))  # Standard: node pools
+
+
+# ---------------------------------------------------------------- the dataset and checkpoint mounts (issue 27)
+
+# GKE's options for training reads (https://cloud.google.com/kubernetes-engine/docs/how-to/cloud-storage-fuse-csi-driver-perf):
+# metadata caches unbounded and never expiring, the kernel's list cache kept.
+TRAINING_READS = (
+    "metadata-cache:ttl-secs:-1,metadata-cache:stat-cache-max-size-mb:-1,"
+    "metadata-cache:type-cache-max-size-mb:-1,file-system:kernel-list-cache-ttl-secs:-1"
+)
+OWNER = "implicit-dirs,uid=1000,gid=1000,dir-mode=555,file-mode=444"
+
+
+def worker_pod(**overrides: Any) -> dict[str, Any]:
+    return ray_cluster_of(**overrides)["spec"]["workerGroupSpecs"][0]["template"]
+
+
+def volume(pod_spec: dict[str, Any], name: str) -> dict[str, Any] | None:
+    return next((v for v in pod_spec["volumes"] if v["name"] == name), None)
+
+
+@pytest.mark.parametrize(
+    "overrides, options",
+    [
+        ({}, f"{OWNER},{TRAINING_READS},file-cache:max-size-mb:0"),
+        (
+            {"datasetPrefix": "corpora/web-v1"},
+            f"{OWNER},{TRAINING_READS},only-dir=corpora/web-v1,file-cache:max-size-mb:0",
+        ),
+        (
+            {"datasetFileCacheMib": "8192"},
+            f"{OWNER},{TRAINING_READS},file-cache:max-size-mb:8192,"
+            "file-cache:cache-file-for-range-read:true,file-cache:enable-parallel-downloads:true",
+        ),
+    ],
+    ids=["whole-bucket", "prefix", "file-cache"],
+)
+def test_every_worker_reads_the_dataset_read_only_with_gkes_training_options(overrides, options):
+    """The dataset bucket at /dataset, read-only on the CSI volume and on the mount, its metadata
+    prefetched on mount (with the prefetch sidecar's memory raised as GKE says), its folder as
+    only-dir; no file cache unless datasetFileCacheMib bounds one."""
+    template = worker_pod(datasetBucket="acme-corpus", **overrides)
+    spec = template["spec"]
+    assert volume(spec, kuberay.DATASET_VOLUME) == {
+        "name": "gcs-fuse-dataset",
+        "csi": {
+            "driver": "gcsfuse.csi.storage.gke.io",
+            "readOnly": True,
+            "volumeAttributes": {
+                "bucketName": "acme-corpus",
+                "mountOptions": options,
+                "gcsfuseMetadataPrefetchOnMount": "true",
+            },
+        },
+    }
+    [container] = spec["containers"]
+    assert [m for m in container["volumeMounts"] if m["name"] == kuberay.DATASET_VOLUME] == [
+        {"name": "gcs-fuse-dataset", "mountPath": "/dataset", "readOnly": True}
+    ]
+    assert kuberay.DATASET_MOUNT == "/dataset"
+    assert template["metadata"]["annotations"]["gke-gcsfuse/metadata-prefetch-memory-limit"] == "512Mi"
+    assert validate_pod_template(template) == []
+
+
+def test_a_dataset_file_cache_is_a_bounded_ram_disk_never_the_boot_disk():
+    """GKE's custom cache volume (gke-gcsfuse-cache) as a memory-backed emptyDir, larger than the
+    cache as GKE requires; without datasetFileCacheMib there is no cache volume, so nothing could
+    be cached on the node's boot disk either (file-cache:max-size-mb:0)."""
+    cached = worker_pod(datasetBucket="acme-corpus", datasetFileCacheMib="8192")["spec"]
+    assert volume(cached, "gke-gcsfuse-cache") == {
+        "name": "gke-gcsfuse-cache",
+        "emptyDir": {"medium": "Memory", "sizeLimit": "9216Mi"},
+    }
+    uncached = worker_pod(datasetBucket="acme-corpus")["spec"]
+    assert volume(uncached, "gke-gcsfuse-cache") is None
+    assert (
+        "file-cache:max-size-mb:0"
+        in volume(uncached, kuberay.DATASET_VOLUME)["csi"]["volumeAttributes"]["mountOptions"]
+    )
+
+
+def test_without_a_dataset_nothing_is_mounted_but_the_checkpoints():
+    template = worker_pod()
+    assert [v["name"] for v in template["spec"]["volumes"]] == ["dshm", "gcs-fuse-csi-ephemeral"]
+    assert [m["mountPath"] for m in template["spec"]["containers"][0]["volumeMounts"]] == ["/data", "/dev/shm"]
+    assert "gke-gcsfuse/metadata-prefetch-memory-limit" not in template["metadata"]["annotations"]
+
+
+def test_the_head_mounts_no_dataset():
+    """The job's driver on the head reads no training data: the workers alone mount it."""
+    head = ray_cluster_of(datasetBucket="acme-corpus")["spec"]["headGroupSpec"]["template"]
+    assert volume(head["spec"], kuberay.DATASET_VOLUME) is None
+    assert all(m["mountPath"] != "/dataset" for m in head["spec"]["containers"][0]["volumeMounts"])
+
+
+def test_the_checkpoint_mount_follows_gkes_checkpoint_advice():
+    """Read-write, no file cache at all (none of the procedure's boot-disk cache), a rename limit
+    for Orbax's directory rename on a flat bucket, and streaming writes."""
+    cluster = ray_cluster_of(datasetBucket="acme-corpus")
+    pods = [cluster["spec"]["headGroupSpec"]["template"], cluster["spec"]["workerGroupSpecs"][0]["template"]]
+    for template in pods:
+        checkpoint = volume(template["spec"], kuberay.GCS_FUSE_VOLUME)["csi"]
+        assert "readOnly" not in checkpoint
+        options = checkpoint["volumeAttributes"]["mountOptions"].split(",")
+        assert options == [
+            "implicit-dirs",
+            "uid=1000",
+            "gid=1000",
+            "dir-mode=775",
+            "file-mode=664",
+            "rename-dir-limit=200000",
+            "write:enable-streaming-writes:true",
+        ]
+        assert not [option for option in options if option.startswith("file-cache")]
+        assert [m for m in template["spec"]["containers"][0]["volumeMounts"] if m["mountPath"] == "/data"] == [
+            {"name": "gcs-fuse-csi-ephemeral", "mountPath": "/data"}
+        ]

@@ -87,13 +87,25 @@ ADVISORY_POLICIES = {
 }
 
 
+# A stack that reads its training data from an existing bucket, with a file cache (issue 27).
+DATASET_SETTINGS = {"datasetBucket": "acme-corpus", "datasetPrefix": "corpora/web-v1", "datasetFileCacheMib": "4096"}
+# The worker's dataset volume and mount (after the checkpoint volume, and the checkpoint and /dev/shm mounts).
+DATASET_CSI = (*WORKER_POD, "volumes", 2, "csi")
+DATASET_MOUNT = (*WORKER_CONTAINER, "volumeMounts", 2)
+# Kubernetes reads an absent readOnly as read-write: on the dataset mount, its absence is decided
+# (see test_a_dataset_mount_without_read_only_is_read_write).
+DECIDED_WHEN_MISSING |= {(RAY_CLUSTER, (*DATASET_CSI, "readOnly")), (RAY_CLUSTER, (*DATASET_MOUNT, "readOnly"))}
+
+
 @pytest.fixture(scope="module")
 def shipped() -> dict[str, list[dict[str, Any]]]:
     standard = stack_config("dev")
     autopilot = {**standard, "maxtext-tpu-infra:mode": "autopilot"}
+    dataset = {**standard, **{f"maxtext-tpu-infra:{key}": value for key, value in DATASET_SETTINGS.items()}}
     return {
         "infra-standard": resources_of(run_infra(standard)),
         "infra-autopilot": resources_of(run_infra(autopilot)),
+        "infra-dataset": resources_of(run_infra(dataset)),
         "workloads-dev": resources_of(run_workloads("dev")[0]),
         "workloads-local": resources_of(run_workloads("local")[0]),
     }
@@ -258,7 +270,7 @@ class Case:
         return resources
 
 
-STD, AUTO, WDEV = "infra-standard", "infra-autopilot", "workloads-dev"
+STD, AUTO, WDEV, DATA = "infra-standard", "infra-autopilot", "workloads-dev", "infra-dataset"
 PROCEDURE_70B = {**maxtext_overrides(preset("llama3-70b"), 2), **PROCEDURE_OVERRIDES["llama3-70b"]}
 BF16_FULL_REMAT_70B = {
     **maxtext_overrides(preset("llama3-70b"), 2),
@@ -445,6 +457,40 @@ CASES = [
         (*HEAD_POD, "volumes", 1, "csi", "volumeAttributes", "mountOptions"),
         "implicit-dirs,file-cache:max-size-mb:-1",
     ),
+    Case(
+        "raycluster-fuse-file-cache-bounded",
+        DATA,
+        "ray-cluster",
+        (*DATASET_CSI, "volumeAttributes", "mountOptions"),
+        lambda options: options.replace("file-cache:max-size-mb:4096", "file-cache:max-size-mb:-1"),
+        label="dataset",
+    ),
+    # An absent readOnly is read-write (DECIDED_WHEN_MISSING): without the driver or the mount's path the rule cannot tell.
+    Case(
+        "raycluster-dataset-mount-read-only",
+        DATA,
+        "ray-cluster",
+        (*DATASET_CSI, "readOnly"),
+        False,
+        unknown_path=(*DATASET_CSI, "driver"),
+    ),
+    Case(
+        "raycluster-dataset-mount-read-only",
+        DATA,
+        "ray-cluster",
+        (*DATASET_MOUNT, "readOnly"),
+        False,
+        unknown_path=(*DATASET_MOUNT, "mountPath"),
+        label="mount",
+    ),
+    Case(
+        "storage-dataset-bucket-read-only",
+        DATA,
+        "checkpoints-dataset-access",
+        ("role",),
+        "roles/storage.objectUser",
+        mentions="'acme-corpus'",
+    ),
     Case("ray-head-service-not-public", STD, "dashboard", ("spec", "type"), "NodePort", change=add_head_service),
     Case(
         "raycluster-tpu-selectors",
@@ -522,7 +568,9 @@ def _ids(cases: list[Case]) -> list[str]:
     return [case.id for case in cases]
 
 
-@pytest.mark.parametrize("stack", ["infra-standard", "infra-autopilot", "workloads-dev", "workloads-local"])
+@pytest.mark.parametrize(
+    "stack", ["infra-standard", "infra-autopilot", "infra-dataset", "workloads-dev", "workloads-local"]
+)
 def test_every_shipped_stack_passes(shipped, stack):
     assert evaluate(shipped[stack]) == []
 
@@ -829,7 +877,7 @@ def _paths(node: Any, prefix: tuple = ()):
             yield from _paths(value, (*prefix, index))
 
 
-@pytest.mark.parametrize("stack", ["infra-standard", "infra-autopilot", "workloads-dev"])
+@pytest.mark.parametrize("stack", ["infra-standard", "infra-autopilot", "infra-dataset", "workloads-dev"])
 def test_no_single_unknown_or_missing_property_produces_a_violation(shipped, stack):
     """Any one value still unknown (preview) or absent, anywhere, never makes a rule report."""
     failures = []
@@ -856,7 +904,7 @@ def test_no_single_unknown_or_missing_property_produces_a_violation(shipped, sta
     assert failures == []
 
 
-@pytest.mark.parametrize("stack", ["infra-standard", "infra-autopilot", "workloads-dev"])
+@pytest.mark.parametrize("stack", ["infra-standard", "infra-autopilot", "infra-dataset", "workloads-dev"])
 def test_a_stack_known_only_by_its_resources_produces_no_violation(shipped, stack):
     """A first preview can know little more than which resources exist."""
     resources = copy.deepcopy(shipped[stack])
@@ -1085,3 +1133,50 @@ def test_a_fixed_size_group_needs_no_autoscaler():
     spec = named(resources, "ray-cluster")["props"]["spec"]
     assert "enableInTreeAutoscaling" not in spec
     assert [v for v in evaluate(resources) if v.policy_name == "raycluster-autoscaler-v2"] == []
+
+
+@pytest.mark.parametrize("path", [DATASET_CSI, DATASET_MOUNT], ids=["csi", "mount"])
+def test_a_dataset_mount_without_read_only_is_read_write(shipped, path):
+    """Kubernetes mounts a volume read-write unless readOnly says otherwise, so the rule reads an
+    absent readOnly on the dataset mount as writable, and says what to set."""
+    resources = copy.deepcopy(shipped[DATA])
+    cluster = named(resources, "ray-cluster")
+    delete_at(cluster["props"], (*path, "readOnly"))
+    [violation] = evaluate(resources)
+    assert violation.policy_name == "raycluster-dataset-mount-read-only"
+    assert "mounted at the dataset root /dataset, is writable" in violation.message
+    assert "Set readOnly: true on the volume's csi and on every volumeMount of it." in violation.message
+
+
+@pytest.mark.parametrize(
+    "role, allowed",
+    [
+        ("roles/storage.objectViewer", True),
+        ("roles/storage.legacyObjectReader", True),
+        ("roles/storage.objectUser", False),
+        ("roles/storage.objectCreator", False),
+        ("roles/storage.legacyBucketWriter", False),
+        ("projects/p/roles/customWriter", False),
+    ],
+)
+def test_the_dataset_bucket_is_only_read(shipped, role, allowed):
+    resources = copy.deepcopy(shipped[DATA])
+    named(resources, "checkpoints-dataset-access")["props"]["role"] = role
+    violations = [v for v in evaluate(resources) if v.policy_name == "storage-dataset-bucket-read-only"]
+    assert len(violations) == (0 if allowed else 1)
+
+
+@pytest.mark.parametrize("bucket_name", [None, "acme-ckpt"], ids=["auto-named", "named"])
+def test_the_checkpoint_buckets_write_role_is_not_the_dataset_rule_s_business(bucket_name):
+    """The checkpoint bucket is the stack's own (its grant takes the bucket's name from it, or names
+    it as bucketName does): its objectUser grant passes beside a dataset grant that is refused."""
+    config = {**stack_config("dev"), **{f"maxtext-tpu-infra:{key}": value for key, value in DATASET_SETTINGS.items()}}
+    if bucket_name:
+        config["maxtext-tpu-infra:bucketName"] = bucket_name
+    resources = resources_of(run_infra(config))
+    assert evaluate(resources) == []
+    named(resources, "checkpoints-dataset-access")["props"]["role"] = "roles/storage.objectUser"
+    [violation] = evaluate(resources)
+    assert violation.urn == named(resources, "checkpoints-dataset-access")["urn"]
+    assert "grants roles/storage.objectUser on bucket 'acme-corpus', the dataset bucket" in violation.message
+    assert violation.message.endswith("Grant roles/storage.objectViewer on it instead.")

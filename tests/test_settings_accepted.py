@@ -80,6 +80,10 @@ ROWS = [
     Stack("another-zone", {"gcp:region": "us-central1", "gcp:zone": "us-central1-b"}),
     Stack("single-tenant-zone-with-its-reservation", {"gcp:zone": "us-east5-c", "capacity": "reservation", "reservation": "team-v6e"}),
     Stack("autopilot-region-with-a-shared-zone", {"mode": "autopilot", "gcp:zone": "us-east5-c"}),
+    # Training data in an existing bucket (issue 27): the whole bucket, a folder of it with a RAM file cache.
+    Stack("dataset-bucket", {"datasetBucket": "acme-corpus"}),
+    Stack("dataset-folder-cached", {"datasetBucket": "acme-corpus", "datasetPrefix": "corpora/web-v1", "datasetFileCacheMib": "16384"}),
+    Stack("dataset-on-autopilot-beside-a-named-checkpoint-bucket", {"mode": "autopilot", "datasetBucket": "acme.corpus.example.com", "bucketName": "acme-ckpt"}),
     Stack("pinned-ray-image", {"rayImage": f"us-east5-docker.pkg.dev/my-gcp-project/maxtext-tpu-images/maxtext-ray@{DIGEST}"}),
     # The workloads stack, on the dev stack's outputs.
     Stack("workloads-elastic", {}, {"elastic": "true"}),
@@ -120,6 +124,9 @@ def test_a_valid_stack_is_accepted_as_the_cli_runs_it(stack: Stack):
     assert infra.outputs["preset"] == stack.settings.get("preset", "llama3-8b")
     if "minSlices" in stack.settings:
         assert infra.outputs["minSlices"] == int(stack.settings["minSlices"])
+    if "datasetBucket" in stack.settings:
+        assert infra.outputs["datasetRoot"] == "/dataset"
+        assert infra.outputs["datasetUri"].startswith(f"gs://{stack.settings['datasetBucket']}")
     if not stack.workloads:
         return
     config = stack_config("dev", PROJECT_ROOT / "workloads")

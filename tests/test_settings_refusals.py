@@ -48,7 +48,95 @@ LABEL_RULE = "use lowercase letters, digits and '-', starting with a letter"
 SECRET_FIX = "set it without --secret"
 NAMESPACE_RULE = "use at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit"
 
+DATASET_PREFIX_RULE = "use folder names of letters, digits, '-', '_' and '.' separated by single '/'"
+DATASET_FIX = "set datasetBucket (`pulumi config set datasetBucket <bucket>`)"
+
 ROWS = [
+    # ---------------------------------------------------------------- the dataset bucket (issue 27)
+    row(
+        "dataset-bucket-url",
+        {"datasetBucket": "gs://acme-corpus/web"},
+        "datasetBucket = 'gs://acme-corpus/web'",
+        "give the bare bucket name",
+    ),
+    row(
+        "dataset-bucket-upper",
+        {"datasetBucket": "Acme-Corpus"},
+        "datasetBucket = 'Acme-Corpus'",
+        "the name of the existing bucket",
+    ),
+    row(
+        "dataset-bucket-is-the-checkpoint-bucket",
+        {"datasetBucket": "acme-ckpt", "bucketName": "acme-ckpt"},
+        "datasetBucket = 'acme-ckpt' is the checkpoint bucket (bucketName)",
+        "keep the training data in a bucket of its own",
+    ),
+    row(
+        "dataset-prefix-without-bucket",
+        {"datasetPrefix": "web"},
+        "datasetPrefix = 'web' does nothing without datasetBucket",
+        DATASET_FIX,
+    ),
+    row(
+        "dataset-cache-without-bucket",
+        {"datasetFileCacheMib": "4096"},
+        "datasetFileCacheMib = 4096 does nothing without datasetBucket",
+        DATASET_FIX,
+    ),
+    row(
+        "dataset-prefix-leading-slash",
+        {"datasetBucket": "acme-corpus", "datasetPrefix": "/web"},
+        "datasetPrefix = '/web' starts or ends with '/'",
+        DATASET_PREFIX_RULE,
+    ),
+    row(
+        "dataset-prefix-trailing-slash",
+        {"datasetBucket": "acme-corpus", "datasetPrefix": "web/"},
+        "datasetPrefix = 'web/' starts or ends with '/'",
+        DATASET_PREFIX_RULE,
+    ),
+    row(
+        "dataset-prefix-empty-folder",
+        {"datasetBucket": "acme-corpus", "datasetPrefix": "web//v1"},
+        "datasetPrefix = 'web//v1' has an empty folder name",
+        DATASET_PREFIX_RULE,
+    ),
+    row(
+        "dataset-prefix-dot-dot",
+        {"datasetBucket": "acme-corpus", "datasetPrefix": "web/../v1"},
+        "datasetPrefix = 'web/../v1' has a '.' or '..' folder",
+        DATASET_PREFIX_RULE,
+    ),
+    row(
+        "dataset-prefix-comma",
+        {"datasetBucket": "acme-corpus", "datasetPrefix": "web,v1"},
+        "datasetPrefix = 'web,v1' has ','",
+        "only-dir option",
+    ),
+    row(
+        "dataset-prefix-too-long",
+        {"datasetBucket": "acme-corpus", "datasetPrefix": "w" * 1025},
+        "is longer than Cloud Storage's 1024 bytes",
+        "use a shorter folder",
+    ),
+    row(
+        "dataset-cache-zero",
+        {"datasetBucket": "acme-corpus", "datasetFileCacheMib": "0"},
+        "datasetFileCacheMib = 0 is out of range",
+        "use 1 to 262144",
+    ),
+    row(
+        "dataset-cache-too-large",
+        {"datasetBucket": "acme-corpus", "datasetFileCacheMib": "300000"},
+        "datasetFileCacheMib = 300000 is out of range",
+        "use 1 to 262144",
+    ),
+    row(
+        "dataset-cache-not-a-number",
+        {"datasetBucket": "acme-corpus", "datasetFileCacheMib": "8GiB"},
+        "datasetFileCacheMib = '8GiB' is not a whole number",
+        "use 1 to 262144",
+    ),
     # ---------------------------------------------------------------- bucketName (Cloud Storage)
     row("bucket-url", {"bucketName": "gs://my-ckpt"}, "bucketName = 'gs://my-ckpt'", "give the bare bucket name"),
     row("bucket-path", {"bucketName": "my-ckpt/runs"}, "bucketName = 'my-ckpt/runs'", "give the bucket name alone"),

@@ -160,6 +160,39 @@ def _own_service_account(value: str) -> str | None:
     )
 
 
+# A dataset prefix becomes the dataset mount's `only-dir=PREFIX` option, in a comma-separated list of
+# mount options (domain/ray/kuberay.py): folder names of these characters only, so no prefix can
+# end the option or add another.
+_PREFIX_CHARACTER = re.compile(r"[A-Za-z0-9._-]")
+DATASET_PREFIX_MAX = 1024  # bytes: Cloud Storage's longest object name
+DATASET_PREFIX_RULE = (
+    "use folder names of letters, digits, '-', '_' and '.' separated by single '/', with no '/' at either "
+    "end (for example corpora/web-v1)"
+)
+# The dataset's file cache is a RAM disk on each TPU host, beside the worker's own memory
+# (domain/ray/kuberay.py): at most this much of it.
+DATASET_FILE_CACHE_MAX_MIB = 262144
+
+
+def _dataset_prefix(value: str) -> str | None:
+    segments = value.split("/")
+    if value.startswith("/") or value.endswith("/"):
+        return f"starts or ends with '/'; {DATASET_PREFIX_RULE}"
+    if len(value.encode()) > DATASET_PREFIX_MAX:
+        return f"is longer than Cloud Storage's {DATASET_PREFIX_MAX} bytes for an object name; use a shorter folder"
+    if "" in segments:
+        return f"has an empty folder name ('//'); {DATASET_PREFIX_RULE}"
+    if any(segment in (".", "..") for segment in segments):
+        return f"has a '.' or '..' folder, which a mount cannot show; {DATASET_PREFIX_RULE}"
+    bad = sorted({character for character in value.replace("/", "") if not _PREFIX_CHARACTER.fullmatch(character)})
+    if bad:
+        return (
+            f"has {', '.join(map(repr, bad))}, which the mount's only-dir option (one of a comma-separated list) "
+            f"cannot carry; {DATASET_PREFIX_RULE}"
+        )
+    return None
+
+
 @dataclass(frozen=True, kw_only=True)
 class StackSettings:
     """Everything the infra program needs to know, validated. Each `setting(...)` field is one
@@ -320,6 +353,34 @@ class StackSettings:
         check=_named("a Cloud Storage bucket name", gcp_names.bucket_name_problems, gcp_names.BUCKET_NAME_RULE),
         in_clear="it is exported as the bucketName and checkpointBucketUrl outputs",
     )
+    dataset_bucket: str | None = setting(
+        "string",
+        "An existing bucket holding the training data, mounted read-only at /dataset on every TPU worker; the "
+        "Ray pods get roles/storage.objectViewer on it alone. The stack never creates, changes or deletes it.",
+        unset="no dataset mount",
+        check=_named(
+            "a Cloud Storage bucket name", gcp_names.bucket_name_problems, gcp_names.EXISTING_BUCKET_NAME_RULE
+        ),
+        in_clear="it is exported as the datasetUri output and is part of the dataset mount and its IAM binding",
+    )
+    dataset_prefix: str | None = setting(
+        "string",
+        "A folder inside datasetBucket to mount instead of the whole bucket (for example corpora/web-v1): "
+        "/dataset then shows that folder's contents.",
+        unset="the whole bucket",
+        check=_dataset_prefix,
+        in_clear="it is exported as part of the datasetUri output and is the dataset mount's only-dir option",
+    )
+    dataset_file_cache_mib: int | None = setting(
+        "integer",
+        "MiB of RAM on each TPU host for a Cloud Storage FUSE file cache of the dataset (a bounded RAM disk, "
+        f"never the boot disk; 1 to {DATASET_FILE_CACHE_MAX_MIB}). Set it only when the dataset fits and is "
+        "read more than once (several epochs); unset: no file cache.",
+        unset="no file cache",
+        minimum=1,
+        maximum=DATASET_FILE_CACHE_MAX_MIB,
+        in_clear=f"it is the dataset mount's file-cache:max-size-mb, {_STATE}",
+    )
     bucket_force_destroy: bool = setting(
         "boolean",
         "Let `pulumi destroy` delete a bucket that still holds checkpoints (a production stack must set false).",
@@ -413,6 +474,17 @@ class StackSettings:
         return self.slices * self.slice_shape.chips
 
     @property
+    def dataset_uri(self) -> str | None:
+        """The dataset as a `gs://` URL (its prefix included), or None without datasetBucket."""
+        if self.dataset_bucket is None:
+            return None
+        return (
+            f"gs://{self.dataset_bucket}/{self.dataset_prefix}"
+            if self.dataset_prefix
+            else f"gs://{self.dataset_bucket}"
+        )
+
+    @property
     def uses_dcn_networks(self) -> bool:
         """Standard clusters attach extra VPCs to TPU pools; Autopilot manages them itself."""
         return not self.is_autopilot and self.accelerator.dcn_networks > 0
@@ -452,6 +524,10 @@ class _Read:
     production: bool | None
     deletion_protection: bool | None
     bucket_force_destroy: bool | None
+    bucket_name: str | None
+    dataset_bucket: str | None
+    dataset_prefix: str | None
+    dataset_file_cache_mib: int | None
 
     @classmethod
     def of(cls, reading: Reading) -> _Read:
@@ -514,6 +590,7 @@ def parse_settings(
         _capacity_problems,
         _flex_start_problems,
         _protection_problems,
+        _dataset_problems,
         _name_problems,
     ):
         reading.problems += problems_of(reading, settings)
@@ -676,6 +753,32 @@ def _protection_problems(reading: Reading, settings: _Read) -> list[str]:
         f"production = true but {' and '.join(unsafe)}: a production cluster and its checkpoints must survive "
         f"a `pulumi destroy` run against the wrong stack; run {' and '.join(fixes)}"
     ]
+
+
+def _dataset_problems(reading: Reading, settings: _Read) -> list[str]:
+    """The dataset bucket is another bucket than the checkpoints' (it is mounted read-only, and the
+    pods may only read it); its prefix and file cache do nothing without it."""
+    problems = []
+    bucket = settings.dataset_bucket
+    if bucket is not None and reading.ok("dataset_bucket") and bucket == settings.bucket_name:
+        problems.append(
+            f"datasetBucket = {reading.shown('datasetBucket')} is the checkpoint bucket (bucketName): the dataset is "
+            "mounted read-only and its bucket granted read-only, while checkpoints are written to theirs; keep "
+            "the training data in a bucket of its own, or leave bucketName unset (the stack names its own)"
+        )
+    if bucket is None and reading.ok("dataset_bucket"):
+        for field, what in (
+            ("dataset_prefix", "a folder of"),
+            ("dataset_file_cache_mib", "a file cache for"),
+        ):
+            if reading.values[field] is None or not reading.ok(field):
+                continue
+            key = _SETTINGS[field].key
+            problems.append(
+                f"{key} = {reading.shown(key)} does nothing without datasetBucket: it is {what} the dataset "
+                f"bucket; set datasetBucket (`pulumi config set datasetBucket <bucket>`), or `pulumi config rm {key}`"
+            )
+    return problems
 
 
 def _name_problems(reading: Reading, settings: _Read) -> list[str]:

@@ -105,6 +105,17 @@ class InfraOutputs:
         "string", "Where the Ray pods mount the checkpoint bucket: the jobs' checkpoint root.", workloads="required"
     )
     checkpoint_bucket_url: Any = output("string", "The checkpoint bucket as a `gs://` URL.")
+    dataset_root: Any = output(
+        "string",
+        "Where the TPU workers see the dataset (datasetBucket, or its datasetPrefix folder), read-only: "
+        "`/dataset`; null without datasetBucket.",
+        workloads="optional",
+    )
+    dataset_uri: Any = output(
+        "string",
+        "The dataset mounted at datasetRoot as a `gs://` URL (`gs://BUCKET/PREFIX`); null without datasetBucket.",
+        workloads="optional",
+    )
     preset: Any = output(
         "string",
         "Training preset the slices are sized for; the workloads stack's preset when it sets none.",

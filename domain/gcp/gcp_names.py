@@ -237,12 +237,14 @@ def project_id_problems(project: str) -> list[str]:
 BUCKET_NAME_MIN = 3
 BUCKET_NAME_MAX = 63
 BUCKET_DOTTED_NAME_MAX = 222
-BUCKET_NAME_RULE = (
+_BUCKET_NAME_SHAPE = (
     f"{BUCKET_NAME_MIN}-{BUCKET_NAME_MAX} lowercase letters, digits, '-', '_' and '.', starting and ending with "
     f"a letter or digit (a name with dots may have up to {BUCKET_DOTTED_NAME_MAX}, 1 to {BUCKET_NAME_MAX} "
-    "between dots, none of them starting or ending with '-'), not an IP address, not starting with 'goog' and not containing 'google'; or leave "
-    "bucketName unset for a generated name"
+    "between dots, none of them starting or ending with '-'), not an IP address, not starting with 'goog' and not containing 'google'"
 )
+BUCKET_NAME_RULE = f"{_BUCKET_NAME_SHAPE}; or leave bucketName unset for a generated name"
+# A bucket the stack reads but never creates (datasetBucket): its name, as Cloud Storage gave it.
+EXISTING_BUCKET_NAME_RULE = f"the name of the existing bucket, as Cloud Storage shows it: {_BUCKET_NAME_SHAPE}"
 _BUCKET_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_.")
 _IPV4 = re.compile(r"\d{1,3}(\.\d{1,3}){3}")
 _GOOGLE_LIKE = re.compile(r"g[o0]{2,}g+[l1]e|g[o0]{2,}ge[l1]")

@@ -19,6 +19,10 @@ from domain.ray import preemption
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 DRANET_NODE_LABEL = {"cloud.google.com/gke-networking-dra-driver": "true"}
 CHECKPOINT_ROLE = "roles/storage.objectUser"
+# The dataset bucket (datasetBucket) is only read: list and get objects, nothing else. GKE's Cloud
+# Storage FUSE CSI driver mounts read-only with this role:
+# https://cloud.google.com/kubernetes-engine/docs/how-to/cloud-storage-fuse-csi-driver-setup
+DATASET_ROLE = "roles/storage.objectViewer"
 HEAD_POOL_NAME = "ray-head-pool"
 
 # APIs the stack calls: GKE, Compute (VPCs, VMs), Cloud Storage (checkpoints), IAM (the node
@@ -292,3 +296,12 @@ def bucket_args(settings: StackSettings) -> dict[str, Any]:
     if settings.bucket_name:
         args["name"] = settings.bucket_name
     return args
+
+
+def dataset_access_args(settings: StackSettings) -> dict[str, Any] | None:
+    """The dataset bucket's read-only grant, for the Ray pods' principal (the component adds it as
+    `member`); None without datasetBucket. A grant on an existing bucket: the stack never creates,
+    changes or deletes the bucket, and removes only this grant on destroy."""
+    if settings.dataset_bucket is None:
+        return None
+    return {"bucket": settings.dataset_bucket, "role": DATASET_ROLE}

@@ -1,6 +1,7 @@
 """Checkpoint storage: a private bucket, the Kubernetes service account the Ray pods run as, and
 the bucket-scoped role for that account's Workload Identity principal (no Google service
-account, no key)."""
+account, no key). With a dataset bucket (datasetBucket), the same principal also gets read-only
+access to that existing bucket alone; the stack never creates it."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ class CheckpointStorageArgs:
     namespace: str
     service_account: str
     kubernetes: k8s.Provider
+    # The dataset bucket's read-only grant (bucket and role), or None without one.
+    dataset_access: Mapping[str, Any] | None = None
 
     @classmethod
     def from_settings(cls, settings: StackSettings, *, kubernetes: k8s.Provider) -> CheckpointStorageArgs:
@@ -33,6 +36,7 @@ class CheckpointStorageArgs:
             namespace=settings.namespace,
             service_account=settings.service_account,
             kubernetes=kubernetes,
+            dataset_access=gcp_resources.dataset_access_args(settings),
         )
 
 
@@ -73,6 +77,8 @@ class CheckpointStorage(pulumi.ComponentResource):
             member=self.member,
             opts=child,
         )
+        if args.dataset_access is not None:
+            gcp.storage.BucketIAMMember(f"{name}-dataset-access", **args.dataset_access, member=self.member, opts=child)
         self.bucket_name = bucket.name
         self.service_account_name = service_account.metadata.name
         self.register_outputs(

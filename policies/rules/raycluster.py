@@ -27,6 +27,7 @@ from pulumi_policy import (
 
 from domain.ray.kuberay import (
     AUTOSCALER_VERSION,
+    DATASET_MOUNT,
     FLEX_START_NODE_LABEL,
     GCS_FUSE_DRIVER,
     MIN_RAY_VERSION_FOR_TOKEN_AUTH,
@@ -334,6 +335,75 @@ def fuse_file_cache_bounded(
                 )
 
 
+def _writable(node: dict[str, Any]) -> Any:
+    """Whether a volume source or a volume mount lets the pod write: Kubernetes reads an absent
+    readOnly as false (read-write), so its absence is decided; UNKNOWN while not known yet."""
+    read_only = node.get("readOnly", False)
+    if not known(read_only):
+        return UNKNOWN
+    return read_only is not True
+
+
+def dataset_buckets(props: dict[str, Any]) -> set[str]:
+    """The buckets a RayCluster reads training data from: those of its Cloud Storage FUSE volumes
+    mounted at the dataset root or mounted read-only (names known so far)."""
+    found = set()
+    for _, pod_spec in _pod_specs(props):
+        volumes = at(pod_spec, "volumes")
+        at_root = {
+            at(mount, "name")
+            for container in _containers(pod_spec)
+            for mount in (at(container, "volumeMounts") if isinstance(at(container, "volumeMounts"), list) else [])
+            if at(mount, "mountPath") == DATASET_MOUNT
+        }
+        for volume in volumes if isinstance(volumes, list) else []:
+            csi = at(volume, "csi")
+            if not isinstance(csi, dict) or at(csi, "driver") != GCS_FUSE_DRIVER:
+                continue
+            bucket = at(csi, "volumeAttributes", "bucketName")
+            if isinstance(bucket, str) and (at(csi, "readOnly") is True or at(volume, "name") in at_root):
+                found.add(bucket)
+    return found
+
+
+@on(_ray_cluster)
+def dataset_mount_read_only(
+    props: dict[str, Any], label: str, args: ResourceValidationArgs, report_violation: ReportViolation
+) -> None:
+    """The training data is only read: a Cloud Storage FUSE volume mounted at the dataset root
+    must be read-only, both the CSI volume (the driver then mounts the bucket read-only) and every
+    container's mount of it, so no job can change or delete the data another run trains on."""
+    for where, pod_spec in _pod_specs(props):
+        volumes = at(pod_spec, "volumes")
+        by_name = {
+            volume.get("name"): volume
+            for volume in (volumes if isinstance(volumes, list) else [])
+            if isinstance(volume, dict) and isinstance(volume.get("name"), str)
+        }
+        for container in _containers(pod_spec):
+            mounts = at(container, "volumeMounts")
+            for mount in mounts if isinstance(mounts, list) else []:
+                if not isinstance(mount, dict) or at(mount, "mountPath") != DATASET_MOUNT:
+                    continue
+                volume = by_name.get(at(mount, "name"))
+                csi = at(volume, "csi")
+                if not isinstance(csi, dict) or at(csi, "driver") != GCS_FUSE_DRIVER:
+                    continue
+                writable = [
+                    what
+                    for what, node in (("the CSI volume", csi), (f"{_container_name(container)}'s mount", mount))
+                    if _writable(node) is True
+                ]
+                if writable:
+                    report_violation(
+                        f"{label}: Cloud Storage FUSE volume {at(volume, 'name')!r} of {where}, mounted at the dataset "
+                        f"root {DATASET_MOUNT}, is writable ({' and '.join(writable)} without readOnly: true), so a job "
+                        "could change or delete the training data. Set readOnly: true on the volume's csi and on "
+                        "every volumeMount of it.",
+                        args.urn,
+                    )
+
+
 def _requires_label(pod_spec: dict[str, Any], label: str) -> bool:
     """Whether the pod can only run on nodes labelled `label`=true."""
     if at(pod_spec, "nodeSelector", label) == "true":
@@ -574,6 +644,12 @@ ALL = [
         name="raycluster-fuse-file-cache-bounded",
         description="Every Cloud Storage FUSE volume's file cache is bounded (never file-cache:max-size-mb:-1).",
         validate=fuse_file_cache_bounded,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    ResourceValidationPolicy(
+        name="raycluster-dataset-mount-read-only",
+        description=f"A Cloud Storage FUSE volume mounted at the dataset root ({DATASET_MOUNT}) is read-only (its CSI volume and every mount).",
+        validate=dataset_mount_read_only,
         enforcement_level=EnforcementLevel.MANDATORY,
     ),
     ResourceValidationPolicy(

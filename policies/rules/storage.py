@@ -1,5 +1,6 @@
 """Cloud Storage: the checkpoint bucket stays private, and only the Ray pods' Workload Identity
-principal gets (non-admin) access to it.
+principal gets (non-admin) access to it. The dataset bucket, which the stack does not create, is
+only read.
 
 Checkpoints of a 70B model are the most expensive thing the project produces; a public or
 over-granted bucket leaks them, or lets someone delete them.
@@ -15,9 +16,13 @@ from pulumi_policy import (
     ReportViolation,
     ResourceValidationArgs,
     ResourceValidationPolicy,
+    StackValidationArgs,
+    StackValidationPolicy,
 )
 
-from policies.rules.common import BUCKET, UNKNOWN, at, described, known, plain
+from domain.gcp.gcp_resources import DATASET_ROLE
+from policies.rules.common import BUCKET, RAY_CLUSTER, UNKNOWN, StackView, at, described, known, plain
+from policies.rules.raycluster import dataset_buckets
 
 # Resources that grant IAM roles on a bucket (or a managed folder in one), by how they hold
 # their grants: one member, a member list, or a whole policy document.
@@ -58,6 +63,13 @@ ADMIN_ROLES = (
 WORKLOAD_IDENTITY_PREFIXES = (
     "principal://iam.googleapis.com/projects/",
     "principalSet://iam.googleapis.com/projects/",
+)
+# Roles that only read a bucket's objects (and its metadata): the ones a grant on the dataset bucket
+# may carry.
+READ_ONLY_ROLES = (
+    DATASET_ROLE,
+    "roles/storage.legacyObjectReader",
+    "roles/storage.legacyBucketReader",
 )
 CHECKPOINT_ROLE_HINT = (
     "Grant roles/storage.objectUser to the Ray pods' Workload Identity principal "
@@ -187,6 +199,27 @@ def workload_identity_members(args: ResourceValidationArgs, report_violation: Re
         )
 
 
+def dataset_bucket_read_only(args: StackValidationArgs, report_violation: ReportViolation) -> None:
+    """The dataset bucket (datasetBucket: the bucket a RayCluster mounts at the dataset root, or
+    mounts read-only) is data the jobs only train on, in a bucket the stack does not create: the
+    Ray pods may read it, never write, delete or re-grant it."""
+    stack = StackView(args.resources)
+    datasets = {bucket for cluster in stack.of_type(RAY_CLUSTER) for bucket in dataset_buckets(cluster.props)}
+    for resource_type, kind in IAM_KINDS.items():
+        for grant in stack.of_type(resource_type):
+            bucket = at(grant.props, "bucket")
+            if not isinstance(bucket, str) or bucket not in datasets:
+                continue
+            roles = {role for role, _ in _grants(resource_type, grant.props)}
+            for role in sorted(r for r in roles if isinstance(r, str) and r not in READ_ONLY_ROLES):
+                report_violation(
+                    f"{described(kind, grant.name, grant.props)} grants {role} on bucket {bucket!r}, the dataset bucket "
+                    "the Ray workers mount read-only: a role beyond reading lets the Ray pods change or delete data "
+                    f"they only train on, in a bucket the stack does not own. Grant {DATASET_ROLE} on it instead.",
+                    grant.urn,
+                )
+
+
 ALL = [
     ResourceValidationPolicy(
         name="storage-bucket-uniform-access",
@@ -216,6 +249,12 @@ ALL = [
         name="storage-workload-identity-members",
         description="Bucket access is granted only to Workload Identity principals.",
         validate=workload_identity_members,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    StackValidationPolicy(
+        name="storage-dataset-bucket-read-only",
+        description="Grants on the dataset bucket (mounted at the dataset root, or read-only, by a RayCluster) only read it.",
+        validate=dataset_bucket_read_only,
         enforcement_level=EnforcementLevel.MANDATORY,
     ),
 ]
