@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from domain.training.job_log import JobLog, StepCollector
+from domain.training.job_events import event_line
+from domain.training.job_log import DATA_OUTPUTS, JobLog, StepCollector
 
 STEP = (
     "completed step: {step}, seconds: {seconds}, TFLOP/s/device: {tflops}, Tokens/s/device: {tokens}, "
@@ -17,6 +18,9 @@ STEP = (
 
 def line(step: int, loss: object = 2.5, tokens: object = 100.0, tflops: object = 2.0, seconds: object = 0.5) -> str:
     return STEP.format(step=step, seconds=seconds, tflops=tflops, tokens=tokens, loss=loss)
+
+
+NO_DATA = dict.fromkeys(DATA_OUTPUTS)
 
 
 class Recording(StepCollector):
@@ -73,6 +77,8 @@ def test_only_step_0_seen_gives_no_throughput_but_counts_the_step():
         "diverged": False,
         "tokens_per_second_per_device": None,
         "tflops_per_device": None,
+        **NO_DATA,
+        "tokens_trained": 64,
     }
     collector.add("\n".join([line(0, loss=4.0, tokens=1.0), line(1, loss=3.0, tokens=500.0, tflops=3.0)]))
     summary = collector.summary()
@@ -107,6 +113,31 @@ def test_no_step_seen_says_nothing_about_divergence():
         "diverged": None,
         "tokens_per_second_per_device": None,
         "tflops_per_device": None,
+        **NO_DATA,
+    }
+
+
+def test_each_step_s_tokens_count_once_however_often_it_ran():
+    """A step recomputed after a restart trained its batch into the model once."""
+    collector = StepCollector()
+    collector.add("\n".join([line(0), line(1), line(2), line(1), line(2), line(3)]))
+    assert collector.summary()["tokens_trained"] == 4 * 64
+
+
+def test_the_data_outputs_name_the_corpus_and_count_its_passes_and_the_last_eval():
+    dataset = event_line("dataset", files="/dataset/c/data-*.array_record", content_hash="sha256:ab", tokens=128)
+    evaluated = (
+        "I1204 ... Completed eval after train step 3, loss=5.125, perplexity=168.2, total_weights=256, avg_z_loss=0"
+    )
+    collector = StepCollector()
+    collector.add("\n".join([dataset, line(0), line(1), evaluated, line(2), line(3)]))
+    summary = collector.summary()
+    assert {key: summary[key] for key in DATA_OUTPUTS} == {
+        "tokens_trained": 256,
+        "epochs": 2.0,
+        "eval_loss": 5.125,
+        "dataset_files": "/dataset/c/data-*.array_record",
+        "dataset_hash": "sha256:ab",
     }
 
 

@@ -32,7 +32,9 @@ UNSET = object()  # removes a setting the stack file has
 TPU_PRESETS = "llama3-8b, llama3-70b"
 SETTINGS = (
     "infraStack, address, preset, runName, elastic, minSlices, maxFailures, maxPreemptions, maxtextOverrides, "
-    "runtimeEnv, allowRuntimeInstall, queueTimeoutSeconds, timeoutSeconds, checkpointRoot, assumedMfu, fitCheckResult"
+    "runtimeEnv, allowRuntimeInstall, queueTimeoutSeconds, timeoutSeconds, checkpointRoot, assumedMfu, datasetFiles, "
+    "evalFiles, evalInterval, tokenizer, shuffleSeed, packing, epochs, huggingFaceDataset, huggingFaceNotResumable, "
+    "fitCheckResult"
 )
 OPT_IN = (
     "at every job start, on every worker, before the first step (gigabytes for MaxText's "

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from domain.ray.preemption import NOTICE_POLL_SECONDS, RESTART_GRACE_SECONDS, run_completed
+from domain.training.data_files import check_data_files, keep_record
 from domain.training.job import CPU_WORKER_ENV, JobSpec
 from domain.training.job_events import NOTICE_SAVED_EVENT, event_line, maxtext_step
 from domain.training.maxtext_config import base_config_path
@@ -32,9 +33,17 @@ def checkpoint_directory(job: JobSpec) -> str:
     return f"{job.run_directory}/{CHECKPOINTS_SUBDIRECTORY}"
 
 
+def maxtext_package() -> str:
+    """Where this environment's MaxText is installed (its shipped tokenizers are files of it)."""
+    import maxtext
+
+    return os.path.dirname(maxtext.__file__)
+
+
 def maxtext_argv(job: JobSpec, base_config: Path | None = None) -> list[str]:
     """MaxText's argv: program name, the installed base.yml, then `key=value` overrides."""
-    return ["maxtext", str(base_config or base_config_path()), *job.maxtext_args()]
+    package = maxtext_package() if job.dataset is not None else None
+    return ["maxtext", str(base_config or base_config_path()), *job.maxtext_args(package)]
 
 
 # Ray Train v2's config classes come from ray.train.v2.api.config, where they are declared, like
@@ -127,6 +136,12 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         logging.getLogger("absl").removeHandler(stopped)
     if stopped.failure is not None:
         raise RuntimeError(f"MaxText stopped training because its data pipeline failed: {stopped.failure}")
+    if stopped.out_of_data:
+        # Not an error to retry (a restart would run out again): the run ends, and the driver
+        # fails the job saying where the data ended and what was saved.
+        committed = _latest_committed_step(config["checkpoint_dir"])
+        ray.train.report({OUT_OF_DATA_METRIC: 1, "committed_step": -1 if committed is None else committed})
+        return
     if notice.received and not _report_the_notice_save(notice, config, rank0):
         threading.Event().wait()
 
@@ -185,6 +200,9 @@ def _mark_absl_flags_parsed() -> None:
 # raises anything but StopIteration: it logs this line and nothing fails (maxtext/common/
 # data_loader.py raises StopTraining, which maxtext/trainers/pre_train/train.py logs).
 DATA_STOP = "Training stopped: `next(self.data_iterator)` failed with "
+# ... and when the pipeline runs out of data (StopIteration): the run ends early, as if done.
+OUT_OF_DATA = "Training stopped: You may have run out of training data."
+OUT_OF_DATA_METRIC = "out_of_data"
 
 
 class _DataStop(logging.Handler):
@@ -193,11 +211,14 @@ class _DataStop(logging.Handler):
     def __init__(self) -> None:
         super().__init__(level=logging.INFO)
         self.failure: str | None = None
+        self.out_of_data = False
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
         if message.startswith(DATA_STOP):
             self.failure = message[len(DATA_STOP) :].strip()
+        elif message.startswith(OUT_OF_DATA):
+            self.out_of_data = True
 
 
 class _StepEvents(logging.Handler):
@@ -322,6 +343,13 @@ def main(argv: Sequence[str], *, elastic: bool) -> int:
         f"output={job.run_directory}",
         flush=True,
     )
+    if job.dataset is not None:
+        problems = check_data(job)
+        if problems:
+            message = "training refused before its first step: " + "; ".join(problems)
+            print(message, flush=True)
+            _emit("failed", message=message)
+            return 1
     try:
         result = build_trainer(job).fit()
     except Exception as error:  # Ray Train raises what ended the run, with its budget spent
@@ -329,8 +357,85 @@ def main(argv: Sequence[str], *, elastic: bool) -> int:
         print(message, flush=True)
         _emit("failed", message=message)
         return 1
+    metrics = result.metrics or {}
+    if metrics.get(OUT_OF_DATA_METRIC):
+        committed = metrics.get("committed_step", -1)
+        message = (
+            f"training ran out of data before step {job.total_steps}: the corpus holds fewer sequences than the "
+            f"run's steps x global batch; the last checkpoint is step {committed}, and a run of the same runName "
+            "resumes there; set epochs (passes over the data) or lower steps"
+        )
+        print(message, flush=True)
+        _emit("failed", message=message)
+        return 1
     print(f"run {job.run_name!r} finished; Ray Train state in {result.path}", flush=True)
     return 0
+
+
+def _model_vocab(job: JobSpec) -> int:
+    """The model's vocab_size as MaxText resolves it: the job's override, else the model's
+    config, else base.yml's."""
+    import yaml
+
+    if "vocab_size" in job.maxtext_overrides:
+        return int(job.maxtext_overrides["vocab_size"])
+    model = job.maxtext_overrides.get("model_name", "default")
+    for path in (Path(maxtext_package()) / "configs" / "models" / f"{model}.yml", base_config_path()):
+        if path.is_file():
+            value = (yaml.safe_load(path.read_text()) or {}).get("vocab_size")
+            if value is not None:
+                return int(value)
+    raise RuntimeError(f"MaxText's config of {model} names no vocab_size")
+
+
+def _tokenizer_vocab(job: JobSpec) -> int | None:
+    """A tokenizer file's vocabulary, loaded as MaxText loads it (a shipped one's is known)."""
+    assert job.dataset is not None
+    if job.dataset.tokenizer_vocab is not None:
+        return job.dataset.tokenizer_vocab
+    from maxtext.input_pipeline.tokenizer import build_tokenizer
+
+    tokenizer = build_tokenizer(job.dataset.tokenizer, job.dataset.tokenizer_type, True, True, "")
+    for count in ("n_words", "vocab_size"):
+        if isinstance(getattr(tokenizer, count, None), int):
+            return getattr(tokenizer, count)
+    inner = getattr(tokenizer, "tokenizer", None)
+    return len(inner) if inner is not None else None
+
+
+def check_data(job: JobSpec) -> list[str]:
+    """The job's data as this driver sees it (on GKE, the dataset bucket mounted on the head as
+    on the workers), before any worker starts; keeps the run's data record when it passes."""
+    assert job.dataset is not None
+    devices = job.max_workers * (job.chips_per_host if job.use_tpu else 1)
+    batch = float(job.maxtext_overrides.get("per_device_batch_size", "1"))
+    try:
+        tokenizer_vocab = _tokenizer_vocab(job)
+    except Exception as error:  # any tokenizer MaxText cannot load is the problem
+        return [f"tokenizer = {job.dataset.tokenizer!r} cannot be loaded as MaxText loads it ({error})"]
+    checked = check_data_files(
+        job.dataset,
+        run_name=job.run_name,
+        run_directory=job.run_directory,
+        overrides=dict(job.maxtext_overrides),
+        steps=job.total_steps,
+        global_batch=int(batch * devices),
+        model_vocab=_model_vocab(job),
+        tokenizer_vocab=tokenizer_vocab,
+    )
+    if checked.problems:
+        return checked.problems
+    if checked.record is not None:
+        keep_record(job.run_directory, checked.record)
+    manifest = checked.manifest
+    _emit(
+        "dataset",
+        files=job.dataset.files or job.dataset.hf_path,
+        content_hash=manifest.content_hash if manifest else None,
+        documents=manifest.documents if manifest else None,
+        tokens=manifest.tokens if manifest and manifest.tokenizer == job.dataset.tokenizer else None,
+    )
+    return []
 
 
 def _first_line(error: BaseException) -> str:

@@ -20,6 +20,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from domain.training.dataset import DEFAULT_TOKENIZER, SHIPPED_TOKENIZERS
 from domain.training.dataset_manifest import (
     FORMAT,
     MANIFEST_NAME,
@@ -106,8 +107,27 @@ def _example(text: str) -> bytes:
     return example.SerializeToString()
 
 
+def count_tokens(documents: Sequence[str], tokenizer: str) -> int:
+    """The documents' tokens as MaxText's pipeline makes them (BOS and EOS added), with one of
+    the tokenizers MaxText ships."""
+    import os
+
+    import maxtext
+    from maxtext.input_pipeline.tokenizer import build_tokenizer
+
+    shipped = SHIPPED_TOKENIZERS[tokenizer]
+    path = os.path.join(os.path.dirname(maxtext.__file__), "assets", "tokenizers", shipped.file)
+    encoder = build_tokenizer(path, shipped.type, add_bos=True, add_eos=True, hf_access_token="")
+    return sum(len(encoder.encode(text)) for text in documents)
+
+
 def prepare(
-    patterns: Sequence[str], output: Path, *, column: str = TEXT_FEATURE, shards: int | None = None
+    patterns: Sequence[str],
+    output: Path,
+    *,
+    column: str = TEXT_FEATURE,
+    shards: int | None = None,
+    tokenizer: str | None = DEFAULT_TOKENIZER,
 ) -> DatasetManifest:
     from array_record.python.array_record_module import ArrayRecordWriter
 
@@ -147,6 +167,8 @@ def prepare(
         shards=tuple(written),
         sources=tuple(str(path) for path in files),
         skipped_empty=len(all_texts) - len(documents),
+        tokenizer=tokenizer,
+        tokens=count_tokens(documents, tokenizer) if tokenizer is not None else None,
     )
     (output / MANIFEST_NAME).write_text(manifest.to_json())
     return manifest
@@ -158,11 +180,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", required=True, type=Path, help="an empty directory for the shards")
     parser.add_argument("--text-column", default=TEXT_FEATURE, help="the field or column with the text")
     parser.add_argument("--shards", type=int, default=None, help="how many shards (default: one per 128 MiB)")
+    parser.add_argument(
+        "--tokenizer",
+        default=DEFAULT_TOKENIZER,
+        choices=[*SHIPPED_TOKENIZERS, "none"],
+        help=f"count the tokens with this tokenizer MaxText ships (default {DEFAULT_TOKENIZER}; none: do not count)",
+    )
     args = parser.parse_args(argv)
     if args.shards is not None and args.shards < 1:
         parser.error(f"--shards {args.shards}: use 1 or more")
     try:
-        manifest = prepare(args.sources, args.output, column=args.text_column, shards=args.shards)
+        manifest = prepare(
+            args.sources,
+            args.output,
+            column=args.text_column,
+            shards=args.shards,
+            tokenizer=None if args.tokenizer == "none" else args.tokenizer,
+        )
     except PrepareError as error:
         print(f"prepare_data: {error}", file=sys.stderr)
         return 2
@@ -171,6 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "bytes": manifest.bytes,
         "shards": len(manifest.shards),
         "content_hash": manifest.content_hash,
+        "tokens": manifest.tokens,
         "pattern": str(args.output / manifest.file_pattern),
     }
     print(json.dumps(summary))

@@ -13,10 +13,18 @@ from domain.config.workload_settings import WorkloadSettings
 from domain.paths import PROJECT_ROOT
 from domain.perf.capacity import job_cost
 from domain.perf.fit_results import FitResult, configuration, libtpu_flags
+from domain.tpu.capacity_choices import SPOT
 from domain.tpu.tpu_catalog import accelerator_by_ray_type
 from domain.training import maxtext_config
+from domain.training.data_files import check_data_files
 from domain.training.job import JobError, JobSpec, resolve_job
-from domain.training.maxtext_check import counted_by_maxtext, maxtext_problems, model_flops, recorded_result
+from domain.training.maxtext_check import (
+    counted_by_maxtext,
+    derived_values,
+    maxtext_problems,
+    model_flops,
+    recorded_result,
+)
 from domain.training.presets import PRESETS
 
 # The infra stack's outputs the job needs, and those it reads when present (see
@@ -98,18 +106,71 @@ def resolve_for_cluster(settings: WorkloadSettings, cluster: Mapping[str, Any]) 
                 f"{accelerator}; {_presets_for(accelerator)}"
             ]
         )
+    problems = _cluster_data_problems(settings, cluster)
+    if problems:
+        raise JobError(problems)
     return _settings_job(
         settings,
         preset,
         checkpoint_root=cluster["checkpointRoot"],
         slices=_whole(cluster["slices"]),
         topology=cluster["topology"],
+        dataset_root=cluster.get("datasetRoot") or "",
     )
+
+
+# Capacity whose nodes can be taken back mid-run.
+PREEMPTIBLE_CAPACITY = (SPOT,)
+
+
+def _cluster_data_problems(settings: WorkloadSettings, cluster: Mapping[str, Any]) -> list[str]:
+    """The data settings against what the infra stack has: a dataset bucket for datasetFiles,
+    and capacity that cannot be preempted for a stream that cannot resume."""
+    infra_stack = settings.infra_stack or "infraStack"
+    problems = []
+    if settings.dataset_files is not None and not cluster.get("datasetRoot"):
+        problems.append(
+            f"datasetFiles = {settings.dataset_files!r}, but the infra stack {infra_stack} mounts no dataset bucket "
+            "(no datasetRoot output); set datasetBucket on the infra stack (`pulumi config set datasetBucket BUCKET` "
+            "in the project root) and run pulumi up there"
+        )
+    preemptible = [choice for choice in cluster.get("capacity") or [] if choice in PREEMPTIBLE_CAPACITY]
+    if settings.hugging_face_dataset is not None and preemptible and not settings.hugging_face_not_resumable:
+        problems.append(
+            f"huggingFaceDataset = {settings.hugging_face_dataset!r} on the infra stack's {preemptible[0]} capacity: "
+            "a preempted job resumes from its checkpoint, but a Hugging Face stream starts again from its beginning, "
+            "repeating examples; prepare the corpus as files (python -m trainer.prepare_data) and set datasetFiles, or "
+            "acknowledge it with `pulumi config set huggingFaceNotResumable true`"
+        )
+    return problems
 
 
 def resolve_local(settings: WorkloadSettings) -> JobSpec:
     assert settings.preset is not None
-    return _settings_job(settings, settings.preset, checkpoint_root=local_checkpoint_root(settings))
+    job = _settings_job(settings, settings.preset, checkpoint_root=local_checkpoint_root(settings))
+    problems = local_data_problems(job)
+    if problems:
+        raise JobError(problems)
+    return job
+
+
+def local_data_problems(job: JobSpec) -> list[str]:
+    """A local job's data, checked where it is (this machine) before anything is submitted:
+    the files, the tokenizer against the model MaxText resolves, the corpus against the run, and
+    the data of the run's earlier runs. (On GKE the trainer's driver checks the same before the
+    first step: docs/training.md.)"""
+    if job.dataset is None:
+        return []
+    derived = derived_values(job)
+    return check_data_files(
+        job.dataset,
+        run_name=job.run_name,
+        run_directory=job.run_directory,
+        overrides=dict(job.maxtext_overrides),
+        steps=job.total_steps,
+        global_batch=derived.get("global_batch_size_to_train_on"),
+        model_vocab=derived.get("vocab_size"),
+    ).problems
 
 
 def _settings_job(
@@ -119,6 +180,7 @@ def _settings_job(
     checkpoint_root: str,
     slices: int | None = None,
     topology: str | None = None,
+    dataset_root: str = str(PROJECT_ROOT),
 ) -> JobSpec:
     """The job the stack's settings describe on its target (slices and topology: the preset's
     when None), checked by MaxText."""
@@ -133,6 +195,7 @@ def _settings_job(
         max_failures=settings.max_failures,
         max_preemptions=settings.max_preemptions,
         overrides=settings.maxtext_overrides,
+        dataset=settings.dataset(dataset_root),
     )
     return checked_by_maxtext(job, settings)
 

@@ -46,7 +46,7 @@ from domain.config.stack_identity import integral as _integral
 from domain.config.workload_settings import TIMEOUT_SECONDS
 from domain.ray.queueing import WORKER_GROUP_START_TIMEOUT_ENV, Node, slices_up, waiting_line
 from domain.training.goodput import OUTPUTS as GOODPUT_OUTPUTS
-from domain.training.job_log import JobLog, StepCollector
+from domain.training.job_log import DATA_OUTPUTS, JobLog, StepCollector, tensorboard_directory
 from stack_config import stack_identity
 from workloads.jobs_api import LOST_CONTACT_KINDS, ErrorKind, JobsApi, JobsApiError
 
@@ -91,8 +91,10 @@ OUTPUTS = (
     "diverged",
     "tokens_per_second_per_device",
     "tflops_per_device",
+    *DATA_OUTPUTS,
     *GOODPUT_OUTPUTS,
     "checkpoint_dir",
+    "tensorboard_dir",
     "dashboard_url",
     "input_digests",
 )
@@ -610,6 +612,7 @@ class RayJobProvider(ResourceProvider):
             **self._info_outputs(info),
             **summary,
             **goodput,
+            "tensorboard_dir": tensorboard_directory(props["checkpoint_dir"]),
             "dashboard_url": None if props.get("gke") else api.address,
         }
 

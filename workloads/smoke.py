@@ -31,6 +31,7 @@ import yaml
 
 from domain.config import cli_config
 from domain.config.workload_settings import WorkloadSettings, WorkloadSettingsError, parse_workload_settings
+from domain.training.dataset import DEFAULT_TOKENIZER, SHIPPED_TOKENIZERS
 from domain.training.job import JobError
 from workloads import job_inputs
 from workloads.jobs_api import (
@@ -69,6 +70,12 @@ def parse_args(argv: list[str] | None):
         "--address",
         help="the loopback Ray dashboard URL to use, or to start a head on if nothing listens there "
         "(default: the local stack's address)",
+    )
+    parser.add_argument(
+        "--dataset",
+        metavar="PATTERN",
+        help="train on the ArrayRecord or Parquet files PATTERN matches (quoted; records with a `text` feature or "
+        "column: python -m trainer.prepare_data makes them), with the Llama 3 tokenizer MaxText ships",
     )
     parser.add_argument(
         "--set",
@@ -171,6 +178,10 @@ def main(argv: list[str] | None = None) -> int:
         config["address"] = args.address
     config["elastic"] = args.elastic
     config["maxtextOverrides"] = dict(pair.split("=", 1) for pair in args.overrides)
+    if args.dataset is not None:
+        config["datasetFiles"] = str(Path(args.dataset).absolute())
+        # The tiny model's 256-token vocabulary cannot hold the Llama 3 tokenizer's ids.
+        config["maxtextOverrides"].setdefault("vocab_size", str(SHIPPED_TOKENIZERS[DEFAULT_TOKENIZER].vocab_size))
     try:
         settings = parse_workload_settings(config, stack="local", project_name=PROJECT)
         settings = dataclasses.replace(settings, run_name=fresh_run_name(settings.preset or "run"))

@@ -16,6 +16,7 @@ import re
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Any
 
 from domain.config.problems import ProblemsError
@@ -23,6 +24,16 @@ from domain.config.setting import Reading, read, setting, settings_of
 from domain.config.stack_identity import StackIdentity
 from domain.ray.queueing import WORKER_GROUP_START_TIMEOUT_ENV
 from domain.training import maxtext_config
+from domain.training.dataset import (
+    DATA_KEYS,
+    DEFAULT_TOKENIZER,
+    GRAIN,
+    HUGGING_FACE,
+    SHIPPED_TOKENIZERS,
+    Dataset,
+    file_type,
+    tokenizer_type,
+)
 from domain.training.job import MAX_FAILURES, MAX_PREEMPTIONS, MIN_SLICES, PRESET, RUN_NAME, default_run_name
 from domain.training.presets import PRESETS
 
@@ -176,6 +187,50 @@ class WorkloadSettings:
         valid="use a fraction in (0, 1], for example 0.4",
     )
 
+    dataset_files: str | None = setting(
+        "string",
+        "Training data: a pattern of ArrayRecord (.array_record) or Parquet (.parquet) files whose records have a "
+        "`text` feature or column (python -m trainer.prepare_data makes them). On GKE, relative to the infra stack's "
+        "dataset bucket (its datasetRoot output); on a local stack, a path (relative to the project root). Read by "
+        "Grain, whose position is saved with every checkpoint.",
+        unset="synthetic data (the presets' benchmark data)",
+    )
+    eval_files: str | None = setting(
+        "string",
+        "Evaluation data, a pattern as datasetFiles; evaluated every evalInterval steps.",
+        unset="no evaluation",
+    )
+    eval_interval: int | None = setting(
+        "integer", "Steps between evaluations of evalFiles.", unset="unset (required with evalFiles)", minimum=1
+    )
+    tokenizer: str = setting(
+        "string",
+        "The tokenizer: one MaxText ships, by name (" + ", ".join(SHIPPED_TOKENIZERS) + "), or a file (.tiktoken, "
+        ".model or .json) on the dataset mount or, locally, a path.",
+        default=DEFAULT_TOKENIZER,
+    )
+    shuffle_seed: int = setting(
+        "integer", "Seed of the data's shuffle (MaxText's data_shuffle_seed).", default=0, minimum=0
+    )
+    packing: bool = setting("boolean", "Pack several documents into each sequence (MaxText's packing).", default=True)
+    epochs: int | None = setting(
+        "integer",
+        "Passes over datasetFiles the run may make; unset, one, and the corpus must cover steps x global batch.",
+        unset="one pass",
+        minimum=1,
+    )
+    hugging_face_dataset: str | None = setting(
+        "string",
+        "A Hugging Face dataset streamed instead of datasetFiles (MaxText's hf_path, e.g. allenai/c4). Not "
+        "resumable: after any restart it starts again from its beginning.",
+    )
+    hugging_face_not_resumable: bool = setting(
+        "boolean",
+        "Acknowledge that huggingFaceDataset restarts from its beginning after every restart, repeating examples; "
+        "required with it on preemptible capacity or with the elastic trainer.",
+        default=False,
+    )
+
     fit_check_result: str | None = setting(
         "string",
         "A fit check's JSON result for this job's configuration (python -m trainer.fit_check ... --output FILE, "
@@ -187,6 +242,29 @@ class WorkloadSettings:
     @property
     def identity(self) -> StackIdentity:
         return StackIdentity(organization=self.organization, project=self.project, stack=self.stack)
+
+    def dataset(self, root: str) -> Dataset | None:
+        """The data the job reads, its file patterns under `root` (where the workers see the
+        dataset: the infra stack's datasetRoot, or the project root); None for synthetic data."""
+        if self.dataset_files is None and self.hugging_face_dataset is None:
+            return None
+
+        def under(pattern: str | None) -> str | None:
+            return None if pattern is None else str(PurePosixPath(root) / pattern)
+
+        tokenizer = self.tokenizer if self.tokenizer in SHIPPED_TOKENIZERS else under(self.tokenizer)
+        assert tokenizer is not None
+        return Dataset(
+            kind=GRAIN if self.dataset_files is not None else HUGGING_FACE,
+            tokenizer=tokenizer,
+            shuffle_seed=self.shuffle_seed,
+            packing=self.packing,
+            epochs=self.epochs,
+            files=under(self.dataset_files),
+            eval_files=under(self.eval_files),
+            eval_interval=self.eval_interval,
+            hf_path=self.hugging_face_dataset,
+        )
 
     def run_name_for(self, preset: str) -> str:
         """`runName` as set, else the stack's own default (domain/training/job.py)."""
@@ -202,7 +280,71 @@ IGNORED_WHEN = (
     ("fit_check_result", "local", "a CPU job on a local Ray head has no TPU cost estimate to drive"),
     ("assumed_mfu", "local", "a CPU job on a local Ray head has no TPU cost estimate to use it in"),
     ("min_slices", "not elastic", "only an elastic job (elastic = true) runs on fewer slices than all"),
+    ("tokenizer", "synthetic", "synthetic data is not tokenized; set datasetFiles or huggingFaceDataset"),
+    ("shuffle_seed", "synthetic", "synthetic data is not shuffled; set datasetFiles or huggingFaceDataset"),
+    ("packing", "synthetic", "synthetic data is not packed; set datasetFiles or huggingFaceDataset"),
+    ("hugging_face_not_resumable", "no huggingFaceDataset", "it acknowledges what huggingFaceDataset does"),
 )
+
+
+def _dataset_problems(reading: Reading, *, local: bool, on_infra: bool, elastic: bool) -> list[str]:
+    """The data settings on their own and together (what needs MaxText's or the infra stack's view
+    of the job is checked when the job is resolved: workloads/job_inputs.py)."""
+    values = reading.values
+    files, hf = values["dataset_files"], values["hugging_face_dataset"]
+    problems = []
+    if files is not None and hf is not None:
+        problems.append(
+            "set one of datasetFiles (files read by Grain, resumable) or huggingFaceDataset (a stream that restarts "
+            "from its beginning after every restart), not both"
+        )
+    for field in ("dataset_files", "eval_files"):
+        pattern = values[field]
+        if pattern is None:
+            continue
+        key = reading.keys[field]
+        if file_type(pattern) is None:
+            problems.append(
+                f"{key} = {reading.shown(key)} names neither ArrayRecord (.array_record) nor Parquet (.parquet) "
+                "files; end the pattern with one of those suffixes (python -m trainer.prepare_data writes ArrayRecord)"
+            )
+        if "://" in pattern:
+            where = "the infra stack's dataset bucket (its datasetRoot output)" if on_infra else "the project root"
+            problems.append(
+                f"{key} = {reading.shown(key)} is a URL; give a pattern relative to {where}, for example "
+                "corpus/data-*-of-00008.array_record"
+            )
+        elif on_infra and pattern.startswith("/"):
+            problems.append(
+                f"{key} = {reading.shown(key)} is an absolute path; on GKE give a pattern relative to the infra "
+                "stack's dataset bucket (its datasetRoot output), for example corpus/data-*-of-00008.array_record"
+            )
+    if values["eval_files"] is not None and files is None:
+        problems.append("evalFiles is set without datasetFiles: evaluation reads files only beside training files")
+    if (values["eval_files"] is None) != (values["eval_interval"] is None):
+        problems.append(
+            "set evalFiles and evalInterval together: evalFiles says what to evaluate on, evalInterval how many "
+            "steps apart (`pulumi config set evalInterval 100`)"
+        )
+    tokenizer = values["tokenizer"]
+    if tokenizer is not None and tokenizer_type(tokenizer) is None:
+        problems.append(
+            f"tokenizer = {reading.shown('tokenizer')} is neither a tokenizer MaxText ships ("
+            f"{', '.join(SHIPPED_TOKENIZERS)}) nor a tokenizer file (.tiktoken, .model or .json)"
+        )
+    if values["epochs"] is not None and files is None:
+        problems.append(
+            f"epochs = {reading.shown('epochs')} does nothing on this stack: it counts passes over datasetFiles; "
+            "unset it (`pulumi config rm epochs`)"
+        )
+    if hf is not None and elastic and not values["hugging_face_not_resumable"]:
+        problems.append(
+            f"huggingFaceDataset = {reading.shown('huggingFaceDataset')} with elastic = true: the elastic trainer "
+            "restarts after failures and resizes, and a Hugging Face stream starts again from its beginning at every "
+            "restart, repeating examples; prepare the corpus as files (python -m trainer.prepare_data) and set "
+            "datasetFiles, or acknowledge it with `pulumi config set huggingFaceNotResumable true`"
+        )
+    return problems
 
 
 def _ignored_problems(reading: Reading, *, where: set[str]) -> list[str]:
@@ -367,9 +509,21 @@ def parse_workload_settings(
             "py_modules, container, image_uri, java_jars or remote working_dir); unset it (`pulumi config rm "
             "allowRuntimeInstall`)"
         )
+    problems += _dataset_problems(reading, local=local, on_infra=on_infra, elastic=bool(values["elastic"]))
+    owned = sorted(key for key in overrides if key in DATA_KEYS)
+    if owned:
+        problems.append(
+            f"maxtextOverrides sets {', '.join(owned)}, which the data settings own (datasetFiles, evalFiles, "
+            "evalInterval, tokenizer, shuffleSeed, packing, epochs, huggingFaceDataset), where they are checked; "
+            'set those instead (docs/training.md, "Training on your data")'
+        )
     where = {"local" if local else "infra" if on_infra else "neither"}
     if not values["elastic"]:
         where.add("not elastic")
+    if values["dataset_files"] is None and values["hugging_face_dataset"] is None:
+        where.add("synthetic")
+    if values["hugging_face_dataset"] is None:
+        where.add("no huggingFaceDataset")
     problems += _ignored_problems(reading, where=where)
     reading.raise_problems(WorkloadSettingsError)
     return WorkloadSettings(

@@ -64,6 +64,10 @@ class DatasetManifest:
     shards: tuple[Shard, ...]
     sources: tuple[str, ...]
     skipped_empty: int  # documents whose text was empty, left out
+    # The documents' tokens with a shipped tokenizer (MaxText's BOS and EOS included, as its
+    # pipeline adds them), which bound what a packed run can fill; None in manifests without.
+    tokenizer: str | None = None
+    tokens: int | None = None
 
     @property
     def file_pattern(self) -> str:
@@ -103,9 +107,12 @@ def _field(data: dict[str, Any], name: str, kind: type) -> Any:
 def _fields(data: Any, cls: type) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError(f"a manifest entry is not an object where a {cls.__name__} belongs")
-    kinds = {"file": str, "sha256": str, "format": str, "text_feature": str, "content_hash": str}
+    kinds = {"file": str, "sha256": str, "format": str, "text_feature": str, "content_hash": str, "tokenizer": str}
     return {
         entry.name: _field(data, entry.name, kinds.get(entry.name, int))
         for entry in fields(cls)
-        if entry.name not in ("shards", "sources")
+        if entry.name not in ("shards", "sources") and (entry.name not in _OPTIONAL or data.get(entry.name) is not None)
     }
+
+
+_OPTIONAL = ("tokenizer", "tokens")

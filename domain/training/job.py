@@ -19,6 +19,7 @@ from domain.config.setting import Setting
 from domain.config.stack_identity import StackIdentity
 from domain.tpu.tpu_catalog import Accelerator
 from domain.training import maxtext_config
+from domain.training.dataset import Dataset
 from domain.training.presets import PRESETS, Preset, maxtext_overrides
 
 # Ray Train retries after a worker error (a Spot preemption is counted apart, without limit).
@@ -153,6 +154,7 @@ class JobSpec:
     max_preemptions: int = UNLIMITED
     resize_check_seconds: float = RESIZE_CHECK_SECONDS
     maxtext_overrides: Mapping[str, str] = field(default_factory=dict)
+    dataset: Dataset | None = None  # None: the preset's synthetic data
 
     @property
     def max_workers(self) -> int:
@@ -178,10 +180,15 @@ class JobSpec:
     def run_directory(self) -> str:
         return f"{self.checkpoint_root.rstrip('/')}/{self.run_name}"
 
-    def maxtext_args(self) -> list[str]:
-        """`key=value` arguments after the base config: where to write, then the overrides."""
+    def maxtext_args(self, maxtext_package: str | None = None) -> list[str]:
+        """`key=value` arguments after the base config: where to write, then the overrides, then
+        the tokenizer's path on a worker whose MaxText package is at `maxtext_package` (a shipped
+        tokenizer is a file of that package)."""
         pinned = {"run_name": self.run_name, "base_output_directory": self.checkpoint_root}
-        return [f"{key}={value}" for key, value in {**pinned, **self.maxtext_overrides}.items()]
+        tokenizer = {}
+        if self.dataset is not None and maxtext_package is not None:
+            tokenizer = {"tokenizer_path": self.dataset.tokenizer_path(maxtext_package)}
+        return [f"{key}={value}" for key, value in {**pinned, **self.maxtext_overrides, **tokenizer}.items()]
 
     @property
     def trainer_module(self) -> str:
@@ -197,12 +204,17 @@ class JobSpec:
         return f"python -m {self.trainer_module} --job {shlex.quote(self.to_json())}"
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        data = asdict(self)
+        if data["dataset"] is None:  # a synthetic job's command, and so its submission id, as before data settings
+            del data["dataset"]
+        return json.dumps(data, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> JobSpec:
         data: dict[str, Any] = json.loads(text)
         data["maxtext_overrides"] = dict(data.get("maxtext_overrides") or {})
+        if data.get("dataset") is not None:
+            data["dataset"] = Dataset.from_dict(data["dataset"])
         return cls(**data)
 
 
@@ -246,6 +258,7 @@ def resolve_job(
     max_failures: int | None = None,
     max_preemptions: int | None = None,
     overrides: Mapping[str, Any] | None = None,
+    dataset: Dataset | None = None,
 ) -> JobSpec:
     """Checks everything a submission would otherwise discover on the cluster, then returns the
     job. Raises JobError listing every problem."""
@@ -275,6 +288,15 @@ def resolve_job(
         problems += _refused((MAX_PREEMPTIONS, max_preemptions))
 
     resolved = preset_maxtext_overrides(chosen.name, slices=max(slices, 1), elastic=elastic)
+    if dataset is not None:
+        resolved.update(dataset.maxtext_overrides())
+        if elastic and dataset.resumable and min_slices < slices:
+            problems.append(
+                f"minSlices = {min_slices} with elastic = true and datasetFiles: MaxText restores the data position "
+                f"only onto as many hosts as saved it (one file per host), so a restart onto fewer than {slices} "
+                f"slices would lose it; set minSlices = {slices} (`pulumi config set minSlices {slices}`: the job "
+                "then resumes only on all slices), or train without elastic"
+            )
     user = {str(key): str(value) for key, value in (overrides or {}).items()}
     resolved.update(user)
     problems += _hardware_problems(chosen, user.get("hardware"))
@@ -300,4 +322,5 @@ def resolve_job(
         max_failures=failures,
         max_preemptions=UNLIMITED if max_preemptions is None else max_preemptions,
         maxtext_overrides=resolved,
+        dataset=dataset,
     )

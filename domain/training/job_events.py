@@ -88,13 +88,27 @@ class FailedEvent(BaseModel):
     message: str
 
 
-Event = AttemptEvent | StepEvent | NoticeEvent | FailedEvent
+class DatasetEvent(BaseModel):
+    """The driver read the job's data files before the first step: which, and their prepared
+    corpus's manifest figures when it has one (domain/training/dataset_manifest.py)."""
+
+    model_config = _STRICT
+    event: Literal["dataset"]
+    time: Time | None = None
+    files: str
+    content_hash: str | None = None
+    documents: Annotated[int, Field(ge=0)] | None = None
+    tokens: Annotated[int, Field(ge=0)] | None = None
+
+
+Event = AttemptEvent | StepEvent | NoticeEvent | FailedEvent | DatasetEvent
 # The kinds the job's reader uses. Any other kind is another reader's: passed over, not damaged.
 EVENT_KINDS: dict[str, type[Event]] = {
     "attempt": AttemptEvent,
     "step": StepEvent,
     "notice": NoticeEvent,
     "failed": FailedEvent,
+    "dataset": DatasetEvent,
 }
 
 
@@ -155,8 +169,24 @@ MAXTEXT_STEP_LINE = re.compile(
     rf"completed step: (?P<step>[0-9]{{1,{STEP_DIGITS}}}), seconds: (?P<seconds>[0-9.]+)"
     r"(?:, TFLOP/s/device: (?P<tflops>[0-9.]+), Tokens/s/device: (?P<tokens>[0-9.]+), "
     # The loss as Python prints a float, `nan` and `inf` included (a diverged run).
-    r"total_weights: [0-9]+, loss: (?P<loss>[-+\w.]+))?"
+    r"total_weights: (?P<weights>[0-9]+), loss: (?P<loss>[-+\w.]+))?"
 )
+# MaxText's summary of an evaluation (metric_logger.py `_log_eval_metrics`), for example
+# `Completed eval after train step 9, loss=7.412, perplexity=1655.2, total_weights=2048, ...`.
+MAXTEXT_EVAL_LINE = re.compile(
+    rf"Completed eval after train step (?P<step>[0-9]{{1,{STEP_DIGITS}}}), loss=(?P<loss>[-+\w.]+),"
+)
+
+
+def eval_loss(line: str) -> tuple[int, float] | None:
+    """(train step, eval loss) from MaxText's eval summary line; None for any other line."""
+    match = MAXTEXT_EVAL_LINE.search(line)
+    if match is None:
+        return None
+    try:
+        return int(match["step"]), float(match["loss"])
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -168,6 +198,7 @@ class StepMetrics:
     tflops_per_device: float
     tokens_per_second_per_device: float
     loss: float  # may be nan or inf: the run diverged
+    tokens: int = 0  # the batch's real (not padding) target tokens: MaxText's total_weights
 
     @property
     def throughput(self) -> tuple[float, float] | None:
@@ -203,6 +234,7 @@ def step_metrics(line: str) -> StepMetrics | None:
             tflops_per_device=float(match["tflops"]),
             tokens_per_second_per_device=float(match["tokens"]),
             loss=float(match["loss"]),
+            tokens=int(match["weights"]),
         )
     except ValueError:  # "1.2.3", "-", "abc"
         return None

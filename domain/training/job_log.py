@@ -18,7 +18,9 @@ from domain.training.goodput import RunRecord, finite
 from domain.training.job_events import (
     ENTRYPOINT_ECHO,
     BadEventLine,
+    DatasetEvent,
     StepMetrics,
+    eval_loss,
     ray_train_retry_line,
     read_event,
     step_metrics,
@@ -27,6 +29,17 @@ from domain.training.job_events import (
 # Throughput medians are taken over at most this many steps (the latest seen), so what the
 # provider keeps does not grow with the run.
 MEDIAN_WINDOW_STEPS = 1000
+
+
+# What a job trained on, among its outputs (StepCollector.summary).
+DATA_OUTPUTS = ("tokens_trained", "epochs", "eval_loss", "dataset_files", "dataset_hash")
+# Where MaxText writes a run's TensorBoard logs (its tensorboard_dir: base.yml's default, under the
+# run's directory); `tensorboard --logdir DIR` shows them.
+TENSORBOARD_SUBDIRECTORY = "tensorboard"
+
+
+def tensorboard_directory(run_directory: str) -> str:
+    return f"{run_directory.rstrip('/')}/{TENSORBOARD_SUBDIRECTORY}"
 
 
 class StepCollector:
@@ -42,6 +55,9 @@ class StepCollector:
     def __init__(self, window: int = MEDIAN_WINDOW_STEPS):
         self.latest: StepMetrics | None = None
         self.highest_step = -1
+        self.tokens_trained = 0  # each step's tokens once, however often it ran
+        self.eval_loss: float | None = None
+        self.dataset: DatasetEvent | None = None
         self._samples: deque[tuple[float, float]] = deque(maxlen=window)
 
     def add(self, text: str) -> None:
@@ -50,14 +66,16 @@ class StepCollector:
 
     def add_step(self, step: StepMetrics) -> None:
         if step.step > self.highest_step:
+            self.tokens_trained += step.tokens * (step.step - self.highest_step)
             if step.step > 0 and (sample := step.throughput) is not None:
                 self._samples.append(sample)
             self.highest_step = step.step
         self.latest = step
 
-    def summary(self) -> dict[str, float | int | bool | None]:
+    def summary(self) -> dict[str, float | int | bool | str | None]:
         """The metrics outputs. Every number is finite or None (strict JSON): a last loss that
         is not finite is `final_loss` None with `diverged` True."""
+        data = self._data_summary()
         if self.latest is None:
             return {
                 "steps_completed": 0,
@@ -65,6 +83,7 @@ class StepCollector:
                 "diverged": None,
                 "tokens_per_second_per_device": None,
                 "tflops_per_device": None,
+                **data,
             }
         samples = list(self._samples)
         diverged = not math.isfinite(self.latest.loss)
@@ -74,6 +93,21 @@ class StepCollector:
             "diverged": diverged,
             "tokens_per_second_per_device": finite(statistics.median(s[0] for s in samples), 3) if samples else None,
             "tflops_per_device": finite(statistics.median(s[1] for s in samples), 3) if samples else None,
+            **data,
+        }
+
+    def _data_summary(self) -> dict[str, float | int | str | None]:
+        """What the job trained on: the data's identity (synthetic: none), its tokens (each step
+        once; a step the log lost counts as its successor's size), the passes over a corpus whose
+        manifest counts its tokens, and the last evaluation's loss."""
+        dataset = self.dataset
+        corpus_tokens = dataset.tokens if dataset is not None else None
+        return {
+            "tokens_trained": self.tokens_trained if self.latest is not None else None,
+            "epochs": round(self.tokens_trained / corpus_tokens, 3) if corpus_tokens else None,
+            "eval_loss": finite(self.eval_loss, 4) if self.eval_loss is not None else None,
+            "dataset_files": dataset.files if dataset is not None else None,
+            "dataset_hash": dataset.content_hash if dataset is not None else None,
         }
 
 
@@ -104,12 +138,16 @@ class JobLog:
         self.tail.append(line)
         if (step := step_metrics(line)) is not None:
             self.steps.add_step(step)
+        elif (evaluated := eval_loss(line)) is not None:
+            self.steps.eval_loss = evaluated[1]
         try:
             event = read_event(line)
         except BadEventLine as error:
             self.record.skip(str(error))
             return
-        if event is not None:
+        if isinstance(event, DatasetEvent):
+            self.steps.dataset = event
+        elif event is not None:
             self.record.add(event)
         elif (retry := ray_train_retry_line(line)) is not None:
             self.record.ray_train(retry)

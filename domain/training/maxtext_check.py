@@ -151,6 +151,19 @@ def model_flops(job: JobSpec, *, python: Path | None = None) -> ModelFlops:
     return counted
 
 
+def derived_values(job: JobSpec, *, python: Path | None = None) -> dict[str, Any]:
+    """What MaxText derives for `job` on all its slices (maxtext_validation.DERIVED: its vocab,
+    global batch, ...); empty when MaxText refuses it. Raises JobError when MaxText could not be
+    asked."""
+    try:
+        (answer,) = run_requests([maxtext_validation.flops_request(job)], python=python)
+    except (RuntimeError, OSError, ValueError) as error:
+        raise JobError(
+            [f"MaxText could not be asked what it derives for this job ({error}); run ./scripts/setup"]
+        ) from None
+    return dict(answer.get("derived") or {})
+
+
 def counted_by_maxtext(job: JobSpec, result: FitResult, python: Path | None = None) -> FitResult:
     """`result` with MaxText's count of the step's tokens and FLOPs, for one recorded with
     another count (before MaxText counted them, or where it could not be asked): recounted, not

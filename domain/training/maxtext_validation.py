@@ -26,7 +26,7 @@ from domain.training.maxtext_config import shown
 SETTING = "maxtextOverrides"
 # Bumped when a request or an answer changes shape: older cached answers are then not read.
 # 2: an accepted configuration's answer carries MaxText's count of a step's FLOPs and tokens.
-FORMAT = 2
+FORMAT = 3  # 3: the vocabulary and global batch among what is derived
 # The run name every check uses: the job's own is checked apart (domain/training/job.py), and with it in
 # the key every run of the smoke (a new run name each) would ask MaxText again.
 CHECK_RUN_NAME = "config-check"
@@ -35,7 +35,7 @@ LISTED_AT_MOST = 12
 # What MaxText derives from an accepted configuration for its target, reported back: the
 # sequences one training step trains on (its per_device_batch_size x devices, rounded down) and
 # the devices it counted.
-DERIVED = ("micro_batch_size_to_train_on", "num_target_devices")
+DERIVED = ("micro_batch_size_to_train_on", "num_target_devices", "vocab_size", "global_batch_size_to_train_on")
 # And one training step's work per device as MaxText counts it when it logs TFLOP/s/device and
 # Tokens/s/device (maxtext_utils.calculate_tflops_training_per_device and
 # calculate_tokens_training_per_device), or why it could not count it.
