@@ -1,0 +1,186 @@
+"""The data settings: what they become in MaxText's keys, and each refusal, before anything is
+submitted (the settings, the job's resolution, and the files as the local stack sees them)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from domain.config.workload_settings import WorkloadSettingsError
+from domain.training.data_files import check_data_files, keep_record
+from domain.training.dataset import (
+    DATA_RECORD,
+    GRAIN,
+    Dataset,
+    coverage_problem,
+    data_record,
+    vocab_problem,
+)
+from domain.training.dataset_manifest import MANIFEST_NAME, DatasetManifest, Shard
+from domain.training.job import JobError, resolve_job
+from tests.support.cli_settings import workload_settings
+
+LOCAL = {"address": "http://127.0.0.1:8265", "preset": "tiny-cpu"}
+
+
+def grain(files: str, **changes) -> Dataset:
+    return Dataset(kind=GRAIN, tokenizer="llama3", shuffle_seed=0, packing=True, files=files, **changes)
+
+
+def test_the_data_settings_become_maxtexts_grain_keys_and_patterns_under_the_dataset_root():
+    settings = workload_settings(
+        {**LOCAL, "datasetFiles": "c4/data-*.array_record", "shuffleSeed": "7", "packing": "false", "epochs": "2"}
+    )
+    dataset = settings.dataset("/dataset")
+    assert dataset is not None and dataset.files == "/dataset/c4/data-*.array_record"
+    assert dataset.maxtext_overrides() == {
+        "dataset_type": "grain",
+        "tokenizer_type": "tiktoken",
+        "data_shuffle_seed": "7",
+        "packing": "false",
+        "grain_train_files": "/dataset/c4/data-*.array_record",
+        "grain_file_type": "arrayrecord",
+        "num_epoch": "2",
+    }
+    assert dataset.tokenizer_path("/site/maxtext") == "/site/maxtext/assets/tokenizers/tokenizer_llama3.tiktoken"
+    assert workload_settings(LOCAL).dataset("/dataset") is None  # synthetic
+
+
+REFUSED = {
+    "unknown-suffix": ({"datasetFiles": "c4/*.jsonl"}, "names neither ArrayRecord (.array_record) nor Parquet"),
+    "url": ({"datasetFiles": "gs://b/c4/*.parquet"}, "is a URL; give a pattern relative to the project root"),
+    "eval-without-interval": (
+        {"datasetFiles": "a/*.parquet", "evalFiles": "e/*.parquet"},
+        "set evalFiles and evalInterval together",
+    ),
+    "unknown-tokenizer": ({"datasetFiles": "a/*.parquet", "tokenizer": "llama9"}, "is neither a tokenizer MaxText"),
+    "epochs-without-files": ({"epochs": "2"}, "epochs = 2 does nothing on this stack"),
+    "seed-on-synthetic": ({"shuffleSeed": "3"}, "shuffleSeed = 3 does nothing on this stack"),
+    "both-sources": (
+        {"datasetFiles": "a/*.parquet", "huggingFaceDataset": "allenai/c4"},
+        "set one of datasetFiles",
+    ),
+    "hf-elastic": ({"huggingFaceDataset": "allenai/c4", "elastic": "true"}, "starts again from its beginning"),
+    "data-key-in-overrides": (
+        {"maxtextOverrides": json.dumps({"grain_train_files": "x"})},
+        "maxtextOverrides sets grain_train_files, which the data settings own",
+    ),
+}
+
+
+@pytest.mark.parametrize("settings, problem", REFUSED.values(), ids=REFUSED.keys())
+def test_each_bad_data_setting_is_refused_naming_it(settings, problem):
+    with pytest.raises(WorkloadSettingsError) as refused:
+        workload_settings({**LOCAL, **settings}, stack="local")
+    assert any(problem in line for line in refused.value.problems), refused.value.problems
+
+
+def test_a_hugging_face_stream_on_the_elastic_trainer_is_accepted_once_acknowledged():
+    settings = workload_settings(
+        {**LOCAL, "huggingFaceDataset": "allenai/c4", "elastic": "true", "huggingFaceNotResumable": "true"}
+    )
+    assert settings.dataset("/x") is not None and not settings.dataset("/x").resumable
+
+
+def test_an_elastic_grain_job_that_could_shrink_is_refused_naming_the_setting_that_makes_it_safe():
+    dataset = grain("/d/*.array_record")
+    with pytest.raises(JobError) as refused:
+        resolve_job("llama3-8b", run_name="r", checkpoint_root="/ckpt", elastic=True, min_slices=1, dataset=dataset)
+    assert "set minSlices = 2" in refused.value.problems[0]
+    job = resolve_job("llama3-8b", run_name="r", checkpoint_root="/ckpt", elastic=True, min_slices=2, dataset=dataset)
+    assert job.maxtext_overrides["grain_train_files"] == "/d/*.array_record"
+
+
+def test_a_tokenizer_larger_than_the_model_is_refused():
+    assert vocab_problem("llama3", 128256, 128256) is None
+    assert "set maxtextOverrides.vocab_size to at least 128256" in vocab_problem("llama3", 128256, 256)
+
+
+@pytest.mark.parametrize(
+    "packing, tokens, epochs, refused",
+    [
+        (True, 6337, None, False),  # at most 100 sequences of 64 (the last one short), 100 needed
+        (True, 6336, None, True),  # at most 99
+        (True, 6336, 2, False),
+        (False, None, None, True),  # 50 documents, 100 sequences needed
+        (False, None, 2, False),
+        (True, None, None, False),  # no token count: no bound to hold it to
+    ],
+)
+def test_a_corpus_must_cover_the_run_in_the_passes_it_is_given(packing, tokens, epochs, refused):
+    problem = coverage_problem(
+        documents=50,
+        steps=10,
+        global_batch=10,
+        packing=packing,
+        max_target_length=64,
+        tokens=tokens,
+        epochs=epochs,
+        files="d/*",
+    )
+    assert (problem is not None) == refused, problem
+    if refused:
+        assert "set epochs to at least" in problem
+
+
+def write_corpus(directory, documents=50, tokens=3000):
+    directory.mkdir()
+    (directory / "data-00000-of-00001.array_record").write_bytes(b"x")
+    manifest = DatasetManifest(
+        format="arrayrecord",
+        text_feature="text",
+        documents=documents,
+        bytes=100,
+        content_hash="sha256:abc",
+        shards=(Shard("data-00000-of-00001.array_record", documents, 100, "sha256:0"),),
+        sources=("c.jsonl",),
+        skipped_empty=0,
+        tokenizer="llama3",
+        tokens=tokens,
+    )
+    (directory / MANIFEST_NAME).write_text(manifest.to_json())
+
+
+def check(dataset, run_directory, **changes):
+    arguments = {
+        "run_name": "r",
+        "run_directory": str(run_directory),
+        "overrides": {"per_device_batch_size": "1", "max_target_length": "64"},
+        "steps": 6,
+        "global_batch": 1,
+        "model_vocab": 128256,
+    }
+    return check_data_files(dataset, **{**arguments, **changes})
+
+
+def test_the_files_the_manifest_and_the_runs_earlier_data_are_checked(tmp_path):
+    write_corpus(tmp_path / "c")
+    dataset = grain(str(tmp_path / "c" / "data-*.array_record"))
+    checked = check(dataset, tmp_path / "run")
+    assert checked.problems == [] and checked.files == 1 and checked.manifest.content_hash == "sha256:abc"
+
+    missing = check(grain(str(tmp_path / "nowhere" / "*.array_record")), tmp_path / "run")
+    assert "datasetFiles matches no file" in missing.problems[0]
+
+    short = check(dataset, tmp_path / "run", steps=100)  # 3000 tokens fill 47 sequences of 64
+    assert "set epochs to at least 3" in short.problems[0]
+
+    keep_record(str(tmp_path / "run"), checked.record)
+    assert (tmp_path / "run" / DATA_RECORD).is_file()
+    assert check(dataset, tmp_path / "run").problems == []
+    reseeded = Dataset(kind=GRAIN, tokenizer="llama3", shuffle_seed=1, packing=True, files=dataset.files)
+    [changed] = check(reseeded, tmp_path / "run").problems
+    assert "shuffle_seed: 0 -> 1" in changed and "start a new run" in changed
+    bigger = check(dataset, tmp_path / "run", overrides={"per_device_batch_size": "2", "max_target_length": "64"})
+    assert "per_device_batch_size: '1' -> '2'" in bigger.problems[0]
+
+
+def test_the_data_record_names_what_a_resume_must_keep():
+    record = data_record(grain("/d/*.parquet"), {"per_device_batch_size": "4", "max_target_length": "4096"}, "h")
+    assert (record.tokenizer, record.shuffle_seed, record.per_device_batch_size, record.content_hash) == (
+        "llama3",
+        0,
+        "4",
+        "h",
+    )
