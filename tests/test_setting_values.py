@@ -26,6 +26,8 @@ SAMPLES = {
     "topology": "4x4",
     "reservation": "v6e-res",
     "bucketName": "my-ckpt",
+    "datasetBucket": "acme-corpus",
+    "datasetPrefix": "corpora/web-v1",
     "rayImage": "us-docker.pkg.dev/my-project/images/maxtext-ray:2.60.0-1",
     "infraStack": "organization/maxtext-tpu-infra/dev",
     "address": "http://127.0.0.1:8265",
@@ -34,7 +36,7 @@ SAMPLES = {
     "fitCheckResult": "fit.json",
 }
 # What a sample needs beside it to be valid.
-CONTEXT = {"reservation": {"capacity": "reservation"}}
+CONTEXT = {"reservation": {"capacity": "reservation"}, "datasetPrefix": {"datasetBucket": "acme-corpus"}}
 
 
 def _string_settings(cls: type) -> list[tuple[str, str]]:
@@ -54,7 +56,7 @@ WORKLOADS_STRINGS = _string_settings(WorkloadSettings)
 
 
 def test_the_walk_covers_every_string_setting():
-    assert len(INFRA_STRINGS) == 16 and len(WORKLOADS_STRINGS) == 6
+    assert len(INFRA_STRINGS) == 18 and len(WORKLOADS_STRINGS) == 6
 
 
 @pytest.mark.parametrize("key, value", INFRA_STRINGS, ids=[key for key, _ in INFRA_STRINGS])
