@@ -20,6 +20,7 @@ from domain.training.dataset import (
 from domain.training.dataset_manifest import MANIFEST_NAME, DatasetManifest, Shard
 from domain.training.job import JobError, resolve_job
 from tests.support.cli_settings import workload_settings
+from workloads import job_inputs
 
 LOCAL = {"address": "http://127.0.0.1:8265", "preset": "tiny-cpu"}
 
@@ -184,3 +185,33 @@ def test_the_data_record_names_what_a_resume_must_keep():
         "4",
         "h",
     )
+
+
+CLUSTER = {
+    "clusterEndpoint": "203.0.113.10",
+    "clusterCaCertificate": "Q0VSVA==",
+    "namespace": "training",
+    "headServiceName": "head-svc",
+    "dashboardPort": 8265,
+    "checkpointRoot": "/data",
+    "preset": "llama3-8b",
+    "accelerator": "v6e",
+    "slices": 2,
+    "topology": "4x4",
+}
+ON_INFRA = {"infraStack": "organization/maxtext-tpu-infra/dev"}
+
+
+def test_files_on_gke_need_the_infra_stacks_dataset_bucket():
+    settings = workload_settings({**ON_INFRA, "datasetFiles": "c4/data-*.array_record"})
+    with pytest.raises(JobError) as refused:
+        job_inputs.resolve_for_cluster(settings, CLUSTER)
+    assert "mounts no dataset bucket (no datasetRoot output); set datasetBucket" in refused.value.problems[0]
+
+
+def test_a_hugging_face_stream_on_spot_capacity_needs_the_acknowledgement():
+    settings = workload_settings({**ON_INFRA, "huggingFaceDataset": "allenai/c4"})
+    with pytest.raises(JobError) as refused:
+        job_inputs.resolve_for_cluster(settings, {**CLUSTER, "capacity": ["spot", "on-demand"]})
+    assert "on the infra stack's spot capacity" in refused.value.problems[0]
+    assert "huggingFaceNotResumable true" in refused.value.problems[0]

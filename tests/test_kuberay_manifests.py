@@ -556,11 +556,16 @@ def test_without_a_dataset_nothing_is_mounted_but_the_checkpoints():
     assert "gke-gcsfuse/metadata-prefetch-memory-limit" not in template["metadata"]["annotations"]
 
 
-def test_the_head_mounts_no_dataset():
-    """The job's driver on the head reads no training data: the workers alone mount it."""
-    head = ray_cluster_of(datasetBucket="acme-corpus")["spec"]["headGroupSpec"]["template"]
-    assert volume(head["spec"], kuberay.DATASET_VOLUME) is None
-    assert all(m["mountPath"] != "/dataset" for m in head["spec"]["containers"][0]["volumeMounts"])
+def test_the_head_mounts_the_dataset_read_only_without_a_file_cache():
+    """The job's driver on the head checks the data files before any worker starts; it reads
+    only their names and manifest, so it has no file cache (nor the RAM disk for one)."""
+    head = ray_cluster_of(datasetBucket="acme-corpus", datasetFileCacheMib="4096")["spec"]["headGroupSpec"]["template"]
+    dataset = volume(head["spec"], kuberay.DATASET_VOLUME)["csi"]
+    assert dataset["readOnly"] is True
+    assert "file-cache:max-size-mb:0" in dataset["volumeAttributes"]["mountOptions"].split(",")
+    assert volume(head["spec"], kuberay.GCS_FUSE_CACHE_VOLUME) is None
+    [mount] = [m for m in head["spec"]["containers"][0]["volumeMounts"] if m["mountPath"] == kuberay.DATASET_MOUNT]
+    assert mount["readOnly"] is True
 
 
 def test_the_checkpoint_mount_follows_gkes_checkpoint_advice():

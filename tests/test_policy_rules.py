@@ -95,6 +95,11 @@ DATASET_MOUNT = (*WORKER_CONTAINER, "volumeMounts", 2)
 # Kubernetes reads an absent readOnly as read-write: on the dataset mount, its absence is decided
 # (see test_a_dataset_mount_without_read_only_is_read_write).
 DECIDED_WHEN_MISSING |= {(RAY_CLUSTER, (*DATASET_CSI, "readOnly")), (RAY_CLUSTER, (*DATASET_MOUNT, "readOnly"))}
+# The head's too: the job's driver checks the data files there.
+DECIDED_WHEN_MISSING |= {
+    (RAY_CLUSTER, (*HEAD_POD, "volumes", 2, "csi", "readOnly")),
+    (RAY_CLUSTER, (*HEAD_CONTAINER, "volumeMounts", 2, "readOnly")),
+}
 
 
 @pytest.fixture(scope="module")

@@ -128,7 +128,12 @@ class InfraOutputs:
     hosts_per_slice: Any = output("integer", "TPU VMs per slice.")
     chips_per_host: Any = output("integer", "TPU chips per VM.")
     total_chips: Any = output("integer", "TPU chips over all slices.")
-    capacity: Any = output("array", "How TPU nodes are obtained, in order of preference (the capacity setting).")
+    capacity: Any = output(
+        "array",
+        "How TPU nodes are obtained, in order of preference (the capacity setting); a Hugging Face stream needs "
+        "an acknowledgement on Spot.",
+        workloads="optional",
+    )
     min_slices: Any = output("integer", "TPU slices kept up while no job runs (the minSlices setting).")
     price_per_chip_hour_usd: Any = output(
         "number",

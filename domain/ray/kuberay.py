@@ -267,22 +267,22 @@ _VOLUME_MOUNTS = [
 ]
 
 
-def dataset_mount_options(settings: StackSettings) -> str:
+def dataset_mount_options(settings: StackSettings, *, file_cache: bool = True) -> str:
     """The dataset mount's options: GKE's read options, the prefix as only-dir, and a file cache
-    of datasetFileCacheMib (max-size-mb 0, no file cache, without it)."""
+    of datasetFileCacheMib (max-size-mb 0, no file cache, without it or with file_cache False)."""
     options = [DATASET_OWNER_OPTIONS, *DATASET_READ_OPTIONS]
     if settings.dataset_prefix:
         options.append(f"only-dir={settings.dataset_prefix}")
-    cache = settings.dataset_file_cache_mib
+    cache = settings.dataset_file_cache_mib if file_cache else None
     options.append(f"file-cache:max-size-mb:{cache or 0}")
     if cache:
         options += DATASET_FILE_CACHE_OPTIONS
     return ",".join(options)
 
 
-def _dataset_volumes(settings: StackSettings) -> list[dict[str, Any]]:
+def _dataset_volumes(settings: StackSettings, *, file_cache: bool = True) -> list[dict[str, Any]]:
     """The dataset bucket, read-only (the CSI volume and every mount of it), and the RAM disk its
-    file cache lives on when it has one; none without datasetBucket."""
+    file cache lives on when it has one (file_cache); none without datasetBucket."""
     if settings.dataset_bucket is None:
         return []
     volumes: list[dict[str, Any]] = [
@@ -293,13 +293,13 @@ def _dataset_volumes(settings: StackSettings) -> list[dict[str, Any]]:
                 "readOnly": True,
                 "volumeAttributes": {
                     "bucketName": settings.dataset_bucket,
-                    "mountOptions": dataset_mount_options(settings),
+                    "mountOptions": dataset_mount_options(settings, file_cache=file_cache),
                     "gcsfuseMetadataPrefetchOnMount": "true",
                 },
             },
         }
     ]
-    if settings.dataset_file_cache_mib:
+    if settings.dataset_file_cache_mib and file_cache:
         size = settings.dataset_file_cache_mib + FILE_CACHE_HEADROOM_MIB
         volumes.append({"name": GCS_FUSE_CACHE_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": f"{size}Mi"}})
     return volumes
@@ -352,10 +352,12 @@ def _head_group(settings: StackSettings, bucket_name: Any, image: Any) -> dict[s
                         "resources": {key: dict(value) for key, value in HEAD_RESOURCES.items()},
                         # Ray Train's preemption poll, read where the job's driver runs.
                         "env": preemption.head_env(),
-                        "volumeMounts": [dict(mount) for mount in _VOLUME_MOUNTS],
+                        # The dataset too, read-only and without a file cache: the job's driver
+                        # checks the data files before any worker starts (trainer/maxtext_trainer.py).
+                        "volumeMounts": [dict(mount) for mount in _VOLUME_MOUNTS] + _dataset_mounts(settings),
                     }
                 ],
-                "volumes": _checkpoint_volumes(bucket_name),
+                "volumes": _checkpoint_volumes(bucket_name) + _dataset_volumes(settings, file_cache=False),
                 "nodeSelector": dict(METADATA_SERVER_SELECTOR),
                 "affinity": _HEAD_AFFINITY,
             },
