@@ -34,6 +34,9 @@ SAMPLES = {
     "preset": "llama3-8b",
     "runName": "run-1",
     "fitCheckResult": "fit.json",
+    "datasetFiles": "c4/data-*-of-00008.array_record",
+    "evalFiles": "c4/eval-*.parquet",
+    "huggingFaceDataset": "allenai/c4",
 }
 # What a sample needs beside it to be valid.
 CONTEXT = {"reservation": {"capacity": "reservation"}, "datasetPrefix": {"datasetBucket": "acme-corpus"}}
@@ -56,7 +59,7 @@ WORKLOADS_STRINGS = _string_settings(WorkloadSettings)
 
 
 def test_the_walk_covers_every_string_setting():
-    assert len(INFRA_STRINGS) == 18 and len(WORKLOADS_STRINGS) == 6
+    assert len(INFRA_STRINGS) == 18 and len(WORKLOADS_STRINGS) == 10
 
 
 @pytest.mark.parametrize("key, value", INFRA_STRINGS, ids=[key for key, _ in INFRA_STRINGS])

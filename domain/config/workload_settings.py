@@ -87,6 +87,16 @@ def _stack_reference(value: str) -> str | None:
     )
 
 
+# A Hugging Face Hub dataset id: NAME or OWNER/NAME, letters, digits, '-', '_' and '.'.
+_HUGGING_FACE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?")
+
+
+def _hugging_face_id(value: str) -> str | None:
+    if _HUGGING_FACE_ID.fullmatch(value):
+        return None
+    return "is not a Hugging Face dataset id; use NAME or OWNER/NAME, for example allenai/c4"
+
+
 @dataclass(frozen=True, kw_only=True)
 class WorkloadSettings:
     """What the workloads program needs to know, validated. Each `setting(...)` field is one
@@ -223,6 +233,7 @@ class WorkloadSettings:
         "string",
         "A Hugging Face dataset streamed instead of datasetFiles (MaxText's hf_path, e.g. allenai/c4). Not "
         "resumable: after any restart it starts again from its beginning.",
+        check=_hugging_face_id,
     )
     hugging_face_not_resumable: bool = setting(
         "boolean",
