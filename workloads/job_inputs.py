@@ -26,6 +26,8 @@ from domain.training.maxtext_check import (
     recorded_result,
 )
 from domain.training.presets import PRESETS
+from workloads.bucket_files import BucketFiles
+from workloads.jobs_api import GkeTarget, JobsApiError, operator_session
 
 # The infra stack's outputs the job needs, and those it reads when present (see
 # domain/config/stack_outputs.py, where each output is declared).
@@ -208,6 +210,39 @@ def checked_by_maxtext(job: JobSpec, settings: WorkloadSettings) -> JobSpec:
     if problems:
         raise JobError(problems)
     return job
+
+
+def bucket_data_check(job: JobSpec, cluster: Mapping[str, Any]) -> tuple[list[str], str | None]:
+    """A GKE job's data files, checked in the buckets behind the cluster's mounts before anything
+    is submitted (workloads/bucket_files.py): (the problems, a warning when the buckets could not
+    be asked). The job's driver checks the same files again before the first step."""
+    if job.dataset is None or job.dataset.files is None:
+        return [], None
+    mounts = {
+        str(cluster["datasetRoot"]): str(cluster.get("datasetUri") or ""),
+        str(cluster["checkpointRoot"]): str(cluster.get("checkpointBucketUrl") or ""),
+    }
+    if not all(mounts.values()):
+        return [], "the infra stack does not say which buckets back its mounts (re-run pulumi up on it)"
+    derived = derived_values(job)
+    try:
+        with operator_session(GkeTarget.from_inputs(gke_target(cluster))) as session:
+            checked = check_data_files(
+                job.dataset,
+                run_name=job.run_name,
+                run_directory=job.run_directory,
+                overrides=dict(job.maxtext_overrides),
+                steps=job.total_steps,
+                global_batch=derived.get("global_batch_size_to_train_on"),
+                model_vocab=derived.get("vocab_size"),
+                files=BucketFiles(mounts, session),
+            )
+    except (OSError, JobsApiError) as error:
+        return [], (
+            f"the data files could not be checked in {mounts[str(cluster['datasetRoot'])]} before submitting ({error}); "
+            "the job's driver checks them before the first step"
+        )
+    return checked.problems, None
 
 
 def gke_target(cluster: Mapping[str, Any]) -> dict[str, Any]:

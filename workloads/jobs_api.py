@@ -255,6 +255,16 @@ def _bearer_token(configuration: Any) -> str:
     return str(configuration.get_api_key_with_prefix("BearerToken")).removeprefix("Bearer ")
 
 
+def operator_session(target: GkeTarget) -> Any:
+    """A session that sends the operator's Google access token: the one gke-gcloud-auth-plugin
+    gives for the cluster (it has no refresh, so a 401 is an answer, not a retry). Raises
+    JobsApiError (CREDENTIALS) without one."""
+    from google.auth.transport.requests import AuthorizedSession
+    from google.oauth2.credentials import Credentials
+
+    return AuthorizedSession(Credentials(_bearer_token(kube_configuration(target))), refresh_status_codes=())
+
+
 class CaBundle:
     """The cluster's CA as a path, for the Ray SDK and `requests`, which take a CA bundle only as
     a path. Where the OS has anonymous memory files (Linux: memfd_create), the path is
@@ -641,17 +651,12 @@ class JobsApi:
             return ClusterCheck(
                 False, "the stack does not record the GKE cluster's id (re-run `pulumi up` on the infra stack)"
             )
-        from google.auth.transport.requests import AuthorizedSession
-        from google.oauth2.credentials import Credentials
-
         try:
-            token = _bearer_token(kube_configuration(self.gke))
+            session = operator_session(self.gke)
         except JobsApiError as error:
             return ClusterCheck(False, f"the GKE API could not be asked: {error}")
         base = os.environ.get(GKE_API_OVERRIDE_ENV) or GKE_API_DEFAULT
-        # The plugin's token is the operator's Google access token: it has no refresh, so a 401
-        # is an answer like any other rather than a retry.
-        with AuthorizedSession(Credentials(token), refresh_status_codes=()) as session:
+        with session:
             try:
                 response = session.get(f"{base.rstrip('/')}/v1/{self.gke.cluster_id}", timeout=REQUEST_TIMEOUT_SECONDS)
             except OSError as error:

@@ -15,7 +15,7 @@ from typing import Any
 import pulumi
 
 from domain.config.workload_settings import WorkloadSettings
-from domain.training.job import JobSpec
+from domain.training.job import JobError, JobSpec
 from workloads import job_inputs
 from workloads.job_inputs import COST_OUTPUTS, INFRA_OUTPUTS, OPTIONAL_INFRA_OUTPUTS
 from workloads.ray_job import (
@@ -66,6 +66,11 @@ async def build(settings: WorkloadSettings) -> dict[str, Any]:
             resolved = job_inputs.resolve_for_cluster(settings, values)
             job_inputs.ray_job_inputs(resolved, settings)  # refuses a missing trainer program
             job_inputs.fit_check_result(resolved, settings)  # refuses another configuration's result
+            problems, warning = job_inputs.bucket_data_check(resolved, values)
+            if problems:
+                raise JobError(problems)
+            if warning is not None:
+                pulumi.log.warn(warning)
         job = _secret_if(secret_job, cluster.apply(lambda values: job_inputs.resolve_for_cluster(settings, values)))
         inputs = job.apply(lambda resolved: job_inputs.ray_job_inputs(resolved, settings))
         target: dict[str, pulumi.Output[Any]] = {"gke": cluster.apply(job_inputs.gke_target)}

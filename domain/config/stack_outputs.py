@@ -104,7 +104,11 @@ class InfraOutputs:
     checkpoint_root: Any = output(
         "string", "Where the Ray pods mount the checkpoint bucket: the jobs' checkpoint root.", workloads="required"
     )
-    checkpoint_bucket_url: Any = output("string", "The checkpoint bucket as a `gs://` URL.")
+    checkpoint_bucket_url: Any = output(
+        "string",
+        "The checkpoint bucket as a `gs://` URL; the workloads stack reads a run's data record there.",
+        workloads="optional",
+    )
     dataset_root: Any = output(
         "string",
         "Where the TPU workers see the dataset (datasetBucket, or its datasetPrefix folder), read-only: "

@@ -1,14 +1,17 @@
-"""A job's data files as a filesystem shows them: the local stack's before it submits, the trainer's
-driver on the cluster before the first step. What the files must be is decided in
-domain/training/dataset.py; this module only looks: the pattern's matches, the prepared
-corpus's manifest beside them, and the record of the data an earlier run of the run name read.
+"""A job's data files as a view of them shows them: the local filesystem (the local stack before
+it submits, the trainer's driver on the cluster before the first step) or the buckets behind the
+cluster's mounts (the GKE stack before it submits: workloads/bucket_files.py). What the files must
+be is decided in domain/training/dataset.py; this module only looks: the pattern's matches, the
+prepared corpus's manifest beside them, and the record of the data an earlier run of the run
+name read. Paths are the workers' paths in every view.
 """
 
 from __future__ import annotations
 
 import glob
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import Protocol
 
 from domain.training.dataset import (
     DATA_RECORD,
@@ -22,6 +25,28 @@ from domain.training.dataset import (
 from domain.training.dataset_manifest import MANIFEST_NAME, DatasetManifest
 
 
+class FileView(Protocol):
+    """The job's files, by the paths its workers open."""
+
+    def count(self, pattern: str) -> int:
+        """How many files match `pattern` (a glob: `*` within one path segment)."""
+        ...
+
+    def read_text(self, path: str) -> str | None:
+        """The file's text; None when there is no such file."""
+        ...
+
+
+class LocalFiles:
+    """This machine's filesystem."""
+
+    def count(self, pattern: str) -> int:
+        return len(glob.glob(pattern))
+
+    def read_text(self, path: str) -> str | None:
+        return Path(path).read_text() if Path(path).is_file() else None
+
+
 @dataclass(frozen=True)
 class DataCheck:
     problems: list[str]
@@ -30,12 +55,11 @@ class DataCheck:
     files: int
 
 
-def _manifest(pattern: str) -> tuple[DatasetManifest | None, str | None]:
-    path = Path(pattern).parent / MANIFEST_NAME
-    if not path.is_file():
-        return None, None
+def _manifest(files: FileView, pattern: str) -> tuple[DatasetManifest | None, str | None]:
+    path = str(PurePosixPath(pattern).parent / MANIFEST_NAME)
     try:
-        return DatasetManifest.from_json(path.read_text()), None
+        text = files.read_text(path)
+        return (DatasetManifest.from_json(text), None) if text is not None else (None, None)
     except (OSError, ValueError) as error:
         return None, f"the manifest {path} beside datasetFiles cannot be read ({error}); prepare the corpus again"
 
@@ -50,16 +74,20 @@ def check_data_files(
     global_batch: int | None,
     model_vocab: int | None,
     tokenizer_vocab: int | None = None,
+    files: FileView | None = None,
 ) -> DataCheck:
     """Everything the files can say about this job, before it trains: the pattern matches files,
     the tokenizer fits the model, the corpus covers the run, and the data is the data the run
-    read before. `tokenizer_vocab` is the tokenizer's when known (a shipped one's always is)."""
+    read before. `tokenizer_vocab` is the tokenizer's when known (a shipped one's always is).
+    `files` is where to look (this machine's filesystem by default); a view that cannot answer
+    raises OSError."""
+    view = files or LocalFiles()
     problems: list[str] = []
     manifest, matched = None, 0
     for what, pattern in (("datasetFiles", dataset.files), ("evalFiles", dataset.eval_files)):
         if pattern is None:
             continue
-        matched_here = len(glob.glob(pattern))
+        matched_here = view.count(pattern)
         if what == "datasetFiles":
             matched = matched_here
         if not matched_here:
@@ -68,7 +96,7 @@ def check_data_files(
                 "files were uploaded (gcloud storage ls)"
             )
     if dataset.files is not None and matched:
-        manifest, problem = _manifest(dataset.files)
+        manifest, problem = _manifest(view, dataset.files)
         if problem is not None:
             problems.append(problem)
     vocab = tokenizer_vocab or dataset.tokenizer_vocab
@@ -91,11 +119,12 @@ def check_data_files(
         if problem is not None:
             problems.append(problem)
     record = data_record(dataset, overrides, manifest.content_hash if manifest else None)
-    earlier_path = Path(run_directory) / DATA_RECORD
-    if earlier_path.is_file():
+    earlier_path = str(PurePosixPath(run_directory) / DATA_RECORD)
+    earlier_text = view.read_text(earlier_path)
+    if earlier_text is not None:
         try:
-            earlier = DataRecord.from_json(earlier_path.read_text())
-        except (OSError, ValueError) as error:
+            earlier = DataRecord.from_json(earlier_text)
+        except ValueError as error:
             problems.append(f"the record of run {run_name!r}'s data, {earlier_path}, cannot be read ({error})")
         else:
             problem = changed_record_problem(run_name, record, earlier)
