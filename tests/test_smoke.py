@@ -5,9 +5,11 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
+from domain.paths import TRAINER_PYTHON
 from tests.support.fake_jobs_api import FakeHttpServer
 from tests.support.port_holder import PortHolder
 from tests.support.pulumi_harness import PROJECT_ROOT
@@ -40,6 +42,38 @@ def test_smoke_trains_the_tiny_preset_and_ends_with_the_result_as_json(arguments
     assert 0 < result["seconds_to_first_step"] < result["duration_seconds"]
     assert 0 <= result["seconds_queued"] <= result["seconds_to_first_step"]  # the wait for the worker group, apart
     assert 0 < result["goodput_percent"] < 100
+
+
+PARQUET = """
+import sys
+import pyarrow as pa, pyarrow.parquet as pq
+texts = [f"document {i}: " + "the quick brown fox jumps over the lazy dog " * (1 + i % 7) for i in range(300)]
+pq.write_table(pa.table({"text": texts[:150]}), sys.argv[1] + "/part-0.parquet")
+pq.write_table(pa.table({"text": texts[150:]}), sys.argv[1] + "/part-1.parquet")
+"""
+
+
+@pytest.mark.slow
+def test_smoke_trains_on_the_parquet_files_a_pattern_matches(tmp_path):
+    """Parquet files as a team has them (no manifest): trained through Grain, named in the result."""
+    subprocess.run([str(TRAINER_PYTHON), "-c", PARQUET, str(tmp_path)], check=True, timeout=120)
+    pattern = str(tmp_path / "part-*.parquet")
+    completed = subprocess.run(
+        [sys.executable, "-m", "workloads.smoke", "--dataset", pattern],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    result = json.loads(completed.stdout.strip().splitlines()[-1], parse_constant=reject_constant)
+    assert result["status"] == "SUCCEEDED" and result["steps_completed"] == 6
+    assert result["dataset_files"] == pattern and result["dataset_hash"] is None  # no manifest
+    # Each of the 6 steps trains at most one packed sequence of 64 tokens.
+    assert 0 < result["tokens_trained"] <= 6 * 64
+    assert result["tensorboard_dir"] == result["checkpoint_dir"] + "/tensorboard"
+    data_record = json.loads((Path(result["checkpoint_dir"]) / "data.json").read_text())
+    assert (data_record["files"], data_record["tokenizer"], data_record["shuffle_seed"]) == (pattern, "llama3", 0)
 
 
 # A process of its own holds the port on 127.0.0.1 (tests/support/port_holder.py).

@@ -1,12 +1,10 @@
-"""The tiny preset trained on a prepared corpus through MaxText's Grain pipeline, on a real local
-Ray head (`slow`): with a Grain worker process (MaxText's default grain_worker_count=1), and a data
-pipeline that fails mid-run failing the job instead of ending it as if it were done."""
+"""MaxText's Grain pipeline on a real local Ray head (`slow`): a data pipeline that fails mid-run
+fails the job instead of ending it as if it were done. (Training through Grain with its default
+worker process, and resuming in it, is tests/test_data_resume.py's; Parquet through the smoke run,
+tests/test_smoke.py's.)"""
 
 from __future__ import annotations
 
-import json
-import math
-import re
 import subprocess
 import time
 from pathlib import Path
@@ -19,8 +17,6 @@ from domain.training.job import JobSpec, resolve_job
 
 pytestmark = pytest.mark.slow
 
-STEP_LOSS = re.compile(r"completed step: \d+, .*?loss: ([-\d.naninf]+)")
-DOCUMENTS = [f"document {index}: " + "the quick brown fox jumps " * (1 + index % 5) for index in range(200)]
 # Records of MaxText's Example type without the text feature its pipeline asks for.
 WRONG_FEATURE = """
 import sys
@@ -78,22 +74,6 @@ def run(head, job: JobSpec, timeout: float = 420) -> tuple[JobStatus, str]:
         time.sleep(1)
         status = client.get_job_status(job_id)
     return status, client.get_job_logs(job_id)
-
-
-def test_the_tiny_preset_trains_on_a_prepared_corpus_with_a_grain_worker(local_ray_head, tmp_path, llama3_tokenizer):
-    (tmp_path / "corpus.jsonl").write_text("".join(json.dumps({"text": text}) + "\n" for text in DOCUMENTS))
-    summary = json.loads(
-        trainer_python("-m", "trainer.prepare_data", str(tmp_path / "corpus.jsonl"), "--output", str(tmp_path / "data"))
-    )
-    job = grain_job(tmp_path, summary["pattern"], llama3_tokenizer, "grain-run")
-    status, logs = run(local_ray_head, job)
-    assert status == JobStatus.SUCCEEDED, logs[-3000:]
-    assert "UnparsedFlagAccessError" not in logs and "Training stopped" not in logs
-    losses = [float(loss) for loss in STEP_LOSS.findall(logs)]
-    assert len(losses) == int(job.maxtext_overrides["steps"]) and all(math.isfinite(loss) for loss in losses)
-    # MaxText saves the Grain data position with each checkpoint: one file per process.
-    final = Path(job.run_directory) / "checkpoints" / str(len(losses) - 1)
-    assert (final / "iter" / "process_0-of-1.json").is_file()
 
 
 def test_a_data_pipeline_that_fails_mid_run_fails_the_job(local_ray_head, tmp_path, llama3_tokenizer):
