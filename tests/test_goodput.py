@@ -63,6 +63,7 @@ def test_an_uninterrupted_run():
         "seconds_queued": 10.0,
         "seconds_to_first_step": 40.0,
         "goodput_percent": round(100 * 10 * 1.5 / 70, 1),
+        "seconds_waiting_for_data": None,  # these step events do not say
         "event_lines_skipped": 0,
     }
 

@@ -123,7 +123,10 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         _emit("attempt", workers=context.get_world_size())
         _log_steps()
     notice = PreemptionNotice(poll_seconds=config["notice_poll_seconds"], report=rank0)
+    from maxtext.common.data_loader import DataLoader
     from maxtext.trainers.pre_train.train import main as maxtext_main
+
+    DATA_WAIT.time(DataLoader)
 
     _mark_absl_flags_parsed()
     stopped = _DataStop()
@@ -221,13 +224,60 @@ class _DataStop(logging.Handler):
             self.out_of_data = True
 
 
+class _DataWait:
+    """The seconds MaxText's data loader spends fetching batches, for the step events to carry.
+    MaxText (0.2.5) measures this only for Google's goodput library, through Cloud Logging, so
+    the trainer times the loader's public fetch, DataLoader.load_next_batch_pre_sharding, itself:
+    tests/test_trainer_data_wait.py fails if MaxText renames it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seconds = 0.0
+
+    def add(self, seconds: float) -> None:
+        with self._lock:
+            self._seconds += seconds
+
+    def take(self) -> float:
+        with self._lock:
+            seconds, self._seconds = self._seconds, 0.0
+        return seconds
+
+    def time(self, loader_class: Any) -> None:
+        """Wraps `loader_class`'s fetch (once) so each call adds its duration here."""
+        fetch = loader_class.load_next_batch_pre_sharding
+        if getattr(fetch, "_timed_by", None) is self:
+            return
+        wait = self
+
+        def timed(loader: Any, *args: Any, **kwargs: Any) -> Any:
+            started = time.monotonic()
+            try:
+                return fetch(loader, *args, **kwargs)
+            finally:
+                wait.add(time.monotonic() - started)
+
+        timed._timed_by = self  # type: ignore[attr-defined]
+        loader_class.load_next_batch_pre_sharding = timed
+
+
+DATA_WAIT = _DataWait()
+
+
 class _StepEvents(logging.Handler):
-    """A `step` event for each step MaxText logs, at the time it logged it."""
+    """A `step` event for each step MaxText logs, at the time it logged it, with the time spent
+    waiting for data since the previous one."""
 
     def emit(self, record: logging.LogRecord) -> None:
         step = maxtext_step(record.getMessage())
         if step is not None:
-            print(event_line("step", time=round(record.created, 3), step=step[0], seconds=step[1]), flush=True)
+            data_seconds = round(DATA_WAIT.take(), 3)
+            print(
+                event_line(
+                    "step", time=round(record.created, 3), step=step[0], seconds=step[1], data_seconds=data_seconds
+                ),
+                flush=True,
+            )
 
 
 def _log_steps() -> None:

@@ -26,6 +26,9 @@ Definitions (all from the log, none estimated):
   event): the wait for capacity (slices brought up, a placement found), before any step;
 - seconds to first step: from the job's start to the first step completed (the wait for
   capacity included, then the group's start, the restore and the first, compiling step);
+- seconds waiting for data: the time the trainer measured MaxText spending in its data loader's
+  fetch of each batch (the host waiting on the input pipeline, the first batch's start included),
+  over every run of every step;
 - goodput: the step time that counts (MaxText's own seconds for each distinct step, its last
   run) over the job's wall time, as a percentage.
 """
@@ -57,6 +60,7 @@ OUTPUTS = (
     "seconds_queued",
     "seconds_to_first_step",
     "goodput_percent",
+    "seconds_waiting_for_data",
     # Lines that carried the event prefix but no event the summary could use (damaged JSON, a
     # field of the wrong type): skipped, so the numbers above leave them out.
     "event_lines_skipped",
@@ -96,6 +100,8 @@ class RunRecord:
     charged: dict[str, int] = field(default_factory=dict)
     # What the driver said when the run failed: the budget that ran out, in words.
     failure: str | None = None
+    # The seconds the steps' events say MaxText waited for batches; None when no event says.
+    data_seconds: float | None = None
     # Event lines skipped as damaged, and why the first one was.
     skipped: int = 0
     first_skip: str | None = None
@@ -129,6 +135,8 @@ class RunRecord:
                 attempt.first_step, attempt.first_step_at = event.step, event.time
             attempt.last_step, attempt.last_step_at = event.step, event.time
             self.steps[event.step] = (runs + 1, event.seconds, event.time)
+            if event.data_seconds is not None:
+                self.data_seconds = (self.data_seconds or 0.0) + event.data_seconds
 
     def _current(self) -> Attempt:
         if not self.attempts:  # a step before any `attempt` line: the log's head was not read
@@ -165,5 +173,6 @@ class RunRecord:
             "goodput_percent": finite(100 * productive / wall, 1)
             if wall is not None and wall > 0 and self.steps
             else None,
+            "seconds_waiting_for_data": finite(self.data_seconds, 1) if self.data_seconds is not None else None,
             "event_lines_skipped": self.skipped,
         }

@@ -67,6 +67,9 @@ class StepEvent(BaseModel):
     time: Time
     step: Step
     seconds: Seconds
+    # The time MaxText's data loader spent fetching batches since the previous step event (the
+    # host waiting on its input pipeline); absent from trainers that did not measure it.
+    data_seconds: Seconds | None = None
 
 
 class NoticeEvent(BaseModel):

@@ -1,0 +1,89 @@
+"""What the trainer reads from MaxText around its data: the time its loader waits for batches (the
+goodput's secondsWaitingForData), and the end of the data (the job fails, naming the last
+checkpoint, instead of ending as if done). MaxText's names and messages are held to the installed
+MaxText's source, so a MaxText that renames them fails here, not silently on a cluster."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from domain.paths import PROJECT_ROOT
+from domain.training.goodput import RunRecord
+from domain.training.job import resolve_job
+from domain.training.job_events import event_line, read_event
+from trainer import maxtext_trainer
+
+
+def maxtext_source(relative: str) -> str:
+    found = sorted((PROJECT_ROOT / ".venv-trainer" / "lib").glob(f"python3*/site-packages/maxtext/{relative}"))
+    if not found:
+        pytest.skip("the trainer environment is not installed here (./scripts/setup makes it)")
+    return found[0].read_text()
+
+
+def test_maxtexts_loader_fetches_each_batch_through_the_method_the_trainer_times():
+    source = maxtext_source("common/data_loader.py")
+    assert "class DataLoader:" in source and "def load_next_batch_pre_sharding(self):" in source
+    assert "example_batch = self.load_next_batch_pre_sharding()" in source
+
+
+def test_maxtexts_end_of_data_and_pipeline_failure_messages_are_the_ones_the_trainer_reads():
+    loader, train = maxtext_source("common/data_loader.py"), maxtext_source("trainers/pre_train/train.py")
+    assert 'max_logging.log(f"Training stopped: {str(e)}")' in train
+    stop = maxtext_trainer.OUT_OF_DATA.removeprefix("Training stopped: ")
+    assert f'StopTraining(f"{stop} Received' in loader
+    assert "`next(self.data_iterator)` failed with" in loader
+
+
+class Loader:
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    def load_next_batch_pre_sharding(self):
+        time.sleep(self.seconds)
+        return "batch"
+
+
+def test_the_loaders_fetches_are_timed_once_however_often_the_wrapper_is_installed():
+    wait = maxtext_trainer._DataWait()
+    wait.time(Loader)
+    wait.time(Loader)  # a second worker group in the same process
+    assert Loader(0.05).load_next_batch_pre_sharding() == "batch"
+    Loader(0.05).load_next_batch_pre_sharding()
+    taken = wait.take()
+    assert 0.1 <= taken < 0.2, taken
+    assert wait.take() == 0.0
+
+
+def test_the_goodput_sums_the_data_wait_the_step_events_carry():
+    record = RunRecord()
+    record.add(read_event(event_line("attempt", time=100.0, workers=1)))
+    for step, data in ((0, 2.5), (1, 0.25), (2, 0.25)):
+        record.add(read_event(event_line("step", time=110.0 + step, step=step, seconds=1.0, data_seconds=data)))
+    assert record.summary(100.0, 120.0)["seconds_waiting_for_data"] == 3.0
+    older = RunRecord()  # a trainer that did not measure it
+    older.add(read_event(event_line("step", time=110.0, step=0, seconds=1.0)))
+    assert older.summary(100.0, 120.0)["seconds_waiting_for_data"] is None
+
+
+def test_the_end_of_the_data_is_noticed_and_a_pipeline_failure_kept():
+    stopped = maxtext_trainer._DataStop()
+    stopped.emit(SimpleNamespace(getMessage=lambda: maxtext_trainer.OUT_OF_DATA + " Received <class 'StopIteration'>"))
+    assert stopped.out_of_data and stopped.failure is None
+
+
+def test_a_run_that_ran_out_of_data_fails_naming_its_last_checkpoint(monkeypatch, capsys, tmp_path):
+    job = resolve_job("tiny-cpu", run_name="r", checkpoint_root=str(tmp_path), overrides={"steps": 40})
+    result = SimpleNamespace(metrics={maxtext_trainer.OUT_OF_DATA_METRIC: 1, "committed_step": 8}, path="x")
+    monkeypatch.setattr(maxtext_trainer, "build_trainer", lambda job: SimpleNamespace(fit=lambda: result))
+    assert maxtext_trainer.main(["--job", job.to_json()], elastic=False) == 1
+    out = capsys.readouterr().out
+    assert "training ran out of data before step 40" in out and "the last checkpoint is step 8" in out
+    failed = [json.loads(line.split(" ", 1)[1]) for line in out.splitlines() if line.startswith("maxtext-tpu-event")]
+    assert failed[-1]["event"] == "failed" and "ran out of data" in failed[-1]["message"]
+    assert not (Path(job.run_directory) / "data.json").exists()  # a synthetic job keeps no data record
