@@ -79,11 +79,26 @@ def test_the_end_of_the_data_is_noticed_and_a_pipeline_failure_kept():
 
 def test_a_run_that_ran_out_of_data_fails_naming_its_last_checkpoint(monkeypatch, capsys, tmp_path):
     job = resolve_job("tiny-cpu", run_name="r", checkpoint_root=str(tmp_path), overrides={"steps": 40})
-    result = SimpleNamespace(metrics={maxtext_trainer.OUT_OF_DATA_METRIC: 1, "committed_step": 8}, path="x")
-    monkeypatch.setattr(maxtext_trainer, "build_trainer", lambda job: SimpleNamespace(fit=lambda: result))
+    record = Path(job.run_directory) / maxtext_trainer.DATA_END_RECORD
+    record.parent.mkdir(parents=True)
+    record.write_text('{"committed_step": 0, "last_step": 0}')  # an earlier run's: removed first
+    ended = {"committed_step": 8, "last_step": 11}
+
+    def fit():  # the worker group, which writes where the data ended
+        if ended:
+            record.write_text(json.dumps(ended))
+        return SimpleNamespace(metrics={}, path="x")
+
+    monkeypatch.setattr(maxtext_trainer, "build_trainer", lambda job: SimpleNamespace(fit=fit))
     assert maxtext_trainer.main(["--job", job.to_json()], elastic=False) == 1
     out = capsys.readouterr().out
-    assert "training ran out of data before step 40" in out and "the last checkpoint is step 8" in out
+    assert "training ran out of data after step 11 of 40" in out and "the last checkpoint is step 8" in out
     failed = [json.loads(line.split(" ", 1)[1]) for line in out.splitlines() if line.startswith("maxtext-tpu-event")]
     assert failed[-1]["event"] == "failed" and "ran out of data" in failed[-1]["message"]
+    ended["committed_step"] = 11  # the trainer's save where the data ended
+    assert maxtext_trainer.main(["--job", job.to_json()], elastic=False) == 1
+    assert "saved a final checkpoint there (step 11)" in capsys.readouterr().out
+    ended.clear()  # a run whose data lasted; the earlier record is gone
+    record.write_text(json.dumps({"committed_step": 8, "last_step": 11}))
+    assert maxtext_trainer.main(["--job", job.to_json()], elastic=False) == 0
     assert not (Path(job.run_directory) / "data.json").exists()  # a synthetic job keeps no data record

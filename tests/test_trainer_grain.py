@@ -5,6 +5,7 @@ tests/test_smoke.py's.)"""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from ray.job_submission import JobStatus, JobSubmissionClient
 
 from domain.paths import PROJECT_ROOT, TRAINER_PYTHON
+from domain.training.dataset import GRAIN, SHIPPED_TOKENIZERS, Dataset
 from domain.training.job import JobSpec, resolve_job
 
 pytestmark = pytest.mark.slow
@@ -85,3 +87,41 @@ def test_a_data_pipeline_that_fails_mid_run_fails_the_job(local_ray_head, tmp_pa
     assert status == JobStatus.FAILED, logs[-3000:]
     assert "MaxText stopped training because its data pipeline failed" in logs
     assert "Column 'text' not found in dataset" in logs
+
+
+PARQUET = """
+import sys
+import pyarrow as pa, pyarrow.parquet as pq
+texts = [f"document {i}: " + "the quick brown fox jumps over the lazy dog " * 3 for i in range(24)]
+pq.write_table(pa.table({"text": texts}), sys.argv[1])
+"""
+
+
+def test_a_run_that_runs_out_of_data_saves_its_last_step_and_fails_saying_so(local_ray_head, tmp_path):
+    """24 short documents fill far fewer than 40 steps of one packed sequence: MaxText ends its
+    loop and saves nothing; the trainer trains from the latest checkpoint to the last step the data
+    held, saves it, and fails the job naming it."""
+    trainer_python("-c", PARQUET, str(tmp_path / "corpus.parquet"))
+    job = resolve_job(
+        "tiny-cpu",
+        run_name="short-run",
+        checkpoint_root=str(tmp_path / "runs"),
+        overrides={"steps": 40, "checkpoint_period": 5, "vocab_size": SHIPPED_TOKENIZERS["llama3"].vocab_size},
+        dataset=Dataset(
+            kind=GRAIN, tokenizer="llama3", shuffle_seed=0, packing=True, files=str(tmp_path / "*.parquet")
+        ),
+    )
+    status, logs = run(local_ray_head, job)
+    assert status == JobStatus.FAILED, logs[-3000:]
+    said = re.search(
+        r"training ran out of data after step (\d+) of 40: .*saved a final checkpoint there \(step (\d+)\)", logs
+    )
+    assert said is not None, logs[-3000:]
+    last = int(said[1])
+    assert int(said[2]) == last and 0 < last < 39
+    committed = sorted(
+        int(entry.name) for entry in (Path(job.run_directory) / "checkpoints").iterdir() if entry.name.isdigit()
+    )
+    assert committed[-1] == last, committed
+    if last % 5 != 0:  # not a periodic checkpoint's step (0, 5, 10, ...): the save where the data ended
+        assert f"the data ran out after step {last}; training steps" in logs

@@ -9,6 +9,7 @@ workers, topology and chips per worker come from the job.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from domain.ray.preemption import NOTICE_POLL_SECONDS, RESTART_GRACE_SECONDS, run_completed
-from domain.training.data_files import check_data_files, keep_record
+from domain.training.data_files import check_job_data, keep_record
 from domain.training.job import CPU_WORKER_ENV, JobSpec
 from domain.training.job_events import NOTICE_SAVED_EVENT, event_line, maxtext_step
 from domain.training.maxtext_config import base_config_path
@@ -128,12 +129,14 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
 
     DATA_WAIT.time(DataLoader)
 
-    _mark_absl_flags_parsed()
+    mark_absl_flags_parsed()
     stopped = _DataStop()
     logging.getLogger("absl").addHandler(stopped)
     notice.start()
     try:
         maxtext_main(config["argv"])
+        if stopped.out_of_data and not notice.received:
+            _save_where_the_data_ended(maxtext_main, config, stopped)
     finally:
         notice.stop()
         logging.getLogger("absl").removeHandler(stopped)
@@ -142,11 +145,33 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     if stopped.out_of_data:
         # Not an error to retry (a restart would run out again): the run ends, and the driver
         # fails the job saying where the data ended and what was saved.
-        committed = _latest_committed_step(config["checkpoint_dir"])
-        ray.train.report({OUT_OF_DATA_METRIC: 1, "committed_step": -1 if committed is None else committed})
+        if rank0:  # for the driver: Ray Train v2 keeps no metrics reported without a checkpoint
+            committed = _latest_committed_step(config["checkpoint_dir"])
+            ended = {"last_step": stopped.highest_step, "committed_step": -1 if committed is None else committed}
+            (Path(config["run_directory"]) / DATA_END_RECORD).write_text(json.dumps(ended))
         return
     if notice.received and not _report_the_notice_save(notice, config, rank0):
         threading.Event().wait()
+
+
+def _save_where_the_data_ended(maxtext_main: Any, config: dict[str, Any], stopped: _DataStop) -> None:
+    """MaxText ends its loop when the data runs out and saves nothing then (its train state is
+    gone once the loop has stopped). So it is run once more, with `steps` cut to the steps the
+    data held: it restores the latest checkpoint with its data position, trains the steps after it
+    on the same batches again, and saves at completion (save_checkpoint_on_completion). The steps
+    after the latest checkpoint are computed twice; the run ends on a checkpoint of its last step."""
+    ran = stopped.highest_step + 1  # steps 0 .. highest_step trained
+    committed = _latest_committed_step(config["checkpoint_dir"])
+    if ran <= 0 or (committed is not None and committed >= ran - 1):
+        return
+    print(
+        f"the data ran out after step {ran - 1}; training steps {0 if committed is None else committed + 1} to "
+        f"{ran - 1} again from the latest checkpoint, to save the last one",
+        flush=True,
+    )
+    stopped.out_of_data = False
+    maxtext_main([*config["argv"], f"steps={ran}"])
+    stopped.out_of_data = True
 
 
 def _latest_committed_step(directory: str) -> int | None:
@@ -189,7 +214,7 @@ def _emit(event: str, **fields: Any) -> None:
     print(event_line(event, time=round(time.time(), 3), **fields), flush=True)
 
 
-def _mark_absl_flags_parsed() -> None:
+def mark_absl_flags_parsed() -> None:
     """MaxText's main is called here, not through absl's app.run, so absl's flags stay unparsed,
     and Grain's data workers read one: with grain_worker_count >= 1 the first batch raised
     UnparsedFlagAccessError. No flag is given on a command line here, so the defaults stand."""
@@ -205,7 +230,8 @@ def _mark_absl_flags_parsed() -> None:
 DATA_STOP = "Training stopped: `next(self.data_iterator)` failed with "
 # ... and when the pipeline runs out of data (StopIteration): the run ends early, as if done.
 OUT_OF_DATA = "Training stopped: You may have run out of training data."
-OUT_OF_DATA_METRIC = "out_of_data"
+# Where the worker says, for the driver, that the data ended: beside the run's checkpoints.
+DATA_END_RECORD = "data_end.json"
 
 
 class _DataStop(logging.Handler):
@@ -215,10 +241,14 @@ class _DataStop(logging.Handler):
         super().__init__(level=logging.INFO)
         self.failure: str | None = None
         self.out_of_data = False
+        self.highest_step = -1  # the highest step MaxText has logged as completed
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
-        if message.startswith(DATA_STOP):
+        step = maxtext_step(message)
+        if step is not None:
+            self.highest_step = max(self.highest_step, step[0])
+        elif message.startswith(DATA_STOP):
             self.failure = message[len(DATA_STOP) :].strip()
         elif message.startswith(OUT_OF_DATA):
             self.out_of_data = True
@@ -364,6 +394,7 @@ def build_trainer(job: JobSpec):
             "use_tpu": job.use_tpu,
             "notice_poll_seconds": NOTICE_POLL_SECONDS,
             "checkpoint_dir": checkpoint_directory(job),
+            "run_directory": job.run_directory,
             "total_steps": job.total_steps,
         },
         scaling_config=scaling_config(job),
@@ -400,6 +431,8 @@ def main(argv: Sequence[str], *, elastic: bool) -> int:
             print(message, flush=True)
             _emit("failed", message=message)
             return 1
+    data_end = Path(job.run_directory) / DATA_END_RECORD
+    data_end.unlink(missing_ok=True)  # an earlier run's
     try:
         result = build_trainer(job).fit()
     except Exception as error:  # Ray Train raises what ended the run, with its budget spent
@@ -407,13 +440,17 @@ def main(argv: Sequence[str], *, elastic: bool) -> int:
         print(message, flush=True)
         _emit("failed", message=message)
         return 1
-    metrics = result.metrics or {}
-    if metrics.get(OUT_OF_DATA_METRIC):
-        committed = metrics.get("committed_step", -1)
+    if data_end.is_file():
+        ended = json.loads(data_end.read_text())
+        committed, last = ended["committed_step"], ended["last_step"]
+        saved = (
+            f"saved a final checkpoint there (step {committed})"
+            if committed == last
+            else f"the last checkpoint is step {committed}"
+        )
         message = (
-            f"training ran out of data before step {job.total_steps}: the corpus holds fewer sequences than the "
-            f"run's steps x global batch; the last checkpoint is step {committed}, and a run of the same runName "
-            "resumes there; set epochs (passes over the data) or lower steps"
+            f"training ran out of data after step {last} of {job.total_steps}: the corpus holds fewer sequences than "
+            f"the run's steps x global batch; {saved}; set epochs (passes over the data) or lower steps"
         )
         print(message, flush=True)
         _emit("failed", message=message)
@@ -463,15 +500,8 @@ def check_data(job: JobSpec) -> list[str]:
         tokenizer_vocab = _tokenizer_vocab(job)
     except Exception as error:  # any tokenizer MaxText cannot load is the problem
         return [f"tokenizer = {job.dataset.tokenizer!r} cannot be loaded as MaxText loads it ({error})"]
-    checked = check_data_files(
-        job.dataset,
-        run_name=job.run_name,
-        run_directory=job.run_directory,
-        overrides=dict(job.maxtext_overrides),
-        steps=job.total_steps,
-        global_batch=int(batch * devices),
-        model_vocab=_model_vocab(job),
-        tokenizer_vocab=tokenizer_vocab,
+    checked = check_job_data(
+        job, global_batch=int(batch * devices), model_vocab=_model_vocab(job), tokenizer_vocab=tokenizer_vocab
     )
     if checked.problems:
         return checked.problems
