@@ -3,86 +3,27 @@ Storage JSON API on loopback (objects list with matchGlob, media download, a ref
 
 from __future__ import annotations
 
-import json
-import re
-from urllib.parse import parse_qs, unquote, urlparse
-
 import pytest
 import requests
 
 from domain.training.data_files import check_data_files
 from domain.training.dataset import DATA_RECORD, GRAIN, Dataset
-from domain.training.dataset_manifest import MANIFEST_NAME, DatasetManifest, Shard
+from domain.training.dataset_manifest import MANIFEST_NAME, DatasetManifest
 from domain.training.job import resolve_job
-from tests.support.fake_jobs_api import FakeHttpServer
+from tests.support.corpus import corpus_manifest
+from tests.support.fake_storage import FakeStorage
+from tests.test_workloads_program import INFRA_OUTPUTS
 from workloads import job_inputs
 from workloads.bucket_files import STORAGE_API_OVERRIDE_ENV, BucketFiles
 
 MOUNTS = {"/dataset": "gs://acme-corpus/corpora", "/data": "gs://acme-ckpt"}
 
 
-def glob_regex(pattern: str) -> re.Pattern[str]:
-    """The JSON API's matchGlob: `**` crosses folders, `*` and `?` do not."""
-    text = re.escape(pattern).replace(r"\*\*", ".*").replace(r"\*", "[^/]*").replace(r"\?", "[^/]")
-    return re.compile(text)
-
-
-class FakeStorage(FakeHttpServer):
-    def __init__(self, objects: dict[str, dict[str, bytes]], refuse: int | None = None):
-        self.objects = objects
-        self.refuse = refuse
-        super().__init__(self.answer, content_type="application/json")
-
-    def answer(self, method: str, path: str) -> tuple[int, bytes]:
-        url = urlparse(path)
-        query = {key: values[0] for key, values in parse_qs(url.query).items()}
-        if self.refuse:
-            return self.refuse, json.dumps(
-                {"error": {"code": self.refuse, "message": "caller lacks storage.objects.list"}}
-            ).encode()
-        listing = re.fullmatch(r"/storage/v1/b/([^/]+)/o", url.path)
-        media = re.fullmatch(r"/storage/v1/b/([^/]+)/o/(.+)", url.path)
-        if listing:
-            bucket = self.objects.get(unquote(listing[1]))
-            if bucket is None:
-                return 404, b'{"error": {"code": 404, "message": "The specified bucket does not exist."}}'
-            match = glob_regex(query["matchGlob"])
-            names = [name for name in bucket if name.startswith(query.get("prefix", "")) and match.fullmatch(name)]
-            return 200, json.dumps({"items": [{"name": name} for name in names]}).encode()
-        if media and query.get("alt") == "media":
-            content = self.objects.get(unquote(media[1]), {}).get(unquote(media[2]))
-            return (
-                (200, content)
-                if content is not None
-                else (404, b'{"error": {"code": 404, "message": "No such object"}}')
-            )
-        return 400, b"{}"
-
-
-def manifest(documents: int = 400, tokens: int = 640 * 4096) -> bytes:
-    return (
-        DatasetManifest(
-            format="arrayrecord",
-            text_feature="text",
-            documents=documents,
-            bytes=1,
-            content_hash="sha256:c0ffee",
-            shards=(Shard("data-00000-of-00001.array_record", documents, 1, "sha256:0"),),
-            sources=("c.jsonl",),
-            skipped_empty=0,
-            tokenizer="llama3",
-            tokens=tokens,
-        )
-        .to_json()
-        .encode()
-    )
-
-
 CORPUS = {
     "acme-corpus": {
         "corpora/c4/data-00000-of-00001.array_record": b"x",
         "corpora/c4/nested/data-00000-of-00001.array_record": b"x",
-        f"corpora/c4/{MANIFEST_NAME}": manifest(),
+        f"corpora/c4/{MANIFEST_NAME}": corpus_manifest(400, 640 * 4096, "sha256:c0ffee").to_json().encode(),
     },
     "acme-ckpt": {},
 }
@@ -143,12 +84,7 @@ def test_the_checks_read_the_buckets_as_the_driver_reads_the_mounts(storage):
 
 
 CLUSTER = {
-    "clusterEndpoint": "203.0.113.10",
-    "clusterCaCertificate": "Q0VSVA==",
-    "namespace": "training",
-    "headServiceName": "head-svc",
-    "dashboardPort": 8265,
-    "checkpointRoot": "/data",
+    **INFRA_OUTPUTS,
     "checkpointBucketUrl": "gs://acme-ckpt",
     "datasetRoot": "/dataset",
     "datasetUri": "gs://acme-corpus/corpora",

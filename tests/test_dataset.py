@@ -17,9 +17,11 @@ from domain.training.dataset import (
     data_record,
     vocab_problem,
 )
-from domain.training.dataset_manifest import MANIFEST_NAME, DatasetManifest, Shard
+from domain.training.dataset_manifest import MANIFEST_NAME
 from domain.training.job import JobError, resolve_job
 from tests.support.cli_settings import workload_settings
+from tests.support.corpus import SHARD, corpus_manifest
+from tests.test_workloads_program import INFRA_OUTPUTS
 from workloads import job_inputs
 
 LOCAL = {"address": "http://127.0.0.1:8265", "preset": "tiny-cpu"}
@@ -127,20 +129,8 @@ def test_a_corpus_must_cover_the_run_in_the_passes_it_is_given(packing, tokens, 
 
 def write_corpus(directory, documents=50, tokens=3000):
     directory.mkdir()
-    (directory / "data-00000-of-00001.array_record").write_bytes(b"x")
-    manifest = DatasetManifest(
-        format="arrayrecord",
-        text_feature="text",
-        documents=documents,
-        bytes=100,
-        content_hash="sha256:abc",
-        shards=(Shard("data-00000-of-00001.array_record", documents, 100, "sha256:0"),),
-        sources=("c.jsonl",),
-        skipped_empty=0,
-        tokenizer="llama3",
-        tokens=tokens,
-    )
-    (directory / MANIFEST_NAME).write_text(manifest.to_json())
+    (directory / SHARD).write_bytes(b"x")
+    (directory / MANIFEST_NAME).write_text(corpus_manifest(documents, tokens).to_json())
 
 
 def check(dataset, run_directory, **changes):
@@ -187,18 +177,7 @@ def test_the_data_record_names_what_a_resume_must_keep():
     )
 
 
-CLUSTER = {
-    "clusterEndpoint": "203.0.113.10",
-    "clusterCaCertificate": "Q0VSVA==",
-    "namespace": "training",
-    "headServiceName": "head-svc",
-    "dashboardPort": 8265,
-    "checkpointRoot": "/data",
-    "preset": "llama3-8b",
-    "accelerator": "v6e",
-    "slices": 2,
-    "topology": "4x4",
-}
+CLUSTER = {**INFRA_OUTPUTS, "capacity": ["on-demand"]}
 ON_INFRA = {"infraStack": "organization/maxtext-tpu-infra/dev"}
 
 

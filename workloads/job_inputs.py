@@ -16,7 +16,7 @@ from domain.perf.fit_results import FitResult, configuration, libtpu_flags
 from domain.tpu.capacity_choices import SPOT
 from domain.tpu.tpu_catalog import accelerator_by_ray_type
 from domain.training import maxtext_config
-from domain.training.data_files import check_data_files
+from domain.training.data_files import DataCheck, FileView, check_job_data
 from domain.training.job import JobError, JobSpec, resolve_job
 from domain.training.maxtext_check import (
     counted_by_maxtext,
@@ -163,16 +163,19 @@ def local_data_problems(job: JobSpec) -> list[str]:
     first step: docs/training.md.)"""
     if job.dataset is None:
         return []
+    return _data_check(job).problems
+
+
+def _data_check(job: JobSpec, files: FileView | None = None) -> DataCheck:
+    """The job's data files in `files` (this machine's by default), against the global batch and
+    vocabulary MaxText derives for the job."""
     derived = derived_values(job)
-    return check_data_files(
-        job.dataset,
-        run_name=job.run_name,
-        run_directory=job.run_directory,
-        overrides=dict(job.maxtext_overrides),
-        steps=job.total_steps,
+    return check_job_data(
+        job,
         global_batch=derived.get("global_batch_size_to_train_on"),
         model_vocab=derived.get("vocab_size"),
-    ).problems
+        files=files,
+    )
 
 
 def _settings_job(
@@ -224,19 +227,9 @@ def bucket_data_check(job: JobSpec, cluster: Mapping[str, Any]) -> tuple[list[st
     }
     if not all(mounts.values()):
         return [], "the infra stack does not say which buckets back its mounts (re-run pulumi up on it)"
-    derived = derived_values(job)
     try:
         with operator_session(GkeTarget.from_inputs(gke_target(cluster))) as session:
-            checked = check_data_files(
-                job.dataset,
-                run_name=job.run_name,
-                run_directory=job.run_directory,
-                overrides=dict(job.maxtext_overrides),
-                steps=job.total_steps,
-                global_batch=derived.get("global_batch_size_to_train_on"),
-                model_vocab=derived.get("vocab_size"),
-                files=BucketFiles(mounts, session),
-            )
+            checked = _data_check(job, BucketFiles(mounts, session))
     except (OSError, JobsApiError) as error:
         return [], (
             f"the data files could not be checked in {mounts[str(cluster['datasetRoot'])]} before submitting ({error}); "

@@ -23,6 +23,7 @@ from domain.training.dataset import (
     vocab_problem,
 )
 from domain.training.dataset_manifest import MANIFEST_NAME, DatasetManifest
+from domain.training.job import JobSpec
 
 
 class FileView(Protocol):
@@ -131,6 +132,29 @@ def check_data_files(
             if problem is not None:
                 problems.append(problem)
     return DataCheck(problems=problems, record=record, manifest=manifest, files=matched)
+
+
+def check_job_data(
+    job: JobSpec,
+    *,
+    global_batch: int | None,
+    model_vocab: int | None,
+    tokenizer_vocab: int | None = None,
+    files: FileView | None = None,
+) -> DataCheck:
+    """check_data_files for a resolved job that reads data, its run and MaxText settings its own."""
+    assert job.dataset is not None, "a job on synthetic data has no files to check"
+    return check_data_files(
+        job.dataset,
+        run_name=job.run_name,
+        run_directory=job.run_directory,
+        overrides=dict(job.maxtext_overrides),
+        steps=job.total_steps,
+        global_batch=global_batch,
+        model_vocab=model_vocab,
+        tokenizer_vocab=tokenizer_vocab,
+        files=files,
+    )
 
 
 def keep_record(run_directory: str, record: DataRecord) -> None:
