@@ -5,6 +5,7 @@ MaxText's Example records plus a manifest, read back here through MaxText's own 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from domain.training.dataset_manifest import (
     shard_bounds,
     shard_count,
 )
+from tests.support.fake_storage import FakeStorage
 
 DOCUMENTS = [f"document {index}: " + "é word " * (index % 7) for index in range(300)]
 
@@ -45,10 +47,17 @@ pyarrow.parquet.write_table(pyarrow.table({"id": list(range(len(texts))), "body"
 """
 
 
-def trainer_python(*args: str) -> subprocess.CompletedProcess[str]:
+def trainer_python(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     if not TRAINER_PYTHON.exists():
         pytest.skip(f"the trainer environment is not set up ({TRAINER_PYTHON}); run ./scripts/setup")
-    return subprocess.run([str(TRAINER_PYTHON), *args], capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=300)
+    return subprocess.run(
+        [str(TRAINER_PYTHON), *args],
+        capture_output=True,
+        text=True,
+        cwd=PROJECT_ROOT,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def prepare(*args: str) -> subprocess.CompletedProcess[str]:
@@ -148,7 +157,11 @@ def test_a_second_run_writes_the_same_shards(tmp_path):
     [
         ("other-field", ["corpus.jsonl"], "corpus.jsonl:1 has no 'text' field (it has: body, id); name the text"),
         ("corpus", ["missing-*.jsonl"], "missing-*.jsonl' matches no file; give JSONL (.jsonl) or Parquet"),
-        ("corpus", ["gs://bucket/corpus/*.jsonl"], "is a URL; this command reads local files: copy them down"),
+        (
+            "corpus",
+            ["https://example.com/corpus.jsonl"],
+            "is a URL this command cannot read; give local paths or gs://",
+        ),
         ("prepared", ["corpus.jsonl"], "already holds a prepared dataset (manifest.json); give an empty directory"),
     ],
 )
@@ -160,3 +173,40 @@ def test_a_corpus_it_cannot_prepare_is_refused_naming_what_to_do(tmp_path, setup
     done = prepare(*sources, "--output", str(tmp_path / "out"))
     assert done.returncode == 2 and done.stdout == ""
     assert says in done.stderr
+
+
+def test_a_corpus_in_a_bucket_is_listed_and_read_object_by_object(tmp_path):
+    """`gs://` sources through Google's client library, pointed at a fake Storage API: the same
+    shards and content hash as the same documents read locally."""
+    lines = "".join(json.dumps({"text": text}) + "\n" for text in DOCUMENTS)
+    half = len(lines.splitlines(keepends=True)) // 2
+    parts = ["".join(lines.splitlines(keepends=True)[:half]), "".join(lines.splitlines(keepends=True)[half:])]
+    objects = {
+        "acme-raw": {
+            "web/part-0.jsonl": parts[0].encode(),
+            "web/part-1.jsonl": parts[1].encode(),
+            "web/sub/part-9.jsonl": b'{"text": "not this one"}\n',  # `*` stays within its folder
+        }
+    }
+    with FakeStorage(objects) as storage:
+        done = trainer_python(
+            "-m",
+            "trainer.prepare_data",
+            "gs://acme-raw/web/part-*.jsonl",
+            "--output",
+            str(tmp_path / "prepared"),
+            env={"STORAGE_EMULATOR_HOST": storage.address},
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert json.loads(done.stdout)["content_hash"] == content_hash(DOCUMENTS)
+        manifest = DatasetManifest.from_json((tmp_path / "prepared" / MANIFEST_NAME).read_text())
+        assert manifest.sources == ("gs://acme-raw/web/part-0.jsonl", "gs://acme-raw/web/part-1.jsonl")
+        missing = trainer_python(
+            "-m",
+            "trainer.prepare_data",
+            "gs://acme-raw/none-*.jsonl",
+            "--output",
+            str(tmp_path / "other"),
+            env={"STORAGE_EMULATOR_HOST": storage.address},
+        )
+        assert missing.returncode == 2 and "'gs://acme-raw/none-*.jsonl' matches no file" in missing.stderr

@@ -5,7 +5,8 @@ ParseFeatures reads) and a manifest (domain/training/dataset_manifest.py).
     .venv-trainer/bin/python -m trainer.prepare_data corpus/*.jsonl --output prepared/ [--shards N]
 
 Runs in the trainer environment, which has ArrayRecord, pyarrow and MaxText. Reads local files
-(copy a bucket's files down first: `gcloud storage cp`). Documents keep their order: the files as
+and `gs://` objects (listed and downloaded one at a time with Google's client library and your
+Application Default Credentials: `gcloud auth application-default login`). Documents keep their order: the files as
 given (a glob sorted), then their lines or rows. Empty texts are left out and counted. It refuses
 an output directory that already holds a manifest, rather than mixing two corpora.
 """
@@ -13,12 +14,14 @@ an output directory that already holds a manifest, rather than mixing two corpor
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import hashlib
 import json
 import sys
+import tempfile
 from collections.abc import Iterator, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from domain.training.dataset import DEFAULT_TOKENIZER, SHIPPED_TOKENIZERS
 from domain.training.dataset_manifest import (
@@ -38,19 +41,54 @@ class PrepareError(RuntimeError):
     pass
 
 
-def source_files(patterns: Sequence[str]) -> list[Path]:
-    files: list[Path] = []
+def source_files(patterns: Sequence[str]) -> list[str]:
+    """The files the patterns name, in order: each pattern's matches sorted. A `gs://BUCKET/PATTERN`
+    is listed through Cloud Storage (Application Default Credentials; STORAGE_EMULATOR_HOST points
+    Google's client at another endpoint), with its `*` within one folder as a local glob's."""
+    files: list[str] = []
     for pattern in patterns:
-        if "://" in pattern:
-            raise PrepareError(
-                f"{pattern!r} is a URL; this command reads local files: copy them down first "
-                "(gcloud storage cp 'gs://BUCKET/PATH/*' corpus/)"
-            )
-        matched = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
-        if not matched or not all(Path(path).is_file() for path in matched):
+        if pattern.startswith("gs://"):
+            matched = _bucket_matches(pattern)
+        elif "://" in pattern:
+            raise PrepareError(f"{pattern!r} is a URL this command cannot read; give local paths or gs:// URLs")
+        else:
+            matched = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+            if not all(Path(path).is_file() for path in matched):
+                matched = []
+        if not matched:
             raise PrepareError(f"{pattern!r} matches no file; give JSONL (.jsonl) or Parquet (.parquet) files")
-        files += [Path(path) for path in matched]
+        files += matched
     return files
+
+
+def _bucket_matches(url: str) -> list[str]:
+    from google.api_core import exceptions
+    from google.cloud import storage
+
+    bucket, _, name = url.removeprefix("gs://").partition("/")
+    literal = name[: next((i for i, c in enumerate(name) if c in "*?[{"), len(name))]
+    try:
+        blobs = storage.Client().list_blobs(bucket, prefix=literal, match_glob=name if literal != name else None)
+        names = sorted(blob.name for blob in blobs)
+    except exceptions.GoogleAPICallError as error:
+        raise PrepareError(f"{url!r} could not be listed: {error.message}") from None
+    return [f"gs://{bucket}/{found}" for found in names if literal != name or found == name]
+
+
+@contextlib.contextmanager
+def _local(source: str) -> Iterator[Path]:
+    """A local path to read `source` from: itself, or a bucket object downloaded to a temporary
+    file (one at a time, removed once read)."""
+    if not source.startswith("gs://"):
+        yield Path(source)
+        return
+    from google.cloud import storage
+
+    bucket, _, name = source.removeprefix("gs://").partition("/")
+    with tempfile.TemporaryDirectory(prefix="prepare-data-") as directory:
+        path = Path(directory) / PurePosixPath(name).name
+        storage.Client().bucket(bucket).blob(name).download_to_filename(str(path))
+        yield path
 
 
 def _texts_of_jsonl(path: Path, column: str) -> Iterator[str]:
@@ -89,14 +127,16 @@ def _texts_of_parquet(path: Path, column: str) -> Iterator[str]:
             yield value or ""
 
 
-def texts(files: Sequence[Path], column: str) -> Iterator[str]:
-    for path in files:
-        if path.suffix == ".parquet":
-            yield from _texts_of_parquet(path, column)
-        elif path.suffix in (".jsonl", ".json"):
-            yield from _texts_of_jsonl(path, column)
-        else:
-            raise PrepareError(f"{path}: not a .jsonl or .parquet file")
+def texts(files: Sequence[str], column: str) -> Iterator[str]:
+    for source in files:
+        suffix = PurePosixPath(source).suffix
+        if suffix not in (".parquet", ".jsonl", ".json"):
+            raise PrepareError(f"{source}: not a .jsonl or .parquet file")
+        with _local(source) as path:
+            if suffix == ".parquet":
+                yield from _texts_of_parquet(path, column)
+            else:
+                yield from _texts_of_jsonl(path, column)
 
 
 def _example(text: str) -> bytes:
@@ -165,7 +205,7 @@ def prepare(
         bytes=total_bytes,
         content_hash=content_hash(documents),
         shards=tuple(written),
-        sources=tuple(str(path) for path in files),
+        sources=tuple(files),
         skipped_empty=len(all_texts) - len(documents),
         tokenizer=tokenizer,
         tokens=count_tokens(documents, tokenizer) if tokenizer is not None else None,
