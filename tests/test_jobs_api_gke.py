@@ -114,10 +114,12 @@ def test_a_job_runs_through_the_api_server_proxy(api_server, local_ray_head, aut
         "metadata": {"test": str(id(api_server))},
         "timeout_seconds": 120,
         "total_steps": 1,
+        "checkpoint_dir": "/data/run-1",
     }
     result = RayJobProvider().create(props)
     assert result.outs["status"] == "SUCCEEDED" and result.outs["final_loss"] == 2.5
     assert result.outs["dashboard_url"] is None  # nothing public to point at
+    assert result.outs["tensorboard_dir"] == "/data/run-1/tensorboard"  # where MaxText on TPU writes
     assert set(api_server.seen_tokens) == {f"Bearer {TOKEN}"}
     # The Ray token, read from the Secret, reached the head in the header Ray reads behind proxies.
     assert {h.get("X-Ray-Authorization") for h in api_server.forwarded_headers} == {f"Bearer {api_server.ray_token}"}

@@ -20,9 +20,9 @@ def reject_constant(name: str):
     raise ValueError(f"{name} is not JSON")  # what JSON.parse refuses: NaN, Infinity
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("arguments", [[], ["--elastic"]], ids=["multislice", "elastic"])
-def test_smoke_trains_the_tiny_preset_and_ends_with_the_result_as_json(arguments):
+def run_smoke(*arguments: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """`./scripts/smoke ARGUMENTS` as a newcomer runs it: it must succeed and end with its result
+    as one line of strict JSON."""
     completed = subprocess.run(
         [sys.executable, "-m", "workloads.smoke", *arguments],
         cwd=PROJECT_ROOT,
@@ -31,7 +31,13 @@ def test_smoke_trains_the_tiny_preset_and_ends_with_the_result_as_json(arguments
         timeout=600,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
-    result = json.loads(completed.stdout.strip().splitlines()[-1], parse_constant=reject_constant)
+    return completed, json.loads(completed.stdout.strip().splitlines()[-1], parse_constant=reject_constant)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arguments", [[], ["--elastic"]], ids=["multislice", "elastic"])
+def test_smoke_trains_the_tiny_preset_and_ends_with_the_result_as_json(arguments):
+    completed, result = run_smoke(*arguments)
     assert result["status"] == "SUCCEEDED"
     assert result["steps_completed"] == 6 and result["final_loss"] > 0 and result["diverged"] is False
     assert result["submission_id"].startswith("pulumi-maxtext-tpu-workloads-local-")
@@ -58,20 +64,12 @@ def test_smoke_trains_on_the_parquet_files_a_pattern_matches(tmp_path):
     """Parquet files as a team has them (no manifest): trained through Grain, named in the result."""
     subprocess.run([str(TRAINER_PYTHON), "-c", PARQUET, str(tmp_path)], check=True, timeout=120)
     pattern = str(tmp_path / "part-*.parquet")
-    completed = subprocess.run(
-        [sys.executable, "-m", "workloads.smoke", "--dataset", pattern],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    result = json.loads(completed.stdout.strip().splitlines()[-1], parse_constant=reject_constant)
+    _, result = run_smoke("--dataset", pattern)
     assert result["status"] == "SUCCEEDED" and result["steps_completed"] == 6
     assert result["dataset_files"] == pattern and result["dataset_hash"] is None  # no manifest
     # Each of the 6 steps trains at most one packed sequence of 64 tokens.
     assert 0 < result["tokens_trained"] <= 6 * 64
-    assert result["tensorboard_dir"] == result["checkpoint_dir"] + "/tensorboard"
+    assert result["tensorboard_dir"] is None  # MaxText on CPU workers (no Google Cloud) writes none
     data_record = json.loads((Path(result["checkpoint_dir"]) / "data.json").read_text())
     assert (data_record["files"], data_record["tokenizer"], data_record["shuffle_seed"]) == (pattern, "llama3", 0)
 

@@ -612,7 +612,11 @@ class RayJobProvider(ResourceProvider):
             **self._info_outputs(info),
             **summary,
             **goodput,
-            "tensorboard_dir": tensorboard_directory(props["checkpoint_dir"]),
+            # MaxText writes TensorBoard logs on TPU workers only: the CPU workers of a local head
+            # run it without Google Cloud (DECOUPLE_GCLOUD), where its writer is a no-op.
+            "tensorboard_dir": tensorboard_directory(props["checkpoint_dir"])
+            if props.get("gke") and props.get("checkpoint_dir")
+            else None,
             "dashboard_url": None if props.get("gke") else api.address,
         }
 
