@@ -15,7 +15,7 @@ import pytest
 from domain.paths import PROJECT_ROOT
 from domain.training.goodput import RunRecord
 from domain.training.job import resolve_job
-from domain.training.job_events import event_line, read_event
+from domain.training.job_events import eval_loss, event_line, read_event
 from trainer import maxtext_trainer
 
 
@@ -102,3 +102,14 @@ def test_a_run_that_ran_out_of_data_fails_naming_its_last_checkpoint(monkeypatch
     record.write_text(json.dumps({"committed_step": 8, "last_step": 11}))
     assert maxtext_trainer.main(["--job", job.to_json()], elastic=False) == 0
     assert not (Path(job.run_directory) / "data.json").exists()  # a synthetic job keeps no data record
+
+
+def test_maxtexts_eval_summary_is_the_line_the_eval_loss_is_read_from():
+    """evalLoss comes from MaxText's eval summary (`Completed eval after train step N, loss=X, ...`),
+    joined with ", " as the metric logger writes it."""
+    source = maxtext_source("common/metric_logger.py")
+    assert 'f"Completed eval after train step {step}",' in source
+    assert "f\"loss={scalars['eval/avg_loss']:.3f}\"," in source
+    assert 'max_logging.log(", ".join(log_parts))' in source
+    line = ", ".join(["Completed eval after train step 9", "loss=7.412", "perplexity=1655.203", "total_weights=512"])
+    assert eval_loss(line) == (9, 7.412)
