@@ -463,6 +463,31 @@ def test_goodput_is_read_from_the_whole_log_stray_bytes_and_all(local_ray_head):
     assert outs["goodput_percent"] == pytest.approx(100 * 6 * 0.05 / outs["duration_seconds"], rel=0.1, abs=0.1)
 
 
+def test_the_tokens_trained_are_counted_from_the_whole_log_not_the_tails_seen_while_it_ran(local_ray_head, monkeypatch):
+    """Steps far from the end when the job was watched are missed by every tail read then; the
+    ended job's whole log still counts each step's own tokens."""
+    monkeypatch.setattr(ray_job, "PROGRESS_EVERY_SECONDS", 0.5)
+
+    def step(number: int) -> str:
+        return STEP.format(step=number, tokens=1.0, loss=1.0).replace(
+            "total_weights: 64", f"total_weights: {number + 1}"
+        )
+
+    script = "; ".join(
+        [
+            "import time",
+            *(f"print({step(number)!r})" for number in range(4)),
+            "[print('x' * 99) for _ in range(3000)]",
+            f"print({step(4)!r}, flush=True)",
+            "time.sleep(3)",  # several polls see step 4, and no earlier step, in the tail
+            f"print({step(5)!r})",
+        ]
+    )
+    outs = RayJobProvider().create(inputs(local_ray_head, entrypoint=f"python -c {shlex.quote(script)}")).outs
+    assert (outs["status"], outs["steps_completed"]) == ("SUCCEEDED", 6)
+    assert outs["tokens_trained"] == sum(range(1, 7))
+
+
 @slow
 def test_an_adopted_job_gets_only_the_time_left_of_its_deadline(local_ray_head):
     props = inputs(local_ray_head, entrypoint="sleep 120", timeout_seconds=3)

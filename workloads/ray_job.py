@@ -598,7 +598,7 @@ class RayJobProvider(ResourceProvider):
             failure = read.record.failure
             headline = f"RayJob {job_id} ended {status}" + (f": {failure}" if failure else "")
             raise RayJobError(f"{headline}.\n{_shown(read, log_problem)}\nstatus: {status}; message: {reason}")
-        goodput, log_problem = self._read_whole_log(api, info, steps)
+        steps, goodput, log_problem = self._read_whole_log(api, info, steps)
         if log_problem is not None:
             progress.status(log_problem)
         summary = steps.summary()
@@ -621,24 +621,30 @@ class RayJobProvider(ResourceProvider):
         }
 
     @staticmethod
-    def _read_whole_log(api: JobsApi, info, steps: StepCollector) -> tuple[dict[str, Any], str | None]:
+    def _read_whole_log(api: JobsApi, info, seen: StepCollector) -> tuple[StepCollector, dict[str, Any], str | None]:
         """The ended job's log, read once, whole and streamed (the events are spread over all of
-        it): its last steps into `steps`, and the goodput outputs. On failure, None for each
-        goodput output and a line saying why. A log can never change what the job's status says."""
+        it): its steps, and the goodput outputs. The steps are a fresh count, since the tails read
+        while the job ran can miss lines between them. On failure, the steps `seen` while it ran,
+        None for each goodput output and a line saying why. A log can never change what the job's
+        status says."""
         no_goodput = dict.fromkeys(GOODPUT_OUTPUTS)
         if not info.driver_node_id:
-            return no_goodput, "the job never started a driver, so it has no log"
-        read = JobLog(steps)
+            return seen, no_goodput, "the job never started a driver, so it has no log"
+        read = JobLog(StepCollector())
         try:
             read.add_lines(api.log_lines(info.submission_id, info.driver_node_id))
         except JobsApiError as error:
-            return no_goodput, (
-                f"the job's log could not be read whole ({error}); its metrics are only what was seen before, "
-                "and it has no goodput"
+            return (
+                seen,
+                no_goodput,
+                (
+                    f"the job's log could not be read whole ({error}); its metrics are only what was seen before, "
+                    "and it has no goodput"
+                ),
             )
         start = info.start_time / 1000 if info.start_time else None
         end = info.end_time / 1000 if info.end_time else None
-        return read.record.summary(start, end), None
+        return read.steps, read.record.summary(start, end), None
 
     @staticmethod
     def _read_log(api: JobsApi, info, steps: StepCollector) -> tuple[JobLog, str | None]:
