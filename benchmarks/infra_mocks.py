@@ -12,7 +12,7 @@ import time
 
 from infra.config import read_settings
 from infra.program import build
-from tests.support.pulumi_harness import run_program, stack_config
+from policies.mock_engine import run_program, stack_config
 
 SLICE_COUNTS = (1, 2, 8, 32, 64)
 REPEATS = 3

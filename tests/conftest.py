@@ -7,13 +7,8 @@ from typing import Any
 
 import pytest
 
-from infra.config import read_settings
-from infra.program import build
-from tests.support.pulumi_harness import ProgramRun, run_program, stack_config
-
-
-def run_infra(config: dict[str, Any], stack: str = "dev") -> ProgramRun:
-    return run_program(lambda: build(read_settings()), config, stack=stack)
+from tests.support.infra_program import run_infra
+from tests.support.pulumi_harness import ProgramRun, stack_config
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from domain.training.dataset_manifest import MANIFEST_NAME, DatasetManifest
 from domain.training.job import resolve_job
 from tests.support.corpus import corpus_manifest
 from tests.support.fake_storage import FakeStorage
-from tests.test_workloads_program import INFRA_OUTPUTS
+from tests.support.workloads_program import INFRA_OUTPUTS
 from workloads import job_inputs
 from workloads.bucket_files import STORAGE_API_OVERRIDE_ENV, BucketFiles
 

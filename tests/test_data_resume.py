@@ -23,8 +23,7 @@ from domain.paths import PROJECT_ROOT, TRAINER_PYTHON
 from domain.training.dataset import GRAIN, SHIPPED_TOKENIZERS, Dataset
 from domain.training.job import CPU_WORKER_ENV, JobSpec, resolve_job
 from tests.support.provider_run import ProviderRun
-from tests.test_elastic_local import notice_saves
-from tests.test_trainer_local_run import RESTORE_LINE, STEP_LINE, committed_steps, the_worker
+from tests.support.trainer_logs import RESTORE_LINE, STEP_LINE, committed_steps, notice_saves, the_worker
 from trainer.replay_data import BATCH_PREFIX
 from workloads import ray_job
 from workloads.local_ray import LocalRayHead, LocalRayNode

@@ -21,7 +21,7 @@ from domain.training.dataset_manifest import MANIFEST_NAME
 from domain.training.job import JobError, resolve_job
 from tests.support.cli_settings import workload_settings
 from tests.support.corpus import SHARD, corpus_manifest
-from tests.test_workloads_program import INFRA_OUTPUTS
+from tests.support.workloads_program import INFRA_OUTPUTS
 from workloads import job_inputs
 
 LOCAL = {"address": "http://127.0.0.1:8265", "preset": "tiny-cpu"}

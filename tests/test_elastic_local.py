@@ -16,19 +16,16 @@ Ray binds every interface while nodes may join (see LocalRayHead), behind the he
 from __future__ import annotations
 
 import dataclasses
-import re
 import statistics
-from pathlib import Path
 
 import pytest
 
 from domain.ray.preemption import NOTICE_POLL_SECONDS, PREEMPTION_POLL_SECONDS, RESTART_LEAD_SECONDS
 from domain.training.goodput import OUTPUTS as GOODPUT_OUTPUTS
-from domain.training.job import JobSpec, resolve_job
-from domain.training.job_events import NOTICE_SAVED_EVENT, parse_event
+from domain.training.job import resolve_job
 from domain.training.job_log import JobLog
 from tests.support.provider_run import ProviderRun
-from trainer.maxtext_trainer import checkpoint_directory
+from tests.support.trainer_logs import RESTORE_LINE, committed_steps, notice_saves
 from workloads import ray_job
 from workloads.local_ray import LocalRayHead, LocalRayNode
 
@@ -65,19 +62,6 @@ STEPS_TO_THE_SAVE = 2
 # A worker group's start when nothing is measured yet: Ray Train's workers, JAX and MaxText's
 # compilation. Once the first group has started, the waits derive from how long it took.
 FIRST_START_SECONDS = 900
-RESTORE_LINE = re.compile(r"restoring from this run's directory step (\d+)")
-
-
-def notice_saves(log: str) -> dict[float, dict]:
-    """The trainer's events for the checkpoint at a preemption notice, by time (a line may be
-    read twice)."""
-    events = (parse_event(line) for line in log.splitlines())
-    return {event["time"]: event for event in events if event is not None and event["event"] == NOTICE_SAVED_EVENT}
-
-
-def committed_steps(job: JobSpec) -> set[int]:
-    directory = Path(checkpoint_directory(job))
-    return {int(entry.name) for entry in directory.iterdir() if entry.name.isdigit()} if directory.is_dir() else set()
 
 
 def test_a_preempted_node_saves_at_the_notice_shrinks_resumes_grows_back_and_succeeds(tmp_path, monkeypatch):

@@ -7,7 +7,6 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -23,6 +22,7 @@ from domain.training.job import resolve_job
 from domain.training.presets import PRESETS, PROCEDURE_OVERRIDES
 from tests.support.anchors import CALIBRATING_8B
 from tests.support.cli_settings import infra_settings
+from tests.support.tiny_step import TINY_BUFFERS, TINY_HLO, fake_compile
 from trainer import fit_check
 
 SUCCESS_OUTPUT = """Jitting and compilation complete!
@@ -40,10 +40,6 @@ UNKNOWN_FLAG_OUTPUT = "ERROR: Unknown command line flag 'xla_tpu_no_such_flag'\n
 OOM_OUTPUT = """Traceback (most recent call last):
 jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: E1000: CompileTimeHbmOom: Ran out of memory on HBM, the total memory required for HLO temporaries (49.82G) exceeds available HBM (31.24G). HLO module: jit_train_step.
 """
-
-
-TINY_HLO = Path(__file__).parent / "fixtures" / "tiny_step.hlo.txt"
-TINY_BUFFERS = Path(__file__).parent / "fixtures" / "tiny_step.buffer-assignment.txt"
 
 
 def job(preset="llama3-70b", **overrides):
@@ -128,26 +124,6 @@ def test_cache_key_follows_the_compiled_config_not_the_run_name_or_length():
     assert fit_results.cache_key(job(), flags) != fit_results.cache_key(job(per_device_batch_size=1), flags)
     assert fit_results.cache_key(job(), flags) != fit_results.cache_key(job(), f"{flags} --xla_tpu_x=1")
     assert "base_output_directory" not in json.dumps(fit_check.configuration(job(), flags))
-
-
-def fake_compile(hlo: str | None, output: str = "", buffers: str | None = None):
-    """A compile that dumps `hlo` (the optimized module) where XLA_FLAGS says, as XLA does, and
-    either gets as far as buffer assignment (`buffers`: it dumps it and is stopped there) or
-    ends, printing `output`."""
-    calls = []
-
-    def compile_(command, *, env, dump_dir, full, **kwargs):
-        calls.append(command)
-        assert f"--xla_dump_to={dump_dir}" in env["XLA_FLAGS"]
-        dump_dir.mkdir(parents=True)
-        if hlo is not None:
-            (dump_dir / "module_0000.jit_train_step.cl_1.after_optimizations.txt").write_text(hlo)
-        if buffers is not None and not full:
-            (dump_dir / "module_0000.jit_train_step.cl_1.after_optimizations-buffer-assignment.txt").write_text(buffers)
-            return "", True
-        return output, False
-
-    return compile_, calls
 
 
 def test_the_fit_check_predicts_the_step_from_the_dumped_hlo_and_caches_it(tmp_path, monkeypatch, capsys):

@@ -14,7 +14,7 @@ from domain.config.stack_outputs import STACK_OUTPUTS
 from domain.ray import kuberay
 from infra.config import read_settings
 from infra.program import build
-from tests.conftest import run_infra
+from tests.support.infra_program import run_infra
 from tests.support.pulumi_harness import FAKE_PROJECT_NUMBER, RecordingMonitor, run_program, stack_config
 
 PROJECT = "my-gcp-project"  # Pulumi.dev.yaml

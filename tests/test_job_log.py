@@ -13,8 +13,8 @@ from domain.ray.ray_version import RAY_VERSION
 from domain.training.goodput import RunRecord
 from domain.training.job_events import RetryCount, RetrySource, event_line, ray_train_retry_line
 from domain.training.job_log import JobLog, StepCollector
-from tests.test_job_log_robustness import FakeRayHead, good_events, steps_log, text
-from tests.test_ray_job import inputs
+from tests.support.fake_ray_head import FakeRayHead, good_events, steps_log, text
+from tests.support.ray_job_harness import inputs
 from workloads.ray_job import RayJobError, RayJobProvider
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,8 +13,8 @@ from domain.config.settings import StackSettings
 from domain.ray import kuberay, ray_head
 from domain.tpu import tpu_catalog
 from domain.tpu.tpu_catalog import ACCELERATORS
-from tests.conftest import run_infra
 from tests.support.cli_settings import infra_settings
+from tests.support.infra_program import run_infra
 from tests.support.k8s_conformance import (
     normalize_numbers,
     require_schema,

@@ -18,7 +18,7 @@ import pytest
 from domain.config.workload_settings import parse_workload_settings
 from domain.training import maxtext_check, maxtext_validation
 from domain.training.job import JobError, JobSpec, resolve_job
-from tests.test_workloads_program import INFRA_OUTPUTS
+from tests.support.workloads_program import INFRA_OUTPUTS
 from tests.test_workloads_refusals import Bad, run_refused
 from workloads import smoke
 from workloads.job_inputs import local_checkpoint_root

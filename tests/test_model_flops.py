@@ -26,8 +26,8 @@ from domain.training import maxtext_check, maxtext_validation
 from domain.training.job import JobSpec, resolve_job
 from policies.check import resources_of
 from policies.evaluate import evaluate
-from tests.test_fit_check import TINY_BUFFERS, TINY_HLO, fake_compile
-from tests.test_workloads_program import run_workloads
+from tests.support.tiny_step import TINY_BUFFERS, TINY_HLO, fake_compile
+from tests.support.workloads_program import run_workloads
 from trainer import fit_check
 
 CHIPS = 32  # the llama3-8b preset: 2 x v6e-16

@@ -33,9 +33,9 @@ from domain.training.presets import PROCEDURE_OVERRIDES, maxtext_overrides, pres
 from policies.check import resources_of
 from policies.evaluate import Violation, evaluate, reconcile_config
 from policies.rules import ALL
-from tests.conftest import run_infra
+from tests.support.infra_program import run_infra
 from tests.support.pulumi_harness import stack_config
-from tests.test_workloads_program import run_workloads
+from tests.support.workloads_program import run_workloads
 
 KEEP = object()  # a case broken by its config alone
 SIGNATURE_KEY = "4dabf18193072939515e22adb298388d"  # marks a secret, asset or archive value
@@ -169,7 +169,7 @@ def record_slow_fit_check(resources: list[dict[str, Any]]) -> None:
     from domain.perf.hlo_profile import StepProfile
     from policies.rules.rayjob import job_of
     from tests.support.anchors import CALIBRATING_8B, anchor_named
-    from tests.test_workloads_program import recorded_fit_check
+    from tests.support.workloads_program import recorded_fit_check
 
     job = job_of(named(resources, "training")["props"])
     slow = StepProfile(
@@ -961,7 +961,7 @@ def test_the_memory_rules_defer_to_a_fit_check_of_exactly_the_job(shipped):
     configuration says it fits, the estimate's near-the-limit advisory is quiet."""
     from domain.perf import fit_results
     from policies.rules.rayjob import job_of
-    from tests.test_workloads_program import recorded_fit_check
+    from tests.support.workloads_program import recorded_fit_check
 
     [case] = [c for c in CASES if c.policy == "rayjob-hbm-headroom"]
     resources = case.broken(shipped)

@@ -21,7 +21,7 @@ from domain.ray.queueing import (
 )
 from domain.training.job import resolve_job
 from tests.support.fake_jobs_api import FakeHttpServer, FakeJobsApi
-from tests.test_ray_job import STEP, ClockedJobsApi, client, inputs, timed_create, wait_for
+from tests.support.ray_job_harness import STEP, ClockedJobsApi, client, inputs, timed_create, wait_for
 from workloads import ray_job
 from workloads.jobs_api import ErrorKind, JobsApi, JobsApiError
 from workloads.ray_job import (

@@ -29,7 +29,7 @@ from pulumi.runtime import rpc
 from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
 
 from domain.paths import PROJECT_ROOT
-from tests.test_ray_job import FIRST_RELEASE_ID, NOW, first_release_state
+from tests.support.ray_job_harness import FIRST_RELEASE_ID, NOW, first_release_state
 from workloads import ray_job
 from workloads.ray_job import RayJobGuardProvider, RayJobProvider, submission_id
 

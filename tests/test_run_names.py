@@ -16,7 +16,7 @@ import pulumi
 import pytest
 
 from tests.support.pulumi_harness import PROJECT_ROOT, RecordingMonitor, run_program, stack_config
-from tests.test_workloads_program import INFRA_OUTPUTS, INFRA_STACK, PROJECT, RAY_JOB, WORKLOADS_DIR, job_of
+from tests.support.workloads_program import INFRA_OUTPUTS, INFRA_STACK, PROJECT, RAY_JOB, WORKLOADS_DIR, job_of
 from workloads.config import read_settings
 from workloads.program import build
 from workloads.ray_job import RayJobGuardProvider, RayJobProvider, input_digests

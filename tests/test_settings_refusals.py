@@ -18,7 +18,7 @@ from domain.config.setting import settings_of
 from domain.config.settings import SettingsError, StackSettings
 from infra.config import read_settings
 from infra.program import build
-from tests.conftest import run_infra
+from tests.support.infra_program import run_infra
 from tests.support.pulumi_harness import INFRA_PROJECT, RecordingMonitor, run_program, stack_config
 
 PROJECT_SETTINGS = ", ".join(entry.key for entry in settings_of(StackSettings) if entry.namespace is None)

@@ -124,7 +124,7 @@ def anchor(name: str, family: str, published: float, calibrated: bool, raw: floa
 
 
 def toy_model(*anchors: Anchor) -> SpeedModel:
-    from tests.test_step_time import MODEL as HARDWARE
+    from tests.support.tiny_step import TOY_HARDWARE as HARDWARE
 
     return SpeedModel(HARDWARE, anchors)
 

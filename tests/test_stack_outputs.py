@@ -29,7 +29,7 @@ from stack_config.sync import (
     start_marker,
     synced_reference,
 )
-from tests.test_workloads_program import INFRA_OUTPUTS as FAKE_INFRA_OUTPUTS
+from tests.support.workloads_program import INFRA_OUTPUTS as FAKE_INFRA_OUTPUTS
 from workloads.job_inputs import infra_output_problems
 
 NAMES = [entry.name for entry in STACK_OUTPUTS]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -15,24 +14,8 @@ from hypothesis import strategies as st
 from domain.perf import hlo_profile
 from domain.perf.hlo_profile import Scope, StepProfile
 from domain.perf.speed_anchors import SPEED_MODELS, speed_model
-from domain.perf.step_time import Hardware, fitted_overhead, predict, raw_step_seconds, scope_times
-
-FIXTURE = Path(__file__).parent / "fixtures" / "tiny_step.hlo.txt"
-BUFFERS = Path(__file__).parent / "fixtures" / "tiny_step.buffer-assignment.txt"
-
-MODEL = Hardware(
-    generation="test",
-    peak_flops=1000.0,
-    mxu_width=4,
-    matmul_flops_per_second=100.0,
-    kernel_flops_per_second=1000.0,
-    memory_bytes_per_second=100.0,
-    reduce_bytes_per_second=50.0,
-    slice_bytes_per_second=25.0,
-    ici_bytes_per_second=10.0,
-    dcn_bytes_per_second=1.0,
-    host_bytes_per_second=5.0,
-)
+from domain.perf.step_time import fitted_overhead, predict, raw_step_seconds, scope_times
+from tests.support.tiny_step import TINY_BUFFERS, TINY_HLO, TOY_HARDWARE
 
 
 def read(text: str, *, chips_per_slice: int = 4, mxu_width: int = 256) -> StepProfile:
@@ -40,7 +23,7 @@ def read(text: str, *, chips_per_slice: int = 4, mxu_width: int = 256) -> StepPr
 
 
 def test_the_fixtures_profile_multiplies_the_loop_body_by_its_trip_count():
-    profile = read(FIXTURE.read_text())
+    profile = read(TINY_HLO.read_text())
     scopes = {scope.name: scope for scope in profile.scopes}
     assert set(scopes) == {"main.1_spmd", "body"}
     body, entry = scopes["body"], scopes["main.1_spmd"]
@@ -63,7 +46,7 @@ def test_the_fixtures_profile_multiplies_the_loop_body_by_its_trip_count():
     assert entry.host_bytes == 256  # copy-start of f32[64] to host memory
     assert profile.total("matmul_flops") == 4 * 2 * 8 * 256 * 128 and profile.total("host_bytes") == 4 * 2048 + 256
     # On an MXU 128 wide, the same matmul wastes less.
-    assert read(FIXTURE.read_text(), mxu_width=128).total("matmul_flops") == 4 * 2 * 8 * 128 * 128
+    assert read(TINY_HLO.read_text(), mxu_width=128).total("matmul_flops") == 4 * 2 * 8 * 128 * 128
 
 
 def module(entry: str, *computations: str) -> str:
@@ -110,7 +93,7 @@ def test_a_fusion_moves_only_what_it_slices_and_the_update_it_writes():
 
 
 def test_the_buffer_assignment_reads_to_the_executables_memory():
-    memory = hlo_profile.buffer_memory(BUFFERS.read_text())
+    memory = hlo_profile.buffer_memory(TINY_BUFFERS.read_text())
     # HBM only (no color): parameters 0 and 1 are arguments; 0 and the unnamed allocation are
     # live out (0 both: aliased); one preallocated block holds the temporaries. VMEM (color 2)
     # and host memory (color 5) are left out.
@@ -126,7 +109,7 @@ def test_the_buffer_assignment_reads_to_the_executables_memory():
 
 
 def test_a_profile_survives_json():
-    profile = read(FIXTURE.read_text())
+    profile = read(TINY_HLO.read_text())
     assert StepProfile.from_json(profile.to_json()) == profile
 
 
@@ -136,14 +119,14 @@ def test_text_that_is_not_an_hlo_module_is_refused():
 
 
 def test_a_loop_whose_bound_cannot_be_read_is_refused():
-    text = FIXTURE.read_text().replace("%constant.4 = s32[]{:T(128)} constant(4)", "")
+    text = TINY_HLO.read_text().replace("%constant.4 = s32[]{:T(128)} constant(4)", "")
     with pytest.raises(hlo_profile.HloError, match=r"cannot tell the trip count of while\.1"):
         read(text)
 
 
 def test_a_loop_counting_with_an_unsigned_counter_is_read_too():
     """Collective (windowed) matmuls loop over their shards with a u32 counter."""
-    text = FIXTURE.read_text().replace(
+    text = TINY_HLO.read_text().replace(
         "%constant.4 = s32[]{:T(128)} constant(4)", "%constant.4 = u32[]{:T(128)} constant(4)"
     )
     (body,) = [s for s in read(text).scopes if s.name == "body"]
@@ -151,7 +134,7 @@ def test_a_loop_counting_with_an_unsigned_counter_is_read_too():
 
 
 def test_the_compilers_known_trip_count_wins():
-    text = FIXTURE.read_text().replace(
+    text = TINY_HLO.read_text().replace(
         'body=%body, backend_config={"flag_configs":[]}', 'body=%body, backend_config={"known_trip_count":{"n":"80"}}'
     )
     (body,) = [s for s in read(text).scopes if s.name == "body"]
@@ -225,17 +208,19 @@ def test_collectives_send_what_a_ring_sends():
 
 def test_a_computation_lasts_as_long_as_its_longest_engine():
     scope = Scope("body", runs=1, matmul_flops=100, ici_bytes=20, dcn_bytes=3, host_bytes=20)
-    times = scope_times(scope, MODEL)  # compute 1 s, ICI 2 s, DCN 3 s, host 4 s
+    times = scope_times(scope, TOY_HARDWARE)  # compute 1 s, ICI 2 s, DCN 3 s, host 4 s
     assert (times.exposed_ici, times.exposed_dcn, times.exposed_host) == (1.0, 1.0, 1.0)
     assert timed(scope).step_seconds == 4.0
 
 
 def test_communication_hides_behind_compute_and_only_the_excess_is_exposed():
     scope = Scope("body", runs=10, matmul_flops=100, ici_bytes=30, dcn_bytes=0.5, host_bytes=2)
-    times = scope_times(scope, MODEL)
+    times = scope_times(scope, TOY_HARDWARE)
     assert (times.compute, times.ici, times.dcn, times.host) == (1.0, 3.0, 0.5, 0.4)
     assert (times.exposed_ici, times.exposed_dcn, times.exposed_host) == (2.0, 0.0, 0.0)  # all behind ICI
-    prediction = predict(StepProfile((scope,)), MODEL, overhead=1.0, tokens_per_chip=300, model_flops_per_chip=15000)
+    prediction = predict(
+        StepProfile((scope,)), TOY_HARDWARE, overhead=1.0, tokens_per_chip=300, model_flops_per_chip=15000
+    )
     assert prediction.step_seconds == 30.0  # 10 runs x (1 s compute + 2 s exposed ICI)
     assert prediction.tokens_per_second_per_chip == 10.0
     assert prediction.mfu == 0.5  # 15000 FLOPs / (30 s x 1000 FLOP/s)
@@ -245,7 +230,7 @@ def test_the_calibrated_overhead_scales_every_part_so_the_breakdown_adds_up():
     scope = Scope(
         "body", runs=2, matmul_flops=50, memory_bytes=50, kernel_flops=500, ici_bytes=30, dcn_bytes=4, host_bytes=10
     )
-    prediction = predict(StepProfile((scope,)), MODEL, overhead=1.25, tokens_per_chip=1, model_flops_per_chip=1)
+    prediction = predict(StepProfile((scope,)), TOY_HARDWARE, overhead=1.25, tokens_per_chip=1, model_flops_per_chip=1)
     parts = (
         prediction.compute_seconds,
         prediction.exposed_ici_seconds,
@@ -260,7 +245,13 @@ def test_the_calibrated_overhead_scales_every_part_so_the_breakdown_adds_up():
 
 def test_a_step_with_nothing_to_time_is_refused():
     with pytest.raises(ValueError, match="no work the model can time"):
-        predict(StepProfile((Scope("entry", runs=1),)), MODEL, overhead=1.0, tokens_per_chip=1, model_flops_per_chip=1)
+        predict(
+            StepProfile((Scope("entry", runs=1),)),
+            TOY_HARDWARE,
+            overhead=1.0,
+            tokens_per_chip=1,
+            model_flops_per_chip=1,
+        )
 
 
 def test_the_fitted_overhead_balances_the_anchors_errors_in_ratio():
@@ -302,7 +293,7 @@ def scopes(draw):
 
 
 def timed(scope: Scope):
-    return predict(StepProfile((scope,)), MODEL, overhead=1.0, tokens_per_chip=1, model_flops_per_chip=1)
+    return predict(StepProfile((scope,)), TOY_HARDWARE, overhead=1.0, tokens_per_chip=1, model_flops_per_chip=1)
 
 
 @given(scopes())
@@ -315,7 +306,7 @@ def test_doubling_a_steps_flops_never_predicts_less_compute(scope):
 @given(scopes(), sizes)
 def test_offloading_more_never_predicts_less_host_transfer_time(scope, more):
     offloaded = dataclasses.replace(scope, host_bytes=scope.host_bytes + more)
-    assert scope_times(offloaded, MODEL).host >= scope_times(scope, MODEL).host
+    assert scope_times(offloaded, TOY_HARDWARE).host >= scope_times(scope, TOY_HARDWARE).host
     assert timed(offloaded).exposed_host_seconds >= timed(scope).exposed_host_seconds
 
 

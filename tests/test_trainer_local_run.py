@@ -6,23 +6,20 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import signal
 import time
 from pathlib import Path
 
 import pytest
 from ray.job_submission import JobStatus, JobSubmissionClient
-from ray.util.state import list_actors
 
 from domain.training.job import JobSpec, resolve_job
 from tests.support.provider_run import ProviderRun
+from tests.support.trainer_logs import STEP_LINE, committed_steps, the_worker
 from workloads.ray_job import RayJobError
 
 pytestmark = pytest.mark.slow
 
-STEP_LINE = re.compile(r"completed step: (\d+), seconds: [\d.]+, .*?loss: ([-\d.naninf]+)")
-RESTORE_LINE = re.compile(r"restoring from this run's directory step (\d+)")
 
 # Slower steps than the tiny preset's (~0.5 s each on 2 cores) so a fault can land mid-run.
 FAULT_RUN_OVERRIDES = {
@@ -56,14 +53,6 @@ def wait(client: JobSubmissionClient, job_id: str, timeout: float = 420) -> JobS
     return status
 
 
-def committed_steps(job: JobSpec) -> list[int]:
-    """Orbax writes into a temporary directory and renames it to the step when it commits."""
-    directory = Path(job.run_directory) / "checkpoints"
-    if not directory.is_dir():
-        return []
-    return sorted(int(entry.name) for entry in directory.iterdir() if entry.name.isdigit())
-
-
 def steps_and_losses(logs: str) -> list[tuple[int, float]]:
     return [(int(step), float(loss)) for step, loss in STEP_LINE.findall(logs)]
 
@@ -82,15 +71,6 @@ def test_tiny_preset_trains_logs_finite_losses_and_checkpoints(local_ray_head, t
     # checkpoint_period=2 and a final save: Orbax step directories, each with its state.
     assert committed_steps(job) == [0, 2, 4, total - 1]
     assert any((Path(job.run_directory) / "checkpoints" / "4").iterdir())
-
-
-def the_worker(head) -> int:
-    """The pid of the one Ray Train worker, a process of the Ray head this session started."""
-    [worker] = list_actors(
-        address=head.address,
-        filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")],
-    )
-    return worker.pid
 
 
 def kill_the_worker(head) -> None:

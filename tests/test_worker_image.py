@@ -16,8 +16,8 @@ from domain.config.settings import SettingsError
 from domain.gcp import gcp_resources, worker_image
 from domain.ray.ray_version import RAY_VERSION
 from infra.program import PROJECT_ROOT
-from tests.conftest import run_infra
 from tests.support.cli_settings import infra_settings
+from tests.support.infra_program import run_infra
 from tests.support.pulumi_harness import stack_config
 
 BASE = {"gcp:project": "my-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b"}

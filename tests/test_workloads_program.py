@@ -8,51 +8,22 @@ import shlex
 import pytest
 
 from domain.config.workload_settings import WorkloadSettingsError
-from domain.training.job import JobError, JobSpec
+from domain.training.job import JobError
 from tests.support.cli_settings import workload_settings
 from tests.support.pulumi_harness import PROJECT_ROOT, RecordingMonitor, run_program, stack_config
+from tests.support.workloads_program import (
+    INFRA_OUTPUTS,
+    INFRA_STACK,
+    PROJECT,
+    RAY_JOB,
+    WORKLOADS_DIR,
+    job_of,
+    recorded_fit_check,
+    run_workloads,
+)
 from workloads.config import read_settings
 from workloads.program import build
 from workloads.ray_job import EXPORTED, export_name
-
-PROJECT = "maxtext-tpu-workloads"
-WORKLOADS_DIR = PROJECT_ROOT / "workloads"
-INFRA_STACK = "organization/maxtext-tpu-infra/dev"
-INFRA_OUTPUTS = {
-    "clusterEndpoint": "203.0.113.10",
-    "clusterCaCertificate": "Q0VSVA==",
-    "namespace": "training",
-    "headServiceName": "maxtext-tpu-cluster-head-svc",
-    "dashboardPort": 8265,
-    "checkpointRoot": "/data",
-    "preset": "llama3-8b",
-    "accelerator": "v6e",
-    "slices": 2,
-    "topology": "4x4",
-    "pricePerChipHourUsd": 2.70,
-}
-RAY_JOB = "pulumi-python:dynamic/ray:RayJob"
-
-
-def run_workloads(stack: str, secrets: tuple[str, ...] = (), infra_outputs=None, **overrides):
-    config = stack_config(stack, WORKLOADS_DIR)
-    config.update({f"{PROJECT}:{key}": value for key, value in overrides.items()})
-    monitor = RecordingMonitor(stack_outputs={INFRA_STACK: infra_outputs or INFRA_OUTPUTS})
-    run = run_program(
-        lambda: build(read_settings()),
-        config,
-        project=PROJECT,
-        stack=stack,
-        monitor=monitor,
-        secret_keys=frozenset(f"{PROJECT}:{key}" for key in secrets),
-    )
-    return run, run.one(RAY_JOB).inputs
-
-
-def job_of(entrypoint: str) -> JobSpec:
-    words = shlex.split(entrypoint)
-    assert words[:3] == ["python", "-m", words[2]] and words[3] == "--job"
-    return JobSpec.from_json(words[4])
 
 
 def test_dev_stack_trains_on_the_infra_stack_cluster():
@@ -95,28 +66,6 @@ def test_a_capacity_without_a_price_gives_the_job_no_dollar_figure_and_says_why(
     outputs = run.outputs
     assert outputs["estimatedJobDollars"] is None and outputs["costBasis"] == basis
     assert 2.0 < outputs["estimatedStepSeconds"] < 2.6 and outputs["estimatedJobHours"] > 0
-
-
-def recorded_fit_check(job):
-    """A fit check of exactly `job`'s configuration, with the 8B anchor's recorded profile."""
-    from domain.perf import fit_results
-    from domain.training.maxtext_check import model_flops
-    from tests.support.anchors import CALIBRATING_8B, anchor_named
-
-    work = model_flops(job)  # as a fit check records it: MaxText's count
-    return fit_results.FitResult(
-        fits=True,
-        slice_type="v6e-16",
-        slices=2,
-        chips=32,
-        usable_gib=31.24,
-        generation="v6e",
-        tokens_per_chip=work.tokens_per_chip,
-        model_flops_per_chip=work.per_chip,
-        model_flops_source=work.source,
-        profile=anchor_named(CALIBRATING_8B).profile.to_json(),
-        configuration=fit_results.configuration(job, fit_results.libtpu_flags(job)),
-    )
 
 
 def test_the_estimate_uses_the_fit_checks_prediction_for_exactly_this_configuration(tmp_path):

@@ -22,7 +22,7 @@ from domain.config.problems import ProblemsError
 from domain.config.workload_settings import WorkloadSettingsError
 from domain.training.job import JobError
 from tests.support.pulumi_harness import PROJECT_ROOT, RecordingMonitor, cli_engine_config, run_program, stack_config
-from tests.test_workloads_program import INFRA_OUTPUTS, INFRA_STACK, PROJECT, RAY_JOB, WORKLOADS_DIR, run_workloads
+from tests.support.workloads_program import INFRA_OUTPUTS, INFRA_STACK, PROJECT, RAY_JOB, WORKLOADS_DIR, run_workloads
 from workloads.config import read_settings
 from workloads.program import build
 from workloads.ray_job import legacy_submission_id, submission_id
