@@ -5,7 +5,7 @@ to zero, and under each capacity choice: the README's table, from the product's 
     .venv/bin/python -m benchmarks.idle_cost --stack prod
 
 Each row is the stack file's config plus a few settings, validated by the infra program's own
-parse_settings and priced by domain.perf.capacity.settings_cost, the function behind the stack's
+parse_settings and priced by domain.config.settings.settings_cost, the function behind the stack's
 trainingDollarsPerHour, idleDollarsPerHour and idleDollarsPerDay outputs. TPU chips only: the
 Ray head's CPU node, disks and network are not counted. Prices are list prices from
 domain/tpu/tpu_catalog.py (their source and date are printed below the table); a row whose
@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from domain.config import cli_config
-from domain.config.settings import StackSettings, parse_settings
+from domain.config.settings import StackSettings, parse_settings, settings_cost
 from domain.paths import PROJECT_ROOT
-from domain.perf.capacity import settings_cost
 from domain.tpu.capacity_choices import CAPACITY_CHOICES, RESERVATION
 from policies.mock_engine import INFRA_PROJECT, stack_config
 

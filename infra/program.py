@@ -10,10 +10,9 @@ from typing import Any
 
 import pulumi
 
-from domain.config.settings import StackSettings
+from domain.config.settings import StackSettings, settings_cost
 from domain.config.stack_outputs import InfraOutputs, exported
 from domain.paths import PROJECT_ROOT
-from domain.perf.capacity import settings_cost
 from domain.ray import kuberay
 from infra.components.apis import ProjectApis, ProjectApisArgs
 from infra.components.cluster import GkeCluster, GkeClusterArgs

@@ -17,8 +17,8 @@ from typing import Any
 import pulumi
 from pulumi.runtime import config as runtime_config
 
-from domain.config.setting import settings_of
-from domain.config.stack_identity import StackIdentity
+from domain.setting import settings_of
+from domain.stack_identity import StackIdentity
 
 
 def stack_identity() -> StackIdentity:
@@ -31,7 +31,7 @@ def _engine_keys() -> set[str]:
 
 
 def raw_config(cls: type) -> tuple[dict[str, Any], frozenset[str]]:
-    """`cls`'s settings as the engine has them (text), keyed as `domain.config.setting.read` takes
+    """`cls`'s settings as the engine has them (text), keyed as `domain.setting.read` takes
     them, plus the project's keys `cls` does not declare; and the keys set as secrets."""
     prefix = f"{pulumi.get_project()}:"
     config = pulumi.Config()

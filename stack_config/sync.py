@@ -13,11 +13,11 @@ from pathlib import Path
 
 import yaml
 
-from domain.config.setting import markdown_table, pulumi_yaml_config
 from domain.config.settings import StackSettings
 from domain.config.stack_outputs import markdown_table as outputs_table
 from domain.config.workload_settings import WorkloadSettings
 from domain.paths import PROJECT_ROOT
+from domain.setting import markdown_table, pulumi_yaml_config
 
 # Each project: its directory (relative to the project root), its settings class, and the name
 # of its table in docs/reference.md.
@@ -80,7 +80,7 @@ class _Dumper(yaml.SafeDumper):
         super().increase_indent(flow, False)
 
 
-# Why the block declares what it does: domain/config/setting.py, pulumi_yaml_config.
+# Why the block declares what it does: domain/setting.py, pulumi_yaml_config.
 PROJECT_FILE_HEADER = (
     "# The `config:` block is generated (scripts/sync-settings): the settings with a default, untyped,\n"
     "# since the program checks every value. The others are optional and left out, since the CLI\n"

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from domain.config.settings import settings_cost
 from domain.perf.capacity import (
     GIB,
     LLAMA_FORMULA,
@@ -19,7 +20,6 @@ from domain.perf.capacity import (
     job_cost,
     llama_formula_flops,
     model_shape,
-    settings_cost,
     stack_cost,
     working_set_units,
 )

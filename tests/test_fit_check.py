@@ -10,14 +10,13 @@ import time
 
 import pytest
 
-from domain.perf import fit_results
+from domain.perf import fit_results, maxtext_check
 from domain.perf.hlo_profile import StepProfile
 from domain.perf.published_recipes import OUT_PROJ_RECOMPUTED, RECIPES_FILE, published_runs
 from domain.perf.speed_anchors import SPEED_MODELS
 from domain.perf.step_time import raw_step_seconds
 from domain.ray import kuberay
 from domain.tpu.tpu_catalog import ACCELERATORS
-from domain.training import maxtext_check
 from domain.training.job import resolve_job
 from domain.training.presets import PRESETS, PROCEDURE_OVERRIDES
 from tests.support.anchors import CALIBRATING_8B

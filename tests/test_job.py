@@ -6,8 +6,8 @@ import json
 import pytest
 
 from domain.config.settings import SettingsError
-from domain.config.stack_identity import StackIdentity
 from domain.config.workload_settings import WorkloadSettingsError
+from domain.stack_identity import StackIdentity
 from domain.tpu.tpu_catalog import ACCELERATORS
 from domain.training.job import (
     MAX_FAILURES,

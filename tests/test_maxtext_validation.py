@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from domain.config.workload_settings import parse_workload_settings
-from domain.training import maxtext_check, maxtext_validation
+from domain.perf import maxtext_check, maxtext_validation
 from domain.training.job import JobError, JobSpec, resolve_job
 from tests.support.workloads_program import INFRA_OUTPUTS
 from tests.test_workloads_refusals import Bad, run_refused

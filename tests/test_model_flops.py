@@ -19,10 +19,9 @@ from typing import Any
 
 import pytest
 
-from domain.perf import fit_results
+from domain.perf import fit_results, maxtext_check, maxtext_validation
 from domain.perf.capacity import LLAMA_FORMULA, MAXTEXT_FLOPS, llama_formula_flops
 from domain.tpu.tpu_catalog import accelerator
-from domain.training import maxtext_check, maxtext_validation
 from domain.training.job import JobSpec, resolve_job
 from policies.check import resources_of
 from policies.evaluate import evaluate

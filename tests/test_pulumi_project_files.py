@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from domain.config import cli_config
-from domain.config.setting import settings_of
+from domain.setting import settings_of
 from stack_config.sync import PROJECTS, project_file
 from tests.support.shared import PROJECT_ROOT, require_shared
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from domain.config.setting import settings_of
 from domain.config.settings import SettingsError, StackSettings
 from domain.config.workload_settings import WorkloadSettings, WorkloadSettingsError
+from domain.setting import settings_of
 from tests.support.cli_settings import infra_settings, workload_settings
 
 INFRA_BASE = {"gcp:project": "my-gcp-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b"}

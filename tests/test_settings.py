@@ -4,8 +4,7 @@ from typing import get_type_hints
 
 import pytest
 
-from domain.config.settings import MAX_SLICES, SettingsError, StackSettings, _Read
-from domain.perf.capacity import settings_cost
+from domain.config.settings import MAX_SLICES, SettingsError, StackSettings, _Read, settings_cost
 from domain.training.presets import Preset
 from tests.support.cli_settings import infra_settings
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from domain.config.setting import settings_of
 from domain.config.settings import SettingsError, StackSettings
+from domain.setting import settings_of
 from infra.config import read_settings
 from infra.program import build
 from tests.support.infra_program import run_infra

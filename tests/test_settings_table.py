@@ -11,9 +11,9 @@ from typing import Any
 import pulumi
 import pytest
 
-from domain.config.setting import SECRET, markdown_table, pulumi_yaml_config, read, setting, settings_of
 from domain.config.settings import SettingsError, StackSettings, parse_settings
 from domain.config.workload_settings import WorkloadSettings
+from domain.setting import SECRET, markdown_table, pulumi_yaml_config, read, setting, settings_of
 from stack_config import raw_config
 from stack_config.sync import (
     PROJECTS,

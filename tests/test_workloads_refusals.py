@@ -18,8 +18,8 @@ import pulumi
 import pytest
 from pulumi.runtime import settings as runtime_settings
 
-from domain.config.problems import ProblemsError
 from domain.config.workload_settings import WorkloadSettingsError
+from domain.problems import ProblemsError
 from domain.training.job import JobError
 from tests.support.pulumi_harness import PROJECT_ROOT, RecordingMonitor, cli_engine_config, run_program, stack_config
 from tests.support.workloads_program import INFRA_OUTPUTS, INFRA_STACK, PROJECT, RAY_JOB, WORKLOADS_DIR, run_workloads

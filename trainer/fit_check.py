@@ -49,11 +49,11 @@ from domain.perf.fit_results import (
     libtpu_flags,
 )
 from domain.perf.hlo_profile import BufferMemory, HloError, buffer_memory, profile
+from domain.perf.maxtext_check import counted_by_maxtext, model_flops
 from domain.perf.published_recipes import PublishedRun, compile_spec
 from domain.perf.speed_anchors import speed_model
 from domain.tpu.tpu_catalog import accelerator_by_ray_type
 from domain.training.job import JobError, JobSpec
-from domain.training.maxtext_check import counted_by_maxtext, model_flops
 from domain.training.maxtext_config import base_config, base_config_path
 from domain.training.presets import PRESETS
 

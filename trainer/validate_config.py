@@ -3,7 +3,7 @@ seconds, before anything is registered or submitted.
 
     python -m trainer.validate_config REQUESTS.json RESULTS.json   (in the trainer environment)
 
-Each request is one configuration as the job's workers would start it (domain/training/maxtext_validation.py
+Each request is one configuration as the job's workers would start it (domain/perf/maxtext_validation.py
 builds them): MaxText's `pyconfig.initialize` loads base.yml and the model's config, merges the
 overrides and builds its pydantic config model, whose field types and validators are the checks
 MaxText runs at job start. The target's device count comes from MaxText's own knobs for
@@ -14,7 +14,7 @@ process validates a whole batch; each answer is cached by its request and the tr
 For an accepted configuration the answer also carries MaxText's own count of a training step's
 FLOPs and tokens per device (the figures MaxText logs TFLOP/s/device and Tokens/s/device with).
 
-The other half runs in the project's environment, domain/training/maxtext_check.py: it builds
+The other half runs in the project's environment, domain/perf/maxtext_check.py: it builds
 the requests, answers from its cache or runs this module, and gives the answers in the
 product's words.
 """
@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from domain.training import maxtext_validation
+from domain.perf import maxtext_validation
 from domain.training.maxtext_config import base_config_path
 
 # Kubernetes' termination-message path: MaxText writes its config error there even outside a pod.

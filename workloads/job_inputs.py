@@ -13,18 +13,18 @@ from domain.config.workload_settings import WorkloadSettings
 from domain.paths import PROJECT_ROOT
 from domain.perf.capacity import job_cost
 from domain.perf.fit_results import FitResult, configuration, libtpu_flags
-from domain.tpu.capacity_choices import SPOT
-from domain.tpu.tpu_catalog import accelerator_by_ray_type
-from domain.training import maxtext_config
-from domain.training.data_files import DataCheck, FileView, check_job_data
-from domain.training.job import JobError, JobSpec, resolve_job
-from domain.training.maxtext_check import (
+from domain.perf.maxtext_check import (
     counted_by_maxtext,
     derived_values,
     maxtext_problems,
     model_flops,
     recorded_result,
 )
+from domain.setting import as_integer, as_number
+from domain.tpu.capacity_choices import SPOT
+from domain.tpu.tpu_catalog import accelerator_by_ray_type
+from domain.training.data_files import DataCheck, FileView, check_job_data
+from domain.training.job import JobError, JobSpec, resolve_job
 from domain.training.presets import PRESETS
 from workloads.bucket_files import BucketFiles
 from workloads.jobs_api import GkeTarget, JobsApiError, operator_session
@@ -45,7 +45,7 @@ def _whole(value: Any) -> int | None:
     """A whole number as a stack output holds it (numbers cross the engine as floats)."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
-    return maxtext_config.as_integer(value)
+    return as_integer(value)
 
 
 def infra_output_problems(infra_stack: str, cluster: Mapping[str, Any]) -> list[str]:
@@ -66,7 +66,7 @@ def infra_output_problems(infra_stack: str, cluster: Mapping[str, Any]) -> list[
                 f"the infra stack {infra_stack}'s output {name} = {value!r} is not a whole number of at least {lowest}"
             )
     price = cluster.get("pricePerChipHourUsd")
-    if price is not None and maxtext_config.as_number(price) is None:
+    if price is not None and as_number(price) is None:
         problems.append(f"the infra stack {infra_stack}'s output pricePerChipHourUsd = {price!r} is not a number")
     return problems
 
@@ -207,7 +207,7 @@ def _settings_job(
 
 def checked_by_maxtext(job: JobSpec, settings: WorkloadSettings) -> JobSpec:
     """`job`, once MaxText's own config layer has accepted it on the job's device target (see
-    domain/training/maxtext_check.py: cached, so only a new configuration waits for MaxText). Raises
+    domain/perf/maxtext_check.py: cached, so only a new configuration waits for MaxText). Raises
     JobError with MaxText's reasons otherwise, or when MaxText could not be asked."""
     problems = maxtext_problems(job, settings.maxtext_overrides, secret="maxtextOverrides" in settings.secrets)
     if problems:

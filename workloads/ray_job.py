@@ -41,10 +41,10 @@ from pulumi.dynamic import (
 )
 from pulumi.runtime import rpc
 
-from domain.config.stack_identity import digest
-from domain.config.stack_identity import integral as _integral
 from domain.config.workload_settings import TIMEOUT_SECONDS
 from domain.ray.queueing import WORKER_GROUP_START_TIMEOUT_ENV, Node, slices_up, waiting_line
+from domain.stack_identity import digest
+from domain.stack_identity import integral as _integral
 from domain.training.goodput import OUTPUTS as GOODPUT_OUTPUTS
 from domain.training.job_log import DATA_OUTPUTS, JobLog, StepCollector, tensorboard_directory
 from stack_config import stack_identity

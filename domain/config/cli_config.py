@@ -27,8 +27,8 @@ from typing import Any
 
 import yaml
 
-from domain.config.problems import ProblemsError
-from domain.config.setting import settings_of
+from domain.problems import ProblemsError
+from domain.setting import settings_of
 
 _GO_INTEGER = re.compile(r"[+-]?[0-9]+")
 

@@ -15,14 +15,14 @@ from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass, fields
 from typing import Any
 
-from domain.config.problems import ProblemsError
-from domain.config.setting import Reading, read, setting, settings_of
 from domain.gcp import dcn, gcp_names, gke, k8s_names, resource_names
 from domain.gcp.images import IMAGE_RULE, WORKER_IMAGE_NAME, image_reference_problems, is_worker_image, ray_version_of
 from domain.gcp.machine_types import machine_size
-from domain.perf.capacity import HOURS_PER_DAY
+from domain.perf.capacity import HOURS_PER_DAY, StackCost, stack_cost
+from domain.problems import ProblemsError
 from domain.ray import ray_head
 from domain.ray.ray_version import MIN_RAY_VERSION_FOR_TOKEN_AUTH, RAY_VERSION, version_key
+from domain.setting import Reading, read, setting, settings_of
 from domain.tpu.capacity_choices import CAPACITY_CHOICES, DEFAULT_CAPACITY, FLEX_START, RESERVATION, SPOT
 from domain.tpu.tpu_catalog import (
     FLEX_START_ZONES,
@@ -196,7 +196,7 @@ def _dataset_prefix(value: str) -> str | None:
 @dataclass(frozen=True, kw_only=True)
 class StackSettings:
     """Everything the infra program needs to know, validated. Each `setting(...)` field is one
-    stack setting, declared here and nowhere else (see domain/config/setting.py). Every infra setting's
+    stack setting, declared here and nowhere else (see domain/setting.py). Every infra setting's
     value ends up in outputs, names or state in clear (`in_clear` says where), so none may be
     set with `pulumi config set --secret`: the program reads plain values, and a secret's
     encryption would not survive that."""
@@ -1115,3 +1115,17 @@ def _cluster_derived_problems(cluster_name: str, *, dcn_networks: int, builds_im
                 )
             )
     return problems
+
+
+def settings_cost(settings: StackSettings) -> StackCost:
+    """`stack_cost` of a validated infra stack: what its outputs, the README's table and
+    benchmarks/idle_cost.py say."""
+    return stack_cost(
+        accelerator=settings.accelerator,
+        region=settings.region,
+        capacity=settings.primary_capacity,
+        chips_per_slice=settings.slice_shape.chips,
+        slices=settings.slices,
+        min_slices=settings.min_slices,
+        price_override=settings.price_per_chip_hour,
+    )

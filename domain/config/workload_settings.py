@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from domain.config.problems import ProblemsError
-from domain.config.setting import Reading, read, setting, settings_of
-from domain.config.stack_identity import StackIdentity
+from domain.problems import ProblemsError
 from domain.ray.queueing import WORKER_GROUP_START_TIMEOUT_ENV
+from domain.setting import Reading, read, setting, settings_of, shown
+from domain.stack_identity import StackIdentity
 from domain.training import maxtext_config
 from domain.training.dataset import (
     DATA_KEYS,
@@ -100,14 +100,14 @@ def _hugging_face_id(value: str) -> str | None:
 @dataclass(frozen=True, kw_only=True)
 class WorkloadSettings:
     """What the workloads program needs to know, validated. Each `setting(...)` field is one
-    stack setting, declared here and nowhere else (see domain/config/setting.py). A setting with
+    stack setting, declared here and nowhere else (see domain/setting.py). A setting with
     `in_clear` cannot be kept secret, so a secret value is refused; any other secret setting
     stays secret (workloads/program.py)."""
 
     # Whose stack it is (not settings): the Pulumi stack's name, its project's and organization's.
     stack: str
     project: str
-    organization: str | None = None  # None where no engine names one (see domain/config/stack_identity.py)
+    organization: str | None = None  # None where no engine names one (see domain/stack_identity.py)
     secrets: frozenset[str] = frozenset()  # the settings set with `pulumi config set --secret`
 
     infra_stack: str | None = setting(
@@ -425,7 +425,7 @@ def _installs(runtime_env: Mapping[str, Any]) -> bool:
 
 def _runtime_env_problems(runtime_env: Mapping[str, Any], *, allow_install: bool, secret: bool) -> list[str]:
     def named(key: str, value: Any) -> str:
-        return f"runtimeEnv.{key} = {'[secret]' if secret else maxtext_config.shown(value)}"
+        return f"runtimeEnv.{key} = {'[secret]' if secret else shown(value)}"
 
     problems = []
     for key, value in runtime_env.items():

@@ -9,12 +9,12 @@ the cluster name) are passed in and used as opaque values.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
-from domain.config.settings import StackSettings
 from domain.gcp import resource_names
 from domain.gcp.dcn import DCN_MTU
 from domain.ray import preemption
+from domain.tpu.tpu_catalog import Accelerator, SliceShape
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 DRANET_NODE_LABEL = {"cloud.google.com/gke-networking-dra-driver": "true"}
@@ -49,6 +49,62 @@ NODE_SERVICE_ACCOUNT_ROLES = (
 )
 
 
+class ResourceSettings(Protocol):
+    """What the resources' arguments read of the infra stack's settings (StackSettings,
+    domain/config/settings.py)."""
+
+    @property
+    def stack(self) -> str: ...
+    @property
+    def project(self) -> str: ...
+    @property
+    def region(self) -> str: ...
+    @property
+    def zone(self) -> str: ...
+    @property
+    def cluster_name(self) -> str: ...
+    @property
+    def cluster_location(self) -> str: ...
+    @property
+    def network(self) -> str: ...
+    @property
+    def gke_version(self) -> str: ...
+    @property
+    def release_channel(self) -> str: ...
+    @property
+    def deletion_protection(self) -> bool: ...
+    @property
+    def production(self) -> bool: ...
+    @property
+    def is_autopilot(self) -> bool: ...
+    @property
+    def head_machine_type(self) -> str: ...
+    @property
+    def accelerator(self) -> Accelerator: ...
+    @property
+    def topology(self) -> str: ...
+    @property
+    def slice_shape(self) -> SliceShape: ...
+    @property
+    def min_slices(self) -> int: ...
+    @property
+    def dcn_subnets(self) -> tuple[str, ...]: ...
+    @property
+    def spot(self) -> bool: ...
+    @property
+    def flex_start(self) -> bool: ...
+    @property
+    def uses_reservation(self) -> bool: ...
+    @property
+    def reservation(self) -> str | None: ...
+    @property
+    def bucket_name(self) -> str | None: ...
+    @property
+    def bucket_force_destroy(self) -> bool: ...
+    @property
+    def dataset_bucket(self) -> str | None: ...
+
+
 def workload_pool(project: str) -> str:
     return f"{project}.svc.id.goog"
 
@@ -61,12 +117,12 @@ def workload_identity_principal(project_number: str, project: str, namespace: st
     )
 
 
-def dcn_network_name(settings: StackSettings, index: int) -> str:
+def dcn_network_name(settings: ResourceSettings, index: int) -> str:
     """`<cluster>-net-1`, `<cluster>-net-2`, ... as the procedure names them (1-based)."""
     return resource_names.dcn_network_name(settings.cluster_name, index)
 
 
-def dcn_network_args(settings: StackSettings, index: int) -> dict[str, Any]:
+def dcn_network_args(settings: ResourceSettings, index: int) -> dict[str, Any]:
     return {
         "name": dcn_network_name(settings, index),
         "project": settings.project,
@@ -76,7 +132,7 @@ def dcn_network_args(settings: StackSettings, index: int) -> dict[str, Any]:
     }
 
 
-def dcn_subnet_args(settings: StackSettings, index: int, network_id: Any) -> dict[str, Any]:
+def dcn_subnet_args(settings: ResourceSettings, index: int, network_id: Any) -> dict[str, Any]:
     return {
         "name": f"tpu-subnet-{index + 1}",
         "project": settings.project,
@@ -87,7 +143,7 @@ def dcn_subnet_args(settings: StackSettings, index: int, network_id: Any) -> dic
     }
 
 
-def dcn_firewall_args(settings: StackSettings, index: int, network_id: Any) -> dict[str, Any]:
+def dcn_firewall_args(settings: ResourceSettings, index: int, network_id: Any) -> dict[str, Any]:
     """New custom VPCs deny all ingress: without this rule slices cannot reach each other."""
     return {
         "name": resource_names.dcn_firewall_name(settings.cluster_name, index),
@@ -101,12 +157,12 @@ def dcn_firewall_args(settings: StackSettings, index: int, network_id: Any) -> d
     }
 
 
-def project_service_args(settings: StackSettings, api: str) -> dict[str, Any]:
+def project_service_args(settings: ResourceSettings, api: str) -> dict[str, Any]:
     # Never disable an API on destroy: other workloads in the project may depend on it.
     return {"project": settings.project, "service": api, "disable_on_destroy": False}
 
 
-def node_service_account_args(settings: StackSettings) -> dict[str, Any]:
+def node_service_account_args(settings: ResourceSettings) -> dict[str, Any]:
     return {
         "account_id": resource_names.node_service_account_id(settings.cluster_name),
         "project": settings.project,
@@ -114,7 +170,7 @@ def node_service_account_args(settings: StackSettings) -> dict[str, Any]:
     }
 
 
-def cluster_args(settings: StackSettings, node_service_account_email: Any) -> dict[str, Any]:
+def cluster_args(settings: ResourceSettings, node_service_account_email: Any) -> dict[str, Any]:
     """The GKE cluster with the procedure's settings, in Standard or Autopilot mode."""
     args: dict[str, Any] = {
         "name": settings.cluster_name,
@@ -166,7 +222,7 @@ def _node_config(service_account_email: Any, machine_type: str) -> dict[str, Any
     }
 
 
-def head_pool_args(settings: StackSettings, cluster_name: Any, service_account_email: Any) -> dict[str, Any]:
+def head_pool_args(settings: ResourceSettings, cluster_name: Any, service_account_email: Any) -> dict[str, Any]:
     """On-demand CPU nodes for the Ray head (the procedure's default pool, n1-standard-16).
 
     Never Spot: losing the head ends the job and every worker's progress since the checkpoint.
@@ -184,7 +240,7 @@ def head_pool_args(settings: StackSettings, cluster_name: Any, service_account_e
     }
 
 
-def tpu_pool_name(settings: StackSettings, index: int) -> str:
+def tpu_pool_name(settings: ResourceSettings, index: int) -> str:
     """`v6e-16-0`, `v6e-16-1`, ... as the procedure names them."""
     return resource_names.tpu_pool_name(settings.accelerator.slice_type(settings.topology), index)
 
@@ -202,12 +258,12 @@ FLEX_START_LOCATION_POLICY = "ANY"
 FLEX_START_RESERVATION_AFFINITY = {"consume_reservation_type": "NO_RESERVATION"}
 
 
-def tpu_pool_autoscales(settings: StackSettings, index: int) -> bool:
+def tpu_pool_autoscales(settings: ResourceSettings, index: int) -> bool:
     """Pools 0 .. minSlices-1 hold their slice for the stack's life; the rest scale 0 <-> all VMs."""
     return index >= settings.min_slices
 
 
-def tpu_pool_autoscaling(settings: StackSettings) -> dict[str, Any]:
+def tpu_pool_autoscaling(settings: ResourceSettings) -> dict[str, Any]:
     """GKE node-pool autoscaling for one whole slice: 0 or every VM of its topology.
 
     The hosts of a multi-host TPU slice node pool are one atomic unit: if GKE cannot create one
@@ -224,7 +280,7 @@ def tpu_pool_autoscaling(settings: StackSettings) -> dict[str, Any]:
 
 
 def tpu_pool_args(
-    settings: StackSettings,
+    settings: ResourceSettings,
     index: int,
     cluster_name: Any,
     service_account_email: Any,
@@ -284,7 +340,7 @@ def tpu_pool_args(
     return args
 
 
-def bucket_args(settings: StackSettings) -> dict[str, Any]:
+def bucket_args(settings: ResourceSettings) -> dict[str, Any]:
     args: dict[str, Any] = {
         "project": settings.project,
         "location": settings.region.upper(),
@@ -298,7 +354,7 @@ def bucket_args(settings: StackSettings) -> dict[str, Any]:
     return args
 
 
-def dataset_access_args(settings: StackSettings) -> dict[str, Any] | None:
+def dataset_access_args(settings: ResourceSettings) -> dict[str, Any] | None:
     """The dataset bucket's read-only grant, for the Ray pods' principal (the component adds it as
     `member`); None without datasetBucket. A grant on an existing bucket: the stack never creates,
     changes or deletes the bucket, and removes only this grant on destroy."""

@@ -17,9 +17,8 @@ import hashlib
 import json
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from domain.config.settings import StackSettings
 from domain.gcp import resource_names
 from domain.gcp.images import WORKER_IMAGE_NAME
 from domain.ray.ray_version import RAY_VERSION
@@ -45,6 +44,18 @@ DOCKER_BUILDER = "gcr.io/cloud-builders/docker"
 # Pulling the Ray base image, installing the lock and pushing take well under this; the flag also
 # overrides any `builds/timeout` the operator's gcloud has set.
 BUILD_TIMEOUT = "3600s"
+
+
+class ImageSettings(Protocol):
+    """What the image's repository and build read of the infra stack's settings (StackSettings,
+    domain/config/settings.py)."""
+
+    @property
+    def project(self) -> str: ...
+    @property
+    def region(self) -> str: ...
+    @property
+    def cluster_name(self) -> str: ...
 
 
 def _is_bytecode(path: Path) -> bool:
@@ -80,12 +91,12 @@ def content_tag(root: Path) -> str:
     return digest.hexdigest()[:TAG_LENGTH]
 
 
-def repository_id(settings: StackSettings) -> str:
+def repository_id(settings: ImageSettings) -> str:
     """Named after the cluster, like the DCN networks, so two stacks in one project never share it."""
     return resource_names.artifact_repository_id(settings.cluster_name)
 
 
-def repository_args(settings: StackSettings) -> dict[str, Any]:
+def repository_args(settings: ImageSettings) -> dict[str, Any]:
     """A Docker repository in the cluster's region: nodes pull without crossing regions.
 
     No cleanup policy: builds only happen when the sources change, `pulumi destroy` deletes the
@@ -102,7 +113,7 @@ def repository_args(settings: StackSettings) -> dict[str, Any]:
     }
 
 
-def image_uri(settings: StackSettings, tag: str) -> str:
+def image_uri(settings: ImageSettings, tag: str) -> str:
     # Domain-scoped project ids (example.com:project) become a path in Artifact Registry URLs.
     project_path = settings.project.replace(":", "/")
     return f"{settings.region}-docker.pkg.dev/{project_path}/{repository_id(settings)}/{IMAGE_NAME}:{tag}"
@@ -117,7 +128,7 @@ def cloudbuild_config(image: str) -> dict[str, Any]:
     }
 
 
-def submit_arguments(settings: StackSettings) -> list[str]:
+def submit_arguments(settings: ImageSettings) -> list[str]:
     """`gcloud builds submit` without `--config` and the source, which the build script adds."""
     return [
         "gcloud",
@@ -138,7 +149,7 @@ def submit_arguments(settings: StackSettings) -> list[str]:
     ]
 
 
-def existence_check_arguments(settings: StackSettings, image: str) -> list[str]:
+def existence_check_arguments(settings: ImageSettings, image: str) -> list[str]:
     return [
         "gcloud",
         "artifacts",
@@ -152,7 +163,7 @@ def existence_check_arguments(settings: StackSettings, image: str) -> list[str]:
     ]
 
 
-def build_script(settings: StackSettings, image: str) -> str:
+def build_script(settings: ImageSettings, image: str) -> str:
     """A POSIX shell script, run from the repository root, that builds and pushes `image`.
 
     It does nothing when the tag already exists: tags are immutable, so the push would fail, and

@@ -13,15 +13,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
 from domain.tpu.tpu_catalog import Accelerator, ChipHourPrice
 from domain.training.maxtext_config import base_config, base_config_path
-
-if TYPE_CHECKING:  # settings import far more than a cost needs (the trainer imports this module)
-    from domain.config.settings import StackSettings
 
 GIB = 1024**3
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -377,18 +374,4 @@ def stack_cost(
         idle_chips=min_slices * chips_per_slice,
         price=price,
         unpriced=unpriced,
-    )
-
-
-def settings_cost(settings: StackSettings) -> StackCost:
-    """`stack_cost` of a validated infra stack: what its outputs, the README's table and
-    benchmarks/idle_cost.py say."""
-    return stack_cost(
-        accelerator=settings.accelerator,
-        region=settings.region,
-        capacity=settings.primary_capacity,
-        chips_per_slice=settings.slice_shape.chips,
-        slices=settings.slices,
-        min_slices=settings.min_slices,
-        price_override=settings.price_per_chip_hour,
     )

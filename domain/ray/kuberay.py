@@ -12,9 +12,8 @@ ComputeClass's priorities, in order.
 from __future__ import annotations
 
 import unicodedata
-from typing import Any
+from typing import Any, Protocol
 
-from domain.config.settings import StackSettings
 from domain.ray import preemption
 from domain.ray.ray_head import AUTOSCALER_CPU, AUTOSCALER_MEMORY, HEAD_CPUS, HEAD_MEMORY_GIB
 from domain.ray.ray_version import (
@@ -22,6 +21,7 @@ from domain.ray.ray_version import (
 )
 from domain.ray.ray_version import RAY_VERSION
 from domain.tpu.capacity_choices import DEFAULT_CAPACITY, FLEX_START, ON_DEMAND, RESERVATION, SPOT
+from domain.tpu.tpu_catalog import Accelerator, SliceShape
 
 RAY_CLUSTER_NAME = "maxtext-tpu-cluster"
 WORKER_GROUP_NAME = "tpu-group"
@@ -140,6 +140,42 @@ AUTOSCALER_RESOURCES = {
 _KUBERAY_MAX_NAME = 50
 
 
+class KubeRaySettings(preemption.PreemptionSettings, Protocol):
+    """What the manifests read of the infra stack's settings (StackSettings,
+    domain/config/settings.py), besides what the preemption timings read."""
+
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def service_account(self) -> str: ...
+    @property
+    def accelerator(self) -> Accelerator: ...
+    @property
+    def topology(self) -> str: ...
+    @property
+    def slice_shape(self) -> SliceShape: ...
+    @property
+    def slices(self) -> int: ...
+    @property
+    def min_slices(self) -> int: ...
+    @property
+    def autoscales(self) -> bool: ...
+    @property
+    def idle_timeout_seconds(self) -> int: ...
+    @property
+    def capacity(self) -> tuple[str, ...]: ...
+    @property
+    def primary_capacity(self) -> str: ...
+    @property
+    def reservation(self) -> str | None: ...
+    @property
+    def dataset_bucket(self) -> str | None: ...
+    @property
+    def dataset_prefix(self) -> str | None: ...
+    @property
+    def dataset_file_cache_mib(self) -> int | None: ...
+
+
 def head_service_name(cluster_name: str = RAY_CLUSTER_NAME) -> str:
     """The ClusterIP service KubeRay creates for the head (dashboard and Jobs API on 8265)."""
     return f"{cluster_name}-head-svc"
@@ -160,11 +196,11 @@ def _starts_badly(character: str) -> bool:
     return unicodedata.category(character) == "Nd" or unicodedata.category(character).startswith("P")
 
 
-def uses_dranet(settings: StackSettings) -> bool:
+def uses_dranet(settings: KubeRaySettings) -> bool:
     return settings.accelerator.dcn_networks > 0
 
 
-def resource_claim_template(settings: StackSettings) -> dict[str, Any]:
+def resource_claim_template(settings: KubeRaySettings) -> dict[str, Any]:
     """The DRANET claim for the extra NICs: exactly one per DCN network on Standard, where the
     node pools attach them; on Autopilot GKE attaches what the ComputeClass asks for, so take all."""
     allocation: dict[str, Any]
@@ -191,14 +227,14 @@ def resource_claim_template(settings: StackSettings) -> dict[str, Any]:
     }
 
 
-def uses_compute_class(settings: StackSettings) -> bool:
+def uses_compute_class(settings: KubeRaySettings) -> bool:
     """Autopilot needs the ComputeClass for DRANET's extra NICs, and for any capacity but plain
     on-demand: a reservation, flex-start and a fallback order are ComputeClass priorities (Spot
     alone could be a pod node selector, but one mechanism for every choice is one to check)."""
     return settings.is_autopilot and (uses_dranet(settings) or tuple(settings.capacity) != DEFAULT_CAPACITY)
 
 
-def _capacity_priority(settings: StackSettings, choice: str) -> dict[str, Any]:
+def _capacity_priority(settings: KubeRaySettings, choice: str) -> dict[str, Any]:
     """A priority's provisioning model (GKE's ComputeClass reference:
     https://cloud.google.com/kubernetes-engine/docs/reference/crds/computeclass). Spot VMs cannot
     consume reservations and the CRD refuses flexStart with spot, so each priority has one."""
@@ -213,7 +249,7 @@ def _capacity_priority(settings: StackSettings, choice: str) -> dict[str, Any]:
     raise ValueError(f"capacity choice {choice!r} has no ComputeClass priority")
 
 
-def compute_class(settings: StackSettings) -> dict[str, Any]:
+def compute_class(settings: KubeRaySettings) -> dict[str, Any]:
     """Autopilot's equivalent of the TPU node pools: auto-created nodes for the slice's TPU, one
     priority per capacity choice in the stack's order, and nothing else: `whenUnsatisfiable:
     DoNotScaleUp` keeps GKE from creating nodes outside the list (its other value, ScaleUpAnyway,
@@ -267,7 +303,7 @@ _VOLUME_MOUNTS = [
 ]
 
 
-def dataset_mount_options(settings: StackSettings, *, file_cache: bool = True) -> str:
+def dataset_mount_options(settings: KubeRaySettings, *, file_cache: bool = True) -> str:
     """The dataset mount's options: GKE's read options, the prefix as only-dir, and a file cache
     of datasetFileCacheMib (max-size-mb 0, no file cache, without it or with file_cache False)."""
     options = [DATASET_OWNER_OPTIONS, *DATASET_READ_OPTIONS]
@@ -280,7 +316,7 @@ def dataset_mount_options(settings: StackSettings, *, file_cache: bool = True) -
     return ",".join(options)
 
 
-def _dataset_volumes(settings: StackSettings, *, file_cache: bool = True) -> list[dict[str, Any]]:
+def _dataset_volumes(settings: KubeRaySettings, *, file_cache: bool = True) -> list[dict[str, Any]]:
     """The dataset bucket, read-only (the CSI volume and every mount of it), and the RAM disk its
     file cache lives on when it has one (file_cache); none without datasetBucket."""
     if settings.dataset_bucket is None:
@@ -305,7 +341,7 @@ def _dataset_volumes(settings: StackSettings, *, file_cache: bool = True) -> lis
     return volumes
 
 
-def _dataset_mounts(settings: StackSettings) -> list[dict[str, Any]]:
+def _dataset_mounts(settings: KubeRaySettings) -> list[dict[str, Any]]:
     if settings.dataset_bucket is None:
         return []
     return [{"name": DATASET_VOLUME, "mountPath": DATASET_MOUNT, "readOnly": True}]
@@ -329,7 +365,7 @@ _HEAD_AFFINITY = {
 }
 
 
-def _head_group(settings: StackSettings, bucket_name: Any, image: Any) -> dict[str, Any]:
+def _head_group(settings: KubeRaySettings, bucket_name: Any, image: Any) -> dict[str, Any]:
     return {
         "rayStartParams": {},
         # ClusterIP only: the Jobs API runs arbitrary commands, so it is reached through the
@@ -365,7 +401,7 @@ def _head_group(settings: StackSettings, bucket_name: Any, image: Any) -> dict[s
     }
 
 
-def _worker_node_selector(settings: StackSettings) -> dict[str, str]:
+def _worker_node_selector(settings: KubeRaySettings) -> dict[str, str]:
     """The TPU selectors stay on every stack: Ray's autoscaler reads them from the pod template to
     know a replica is one slice (its TPU-<type>-head resource). Where a ComputeClass decides the
     capacity, the pods select the class alone: a Spot or flex-start selector would refuse the
@@ -384,7 +420,7 @@ def _worker_node_selector(settings: StackSettings) -> dict[str, str]:
     return selector
 
 
-def _worker_group(settings: StackSettings, bucket_name: Any, image: Any) -> dict[str, Any]:
+def _worker_group(settings: KubeRaySettings, bucket_name: Any, image: Any) -> dict[str, Any]:
     shape = settings.slice_shape
     chips = str(shape.chips_per_vm)
     dranet = uses_dranet(settings)
@@ -452,7 +488,7 @@ def _worker_group(settings: StackSettings, bucket_name: Any, image: Any) -> dict
     return group
 
 
-def _autoscaling(settings: StackSettings) -> dict[str, Any]:
+def _autoscaling(settings: KubeRaySettings) -> dict[str, Any]:
     """The in-tree autoscaler for a stack that scales: Ray autoscaler v2 in a sidecar of the head,
     removing a slice that has been idle for idleTimeoutSeconds."""
     if not settings.autoscales:
@@ -468,7 +504,7 @@ def _autoscaling(settings: StackSettings) -> dict[str, Any]:
     }
 
 
-def ray_cluster(settings: StackSettings, bucket_name: Any, image: Any) -> dict[str, Any]:
+def ray_cluster(settings: KubeRaySettings, bucket_name: Any, image: Any) -> dict[str, Any]:
     """The RayCluster: one head on CPU nodes, one worker group replica per TPU slice (minSlices to
     slices of them, scaled by the in-tree autoscaler, when the stack scales), all running
     `image` (the same Ray on head and workers, as Ray requires), with Ray token authentication on

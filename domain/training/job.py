@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from domain.config.problems import ProblemsError
-from domain.config.setting import Setting
-from domain.config.stack_identity import StackIdentity
+from domain.problems import ProblemsError
+from domain.setting import Setting
+from domain.stack_identity import StackIdentity
 from domain.tpu.tpu_catalog import Accelerator
 from domain.training import maxtext_config
 from domain.training.dataset import Dataset
@@ -70,7 +70,7 @@ def min_slices_rule(slices: int | None) -> str:
     return f"use 1 to {slices} (the slice count: {meaning})"
 
 
-# The rules of the job's own choices, each declared once (domain/config/setting.py). The stacks' settings
+# The rules of the job's own choices, each declared once (domain/setting.py). The stacks' settings
 # of the same names are these declarations (domain/config/workload_settings.py, domain/config/settings.py), and
 # resolve_job checks its arguments with them too: the fit check and the benchmarks call it with
 # values that no settings reader has seen.

@@ -17,12 +17,13 @@ import difflib
 import functools
 import importlib.util
 import math
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from domain.setting import as_boolean, as_integer, as_number, shown
 
 # Set by the job itself from the stack (run name, checkpoint root) or by the AOT compiler.
 RESERVED_KEYS = {
@@ -81,8 +82,6 @@ _RANGES: Mapping[str, tuple[float, bool, str]] = {
     "per_device_batch_size": (0, False, "use a number above 0 (fractions are allowed)"),
     "learning_rate": (0, False, "use a number above 0, for example 3e-5"),
 }
-_INTEGER = re.compile(r"[+-]?[0-9]+(_[0-9]+)*")
-_BOOLEANS = {"true": True, "false": False}
 
 
 def is_parallelism_key(key: str) -> bool:
@@ -90,51 +89,8 @@ def is_parallelism_key(key: str) -> bool:
     return key.startswith(("ici_", "dcn_")) and key.endswith("_parallelism")
 
 
-def shown(value: Any) -> str:
-    """A value as a message shows it: booleans as YAML writes them, numbers as numbers (the engine
-    passes settings as text), other text quoted, long values cut."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str) and as_number(value) is not None:
-        return value.strip()
-    text = repr(value)
-    return text if len(text) <= 80 else f"{text[:77]}..."
-
-
 def _default(key: str, default: Any) -> str:
     return f"(MaxText's base.yml: {key}: {shown(default) if not isinstance(default, str) else repr(default)})"
-
-
-def as_integer(value: Any) -> int | None:
-    """An integer written as one (150, "150", "10_000"), else None: not 1.5, "1e3" or true."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and _INTEGER.fullmatch(value.strip()):
-        try:
-            return int(value)
-        except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits)
-            return None
-    return None
-
-
-def as_number(value: Any) -> float | None:
-    """A finite number (3e-5, "0.5", 4), else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        return None
-    try:
-        number = float(value)
-    except ValueError:
-        return None
-    return number if math.isfinite(number) else None
-
-
-def as_boolean(value: Any) -> bool | None:
-    """true or false (any letter case, as YAML and MaxText read them), else None: not yes, on, 1."""
-    if isinstance(value, bool):
-        return value
-    return _BOOLEANS.get(value.strip().lower()) if isinstance(value, str) else None
 
 
 def _structured(value: Any, kind: type) -> bool:

@@ -26,14 +26,14 @@ from pulumi_policy import (
     ResourceValidationPolicy,
 )
 
-from domain.config.setting import settings_of
 from domain.config.workload_settings import WorkloadSettings
 from domain.perf.capacity import MemoryEstimate, estimate_memory, job_cost
 from domain.perf.fit_results import NOT_COMPILED
+from domain.perf.maxtext_check import model_flops, recorded_result
 from domain.perf.published_recipes import model_family
+from domain.setting import settings_of
 from domain.tpu.tpu_catalog import Accelerator, SliceShape, accelerator_by_ray_type
 from domain.training.job import JobSpec
-from domain.training.maxtext_check import model_flops, recorded_result
 from domain.training.maxtext_config import base_config, override_problems
 from domain.training.presets import PRESETS, maxtext_overrides
 from policies.rules.common import RAY_JOB, at, config_value, known, on, plain, schema, whole_number

@@ -54,7 +54,7 @@ def job_of(entrypoint: str) -> JobSpec:
 def recorded_fit_check(job):
     """A fit check of exactly `job`'s configuration, with the 8B anchor's recorded profile."""
     from domain.perf import fit_results
-    from domain.training.maxtext_check import model_flops
+    from domain.perf.maxtext_check import model_flops
     from tests.support.anchors import CALIBRATING_8B, anchor_named
 
     work = model_flops(job)  # as a fit check records it: MaxText's count

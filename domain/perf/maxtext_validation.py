@@ -19,9 +19,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from domain.perf.capacity import MAXTEXT_FLOPS, ModelFlops
+from domain.setting import shown
 from domain.tpu.tpu_catalog import accelerator_by_ray_type
 from domain.training.job import JobSpec, preset_maxtext_overrides
-from domain.training.maxtext_config import shown
 
 SETTING = "maxtextOverrides"
 # Bumped when a request or an answer changes shape: older cached answers are then not read.

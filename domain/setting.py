@@ -20,17 +20,63 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import sys
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence, Set
 from typing import Any, Literal
 
-from domain.training.maxtext_config import as_boolean, as_integer, as_number, shown
-
 Kind = Literal["string", "integer", "boolean", "number", "array", "object"]
 
 SECRET = "[secret]"
 _METADATA_KEY = "setting"
+# How a value given as text (the engine passes every setting so) reads as a boolean or number:
+# the settings here and MaxText's overrides (domain/training/maxtext_config.py) alike.
+_INTEGER = re.compile(r"[+-]?[0-9]+(_[0-9]+)*")
+_BOOLEANS = {"true": True, "false": False}
+
+
+def shown(value: Any) -> str:
+    """A value as a message shows it: booleans as YAML writes them, numbers as numbers (the engine
+    passes settings as text), other text quoted, long values cut."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str) and as_number(value) is not None:
+        return value.strip()
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
+
+
+def as_integer(value: Any) -> int | None:
+    """An integer written as one (150, "150", "10_000"), else None: not 1.5, "1e3" or true."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and _INTEGER.fullmatch(value.strip()):
+        try:
+            return int(value)
+        except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits)
+            return None
+    return None
+
+
+def as_number(value: Any) -> float | None:
+    """A finite number (3e-5, "0.5", 4), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def as_boolean(value: Any) -> bool | None:
+    """true or false (any letter case, as YAML and MaxText read them), else None: not yes, on, 1."""
+    if isinstance(value, bool):
+        return value
+    return _BOOLEANS.get(value.strip().lower()) if isinstance(value, str) else None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """MaxText's own config check of a job, asked of the trainer environment: the half that runs in
 the project's environment (the stacks, the policies, the fit check). It builds the requests
-(domain/training/maxtext_validation.py), answers them from the cache or from one
+(domain/perf/maxtext_validation.py), answers them from the cache or from one
 `python -m trainer.validate_config` process in `.venv-trainer` (MaxText's config layer cannot
 be imported here), and gives the answers in the product's words: the problems of a job's
 maxtextOverrides, and a step's FLOPs and tokens as MaxText counts them.
@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from domain.paths import MAXTEXT_CONFIG_CACHE, PROJECT_ROOT, TRAINER_LOCK, TRAINER_PYTHON
+from domain.perf import maxtext_validation
 from domain.perf.capacity import MAXTEXT_FLOPS, ModelFlops, llama_formula_flops
 from domain.perf.fit_results import FitResult, cached_result
-from domain.training import maxtext_validation
 from domain.training.job import CPU_WORKER_ENV, JobError, JobSpec
 
 # The trainer environment's side of the check (python -m ...).
