@@ -1,0 +1,63 @@
+"""domain/'s packages are layers without a cycle: each imports only the packages below it, an
+import under TYPE_CHECKING counted too. The contract is pyproject.toml's [tool.importlinter];
+import-linter checks it, and its report says which import breaks it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from domain.paths import PROJECT_ROOT
+
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def lint_imports(config: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--config", str(config), "--no-cache", "--no-logo"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_domain_keeps_its_layers():
+    checked = lint_imports(PROJECT_ROOT / "pyproject.toml", PROJECT_ROOT)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_a_type_checking_import_of_a_higher_layer_breaks_the_contract(tmp_path):
+    """The same contract over a copy of domain's package names, where the lowest layer's first
+    package names the highest under TYPE_CHECKING: the check fails, naming that import."""
+    options = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (contract,) = options["contracts"]
+    layers = [layer.replace("domain.", "toy.") for layer in contract["layers"]]
+    names = [name.strip() for layer in layers for name in layer.replace(":", "|").split("|")]
+    for name in names:
+        package = tmp_path.joinpath(*name.split("."))
+        package.mkdir(parents=True)
+        (package / "__init__.py").write_text("")
+    (tmp_path / "toy" / "__init__.py").write_text("")
+    highest, lowest = names[0], names[-1]
+    tmp_path.joinpath(*lowest.split("."), "__init__.py").write_text(
+        f"from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    import {highest}\n"
+    )
+    config = tmp_path / "pyproject.toml"
+    lines = [
+        "[tool.importlinter]",
+        'root_package = "toy"',
+        f"exclude_type_checking_imports = {str(options['exclude_type_checking_imports']).lower()}",
+        "[[tool.importlinter.contracts]]",
+        f"name = {contract['name']!r}",
+        'type = "layers"',
+        f"layers = {layers!r}",
+    ]
+    config.write_text("\n".join(lines) + "\n")
+
+    checked = lint_imports(config, tmp_path)
+
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert "BROKEN" in checked.stdout and f"{lowest} -> {highest}" in checked.stdout, checked.stdout
