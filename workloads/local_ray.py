@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import psutil  # type: ignore[import-untyped]  # psutil ships no type information
+
 from domain.paths import PROJECT_ROOT
 from domain.ray.preemption import DRAIN_TIMEOUT_ENV, POLL_INTERVAL_ENV, PREEMPTION_POLL_SECONDS
 
@@ -132,47 +134,26 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
     return False
 
 
-def _listening_inodes(port: int) -> set[str]:
-    """Socket inodes of TCP listeners on `port` that a loopback client reaches (bound to a
-    loopback address or to every address), from /proc/net/tcp{,6}."""
-    inodes = set()
-    for table, width in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 16)):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            address, _, hex_port = fields[1].partition(":")
-            if fields[3] != "0A" or int(hex_port, 16) != port:  # 0A: LISTEN
-                continue
-            # The kernel prints each 32-bit word of the address in host (little-endian) order.
-            raw = b"".join(bytes.fromhex(address[i : i + 8])[::-1] for i in range(0, len(address), 8))
-            ip = ipaddress.ip_address(raw[:width])
-            if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-                ip = ip.ipv4_mapped
-            if ip.is_loopback or ip.is_unspecified:
-                inodes.add(fields[9])
-    return inodes
-
-
 def port_holder(port: int) -> str:
-    """Who holds TCP `port` on loopback, as `pid N (command line)`, found through /proc: the
-    process whose open file is the listening socket. Another user's processes cannot be read,
-    so then it says how to find it."""
-    inodes = {f"socket:[{inode}]" for inode in _listening_inodes(port)}
+    """Who holds TCP `port` on loopback, as `pid N (command line)`: the process of a listener on
+    it that a loopback client reaches (bound to a loopback address or to every address). Another
+    user's processes cannot be read, so then it says how to find it."""
     holders = []
-    for pid in _all_pids() if inodes else []:
-        try:
-            links = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
-        except OSError:  # gone, or another user's
+    for connection in psutil.net_connections(kind="tcp"):
+        if connection.status != psutil.CONN_LISTEN or not connection.laddr or connection.laddr.port != port:
             continue
-        if links & inodes:
-            try:
-                command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                command = "?"
-            holders.append(f"pid {pid} ({command.strip()[:200]})")
+        ip = ipaddress.ip_address(connection.laddr.ip.partition("%")[0])
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        if connection.pid is None or not (ip.is_loopback or ip.is_unspecified):
+            continue  # another user's process, or a listener loopback does not reach
+        try:
+            command = " ".join(psutil.Process(connection.pid).cmdline())
+        except psutil.Error:
+            command = "?"
+        holder = f"pid {connection.pid} ({command.strip()[:200]})"
+        if holder not in holders:
+            holders.append(holder)
     if holders:
         return ", ".join(holders)
     return f"a process this user cannot see (`sudo ss -ltnp 'sport = :{port}'` names it)"
@@ -217,59 +198,50 @@ def _refresh_ray_auth_caches() -> None:
     AuthenticationTokenLoader.instance().reset_cache()
 
 
-# ------------------------------------------------------------------ processes, from /proc
-# Linux only (the project's platform); without /proc stop() can only signal the process group.
-HAVE_PROC = os.path.isdir("/proc/self")
-GONE = ("Z", "X")  # a zombie has exited already: it only waits for its parent (or init) to reap it
+# ------------------------------------------------------------------ processes, from the process table
+GONE = (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)  # a zombie has exited already: it only waits to be reaped
 
 
 class _Stat(NamedTuple):
     state: str
     parent: int
     group: int
-    started: int  # clock ticks since boot: tells a process from a later one reusing its pid
+    started: float  # the process's creation time: tells a process from a later one reusing its pid
+
+
+def _stat_of(process: psutil.Process) -> _Stat | None:
+    try:
+        with process.oneshot():
+            return _Stat(process.status(), process.ppid(), os.getpgid(process.pid), process.create_time())
+    except (psutil.Error, OSError):  # gone
+        return None
 
 
 def _stat(pid: int) -> _Stat | None:
     try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            data = stat.read()
-    except OSError:
+        return _stat_of(psutil.Process(pid))
+    except psutil.Error:
         return None
-    # The command name (field 2) is in parentheses and may itself contain spaces or ')'.
-    fields = data[data.rindex(b")") + 2 :].split()
-    return _Stat(fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[19]))
+
+
+def _stats() -> dict[int, _Stat]:
+    """{pid: _Stat} of every process of the machine."""
+    return {process.pid: stat for process in psutil.process_iter() if (stat := _stat_of(process)) is not None}
 
 
 def _group_alive(group_id: int) -> bool:
     """Whether a process of the group still runs (zombies, already dead, do not count)."""
-    if HAVE_PROC:
-        return any(
-            stat is not None and stat.group == group_id and stat.state not in GONE for stat in map(_stat, _all_pids())
-        )
+    return any(stat.group == group_id and stat.state not in GONE for stat in _stats().values())
+
+
+def _environ_has(pid: int, name: str, value: str) -> bool:
     try:
-        os.killpg(group_id, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def _all_pids() -> list[int]:
-    try:
-        return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
-    except OSError:
-        return []
-
-
-def _environ_has(pid: int, entry: bytes) -> bool:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as environ:
-            return entry in environ.read().split(b"\0")
-    except OSError:  # gone, or another user's process we may not read: not ours either way
+        return psutil.Process(pid).environ().get(name) == value
+    except psutil.Error:  # gone, or another user's process we may not read: not ours either way
         return False
 
 
-def _alive(pid: int, started: int) -> bool:
+def _alive(pid: int, started: float) -> bool:
     """The same process (pid and start time) still exists and is not a zombie."""
     stat = _stat(pid)
     return stat is not None and stat.started == started and stat.state not in GONE
@@ -371,7 +343,7 @@ class _RayStart:
     def _log_tail(self, lines: int = 30) -> str:
         return "\n".join(self._log().splitlines()[-lines:])
 
-    def _session_processes(self) -> dict[int, int]:
+    def _session_processes(self) -> dict[int, float]:
         """{pid: start time} of the live processes of this head's Ray session.
 
         Ray does not keep its session in our process group: the raylet starts workers in
@@ -379,7 +351,7 @@ class _RayStart:
         a watcher shell) with start_new_session=True (ray/dashboard/modules/job/
         job_supervisor.py, _exec_entrypoint), so a killpg of `ray start` misses them. What we
         rely on, both true only of processes this head started:
-          - ancestry: they descend from our `ray start` (parent links in /proc/<pid>/stat), or
+          - ancestry: they descend from our `ray start` (parent links in the process table), or
             share its process group. Only while `ray start` is not reaped: until then its pid,
             and so its group id, cannot belong to anyone else. stop() collects this before it
             sends any signal, while every parent still lives;
@@ -390,10 +362,9 @@ class _RayStart:
         A process that both left the tree and cleared its environment would escape; Ray's own
         processes and job entrypoints do neither.
         """
-        if self.process is None or self.temp_dir is None or not HAVE_PROC:
+        if self.process is None or self.temp_dir is None:
             return {}
-        marker = f"{SESSION_MARKER_ENV}={self.temp_dir}".encode()
-        stats = {pid: stat for pid in _all_pids() if (stat := _stat(pid)) is not None}
+        stats = _stats()
         found: set[int] = set()
         if self.process.returncode is None:
             root = self.process.pid
@@ -407,7 +378,7 @@ class _RayStart:
                     found.add(pid)
                     pending.extend(children.get(pid, []))
             found.update(pid for pid, stat in stats.items() if stat.group == root)
-        found.update(pid for pid in stats if pid not in found and _environ_has(pid, marker))
+        found.update(pid for pid in stats if pid not in found and _environ_has(pid, SESSION_MARKER_ENV, self.temp_dir))
         found.discard(os.getpid())
         return {pid: stats[pid].started for pid in found if stats[pid].state not in GONE}
 
@@ -442,7 +413,7 @@ class _RayStart:
                 )
             time.sleep(0.1)
 
-    def _kill(self, session: dict[int, int]) -> None:
+    def _kill(self, session: dict[int, float]) -> None:
         assert self.process is not None
         if self.process.returncode is None:
             # Not reaped yet, so its pid (the group's id) cannot have been reused.
