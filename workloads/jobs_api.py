@@ -574,6 +574,10 @@ class JobsApi:
         if line:
             yield line.decode("utf-8", errors="replace")
 
+    # Ray's state SDK (ray.util.state, 2.60) cannot make these two requests: StateApiClient takes
+    # headers but no CA (`verify`), and reports an answer other than 200 or a non-JSON 500 only as
+    # text (the status, which classify() needs, is lost; a Kubernetes Status answer raises KeyError);
+    # get_log sends only this process's own Ray token, with no client-side timeout and no status.
     def nodes(self) -> list[dict[str, Any]]:
         """The cluster's alive nodes as Ray's state API lists them (GET /api/v0/nodes, what
         `ray list nodes` asks; each with its `resources_total` and `labels`), through the same
