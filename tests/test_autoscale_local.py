@@ -28,7 +28,7 @@ from ray.util.state import list_nodes, list_placement_groups
 from domain.training.job import resolve_job
 from tests.support.processes import process_start
 from tests.support.provider_run import ProviderRun
-from workloads import job_inputs, ray_job
+from workloads import job_inputs, job_wait, ray_job
 from workloads.local_ray import HEAD_NODE_TYPE, LocalRayError, LocalRayHead, WorkerSlices
 
 IDLE_TIMEOUT_SECONDS = 5
@@ -135,7 +135,7 @@ def look(head: LocalRayHead) -> Sample:
 def test_a_job_brings_its_slice_up_from_zero_succeeds_and_the_idle_slice_goes_back_to_zero(
     tmp_path, monkeypatch, capsys
 ):
-    monkeypatch.setattr(ray_job, "POLL_SECONDS", 0.5)
+    monkeypatch.setattr(job_wait, "POLL_SECONDS", 0.5)
     job = resolve_job("tiny-cpu", run_name="autoscale-run", checkpoint_root=str(tmp_path))
     slices = WorkerSlices(max_slices=MAX_SLICES, idle_timeout_seconds=IDLE_TIMEOUT_SECONDS)
     began = time.monotonic()

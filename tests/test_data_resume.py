@@ -25,7 +25,7 @@ from domain.training.job import CPU_WORKER_ENV, JobSpec, resolve_job
 from tests.support.provider_run import ProviderRun
 from tests.support.trainer_logs import RESTORE_LINE, STEP_LINE, committed_steps, notice_saves, the_worker
 from trainer.replay_data import BATCH_PREFIX
-from workloads import ray_job
+from workloads import job_wait
 from workloads.local_ray import LocalRayHead, LocalRayNode
 
 pytestmark = pytest.mark.slow
@@ -221,7 +221,7 @@ def test_a_run_preempted_mid_way_saves_at_the_notice_and_resumes_on_exactly_its_
     """A Spot node reclaimed: the notice's checkpoint carries the data position, and the worker
     group restarted on another node reads on from it. ArrayRecord only: the kill shows Parquet's
     position is restored from a checkpoint like ArrayRecord's."""
-    monkeypatch.setattr(ray_job, "POLL_SECONDS", 0.5)
+    monkeypatch.setattr(job_wait, "POLL_SECONDS", 0.5)
     job = job_on(corpus, tmp_path, "preempted")
     with LocalRayHead(num_cpus=0, multi_node=True) as head, head.client_environment():
         spot = LocalRayNode(head, "spot", drain_seconds=DRAIN_SECONDS).start()

@@ -26,7 +26,7 @@ from domain.training.job import resolve_job
 from domain.training.job_log import JobLog
 from tests.support.provider_run import ProviderRun
 from tests.support.trainer_logs import RESTORE_LINE, committed_steps, notice_saves
-from workloads import ray_job
+from workloads import job_wait
 from workloads.local_ray import LocalRayHead, LocalRayNode
 
 pytestmark = pytest.mark.slow
@@ -65,7 +65,7 @@ FIRST_START_SECONDS = 900
 
 
 def test_a_preempted_node_saves_at_the_notice_shrinks_resumes_grows_back_and_succeeds(tmp_path, monkeypatch):
-    monkeypatch.setattr(ray_job, "POLL_SECONDS", 0.5)
+    monkeypatch.setattr(job_wait, "POLL_SECONDS", 0.5)
     job = resolve_job(
         "tiny-cpu",
         run_name="elastic-run",

@@ -17,7 +17,7 @@ import pytest
 from domain.training.job_events import event_line
 from tests.support.fake_ray_head import FakeRayHead, good_events, steps_log, text
 from tests.support.ray_job_harness import STEP, inputs
-from workloads import jobs_api, ray_job
+from workloads import job_wait, jobs_api, ray_job
 from workloads.jobs_api import JobsApi
 from workloads.ray_job import RayJobError, RayJobProvider
 
@@ -38,8 +38,8 @@ BAD_STEPS = [STEP.format(step=1, tokens=100.0, loss="-"), STEP.format(step=1, to
 
 @pytest.fixture(autouse=True)
 def fast_polling(monkeypatch):
-    monkeypatch.setattr(ray_job, "POLL_SECONDS", 0.2)
-    monkeypatch.setattr(ray_job, "LOST_CONTACT_SECONDS", 3.0)
+    monkeypatch.setattr(job_wait, "POLL_SECONDS", 0.2)
+    monkeypatch.setattr(job_wait, "LOST_CONTACT_SECONDS", 3.0)
 
 
 # ------------------------------------------------------------------ the log tail is the newest bytes

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.fake_jobs_api import FakeApiServer, FakeHttpServer, self_signed_certificate
-from workloads import ray_job
+from workloads import job_wait
 from workloads.jobs_api import GKE_API_OVERRIDE_ENV, ErrorKind, JobsApi, JobsApiError
 from workloads.ray_job import RayJobError, RayJobGuardProvider, RayJobProvider
 
@@ -104,7 +104,7 @@ def ca_files() -> set[Path]:
 
 @slow
 def test_a_job_runs_through_the_api_server_proxy(api_server, local_ray_head, auth_plugin, monkeypatch, capsys):
-    monkeypatch.setattr(ray_job, "POLL_SECONDS", 0.2)
+    monkeypatch.setattr(job_wait, "POLL_SECONDS", 0.2)
     before = ca_files()
     props = {
         "stack": "gke-test",

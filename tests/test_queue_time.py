@@ -22,12 +22,11 @@ from domain.ray.queueing import (
 from domain.training.job import resolve_job
 from tests.support.fake_jobs_api import FakeHttpServer, FakeJobsApi
 from tests.support.ray_job_harness import STEP, ClockedJobsApi, client, inputs, timed_create, wait_for
-from workloads import ray_job
+from workloads import job_wait, ray_job
+from workloads.job_wait import Deadlines, QueueWatch
 from workloads.jobs_api import ErrorKind, JobsApi, JobsApiError
 from workloads.ray_job import (
-    Deadlines,
     ProgressReporter,
-    QueueWatch,
     RayJobError,
     RayJobProvider,
     submission_id,
@@ -210,7 +209,7 @@ def test_a_dashboard_that_fails_its_version_check_is_a_jobs_api_error_for_the_no
 def test_the_queue_deadline_does_not_depend_on_the_skew_between_the_two_clocks(offset, monkeypatch):
     """The fake cluster's job never starts a driver (so no worker group) and it has no node list:
     stopped at the queue deadline, measured on the cluster's clock, saying it could not get capacity."""
-    monkeypatch.setattr(ray_job, "POLL_SECONDS", 0.2)
+    monkeypatch.setattr(job_wait, "POLL_SECONDS", 0.2)
     queue = 3
     with ClockedJobsApi(offset) as api:
         props = {**inputs(api), "queue_timeout_seconds": queue, "timeout_seconds": 1}
@@ -311,7 +310,7 @@ def test_a_worker_group_that_started_since_the_last_look_is_found_before_anythin
 ):
     """The log is looked at once at the start, then not again before the queue deadline: the whole
     log read at the deadline finds the group that started in between, and the job runs on."""
-    monkeypatch.setattr(ray_job, "PROGRESS_EVERY_SECONDS", 1000.0)
+    monkeypatch.setattr(job_wait, "PROGRESS_EVERY_SECONDS", 1000.0)
     entrypoint = python("time.sleep(2)", attempt(), "time.sleep(6)")
     props = inputs(
         local_ray_head, entrypoint=entrypoint, queue_timeout_seconds=4, timeout_seconds=30, worker_group=CPU_GROUP

@@ -30,7 +30,7 @@ from tests.support.ray_job_harness import (
     timed_create,
     wait_for,
 )
-from workloads import jobs_api, ray_job, smoke
+from workloads import job_wait, jobs_api, ray_job, ray_job_migration, ray_job_record, smoke
 from workloads.jobs_api import ErrorKind, JobsApi, JobsApiError, classify
 from workloads.local_ray import LocalRayHead, free_port
 from workloads.ray_job import (
@@ -46,8 +46,8 @@ slow = pytest.mark.slow
 
 @pytest.fixture(autouse=True)
 def fast_polling(monkeypatch):
-    monkeypatch.setattr(ray_job, "POLL_SECONDS", 0.2)
-    monkeypatch.setattr(ray_job, "LOST_CONTACT_SECONDS", 3.0)
+    monkeypatch.setattr(job_wait, "POLL_SECONDS", 0.2)
+    monkeypatch.setattr(job_wait, "LOST_CONTACT_SECONDS", 3.0)
 
 
 @slow
@@ -334,12 +334,12 @@ def test_the_wait_applies_the_lost_contact_rule_to_a_503():
             RayJobProvider()._wait(
                 api,
                 "pulumi-test-1",
-                ray_job.Deadlines(run=600, queue=600),
+                job_wait.Deadlines(run=600, queue=600),
                 ProgressReporter("j", None, io.StringIO()),
                 StepCollector(),
-                ray_job.RunClock(None),
+                job_wait.RunClock(None),
             )
-        assert time.monotonic() - started >= ray_job.LOST_CONTACT_SECONDS
+        assert time.monotonic() - started >= job_wait.LOST_CONTACT_SECONDS
         assert len(fake.requests) > 3  # it kept asking
 
 
@@ -444,7 +444,7 @@ def test_goodput_is_read_from_the_whole_log_stray_bytes_and_all(local_ray_head):
 def test_the_tokens_trained_are_counted_from_the_whole_log_not_the_tails_seen_while_it_ran(local_ray_head, monkeypatch):
     """Steps far from the end when the job was watched are missed by every tail read then; the
     ended job's whole log still counts each step's own tokens."""
-    monkeypatch.setattr(ray_job, "PROGRESS_EVERY_SECONDS", 0.5)
+    monkeypatch.setattr(job_wait, "PROGRESS_EVERY_SECONDS", 0.5)
 
     def step(number: int) -> str:
         return STEP.format(step=number, tokens=1.0, loss=1.0).replace(
@@ -522,14 +522,14 @@ def test_two_projects_or_organizations_dev_stacks_get_two_jobs():
 def test_the_id_stays_readable_and_short_whatever_the_names():
     long = {**NOW, "organization": "o" * 40, "project": "p" * 100, "stack": "s" * 100}
     job_id = submission_id(long)
-    assert len(job_id) <= len("pulumi-") + ray_job.ID_NAME_MAX + 1 + 16
+    assert len(job_id) <= len("pulumi-") + ray_job_record.ID_NAME_MAX + 1 + 16
     assert job_id != submission_id({**long, "stack": "s" * 99 + "t"})  # the digest has the full names
     odd = submission_id({**NOW, "stack": "a/b c"})
     assert odd.startswith("pulumi-acme-maxtext-tpu-workloads-a-b-c-")
 
 
 def test_the_earlier_id_form_is_the_one_the_first_releases_computed():
-    assert ray_job.legacy_submission_id(NOW) == FIRST_RELEASE_ID
+    assert ray_job_migration.legacy_submission_id(NOW) == FIRST_RELEASE_ID
     assert submission_id(NOW) != FIRST_RELEASE_ID
 
 
@@ -558,7 +558,7 @@ def test_a_first_release_guard_is_updated_not_replaced_and_keeps_the_earlier_id(
     olds = {"job_id": FIRST_RELEASE_ID, "address": NOW["address"], "gke": None}
     news = {
         "job_id": submission_id(NOW),
-        "previous_job_id": ray_job.legacy_submission_id(NOW),
+        "previous_job_id": ray_job_migration.legacy_submission_id(NOW),
         "address": NOW["address"],
         "gke": None,
     }
@@ -585,7 +585,7 @@ def legacy_run(head, entrypoint: str) -> tuple[dict, str, JobSubmissionClient]:
         "organization": "acme",
         "project": "maxtext-tpu-workloads",
     }
-    legacy_id = ray_job.legacy_submission_id(props)
+    legacy_id = ray_job_migration.legacy_submission_id(props)
     ray = client(head)
     ray.submit_job(entrypoint=entrypoint, submission_id=legacy_id)
     return {**props, "legacy_job_id": legacy_id}, legacy_id, ray
@@ -595,7 +595,7 @@ def attempts_of(ray: JobSubmissionClient, *base_ids: str) -> list[str]:
     return sorted(
         job.submission_id
         for job in ray.list_jobs()
-        if job.submission_id and any(ray_job._attempt_number(base, job.submission_id) for base in base_ids)
+        if job.submission_id and any(ray_job_record.attempt_number(base, job.submission_id) for base in base_ids)
     )
 
 
@@ -677,7 +677,7 @@ def test_the_timeout_does_not_depend_on_the_skew_between_the_two_clocks(offset, 
 
 
 def test_without_a_date_header_a_job_counts_from_when_it_was_first_seen():
-    clock = ray_job.RunClock(None)
+    clock = job_wait.RunClock(None)
     far_past = int((time.time() - 10_000) * 1000)
     assert clock.elapsed(far_past) < 1
     time.sleep(0.3)

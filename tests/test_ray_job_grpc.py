@@ -30,7 +30,7 @@ from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
 
 from domain.paths import PROJECT_ROOT
 from tests.support.ray_job_harness import FIRST_RELEASE_ID, NOW, first_release_state
-from workloads import ray_job
+from workloads import ray_job_migration
 from workloads.ray_job import RayJobGuardProvider, RayJobProvider, submission_id
 
 pytestmark = pytest.mark.slow
@@ -363,7 +363,7 @@ def test_state_of_the_first_releases_keeps_its_job_through_the_plugin(plugin):
     new_guard = with_provider(
         {
             "job_id": submission_id(now),
-            "previous_job_id": ray_job.legacy_submission_id(now),
+            "previous_job_id": ray_job_migration.legacy_submission_id(now),
             "address": now["address"],
         },
         GUARD_PROVIDER,

@@ -1,0 +1,71 @@
+"""What the RayJob's guard does: it holds a job's base submission id from before the submission,
+and its delete stops every attempt of that job (`<id>`, `<id>-2`, ...) that is still running.
+
+The RayJob resource enters the state only once its job has finished; the guard, registered before
+it, is in the state from the moment of submission, so `pulumi destroy` stops a job whose `pulumi up`
+was interrupted. Its provider class, RayJobGuardProvider, stays in workloads/ray_job.py: state
+holds it pickled by reference under that module path (see the note there).
+
+A guard written by the first releases holds the job's id in the earlier form (see
+workloads/ray_job_migration.py). For the same job the guard is updated, not replaced (a replaced
+guard's delete would stop the run it guards): it takes the new id and keeps the earlier one as
+`legacy_job_id`, which the RayJob's create uses to adopt the run, and its delete stops the attempts
+of both. A guard created by this code never records an earlier id: another project's stack of the
+same name may run under it.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from pulumi.dynamic import CreateResult, DiffResult, UpdateResult
+
+from domain.stack_identity import integral
+from workloads.job_teardown import stop_and_confirm, teardown
+from workloads.jobs_api import JobsApi
+from workloads.ray_job_migration import LEGACY_JOB_ID, adopts_earlier_id, guard_legacy_id
+from workloads.ray_job_record import TARGET_INPUTS, TERMINAL, attempt_number, defining
+
+KEYS = ("job_id", LEGACY_JOB_ID, *TARGET_INPUTS)
+
+
+def create(props: dict[str, Any]) -> CreateResult:
+    outs = {**{key: props.get(key) for key in KEYS}, LEGACY_JOB_ID: None}
+    return CreateResult(id_=f"{props['job_id']}-guard", outs=outs)
+
+
+def diff(olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+    migrating = adopts_earlier_id(olds, news)
+    replaces = [
+        key
+        for key in ("job_id", *TARGET_INPUTS)
+        if defining(olds, key) != defining(news, key) and not (key == "job_id" and migrating)
+    ]
+    changes = (
+        bool(replaces)
+        or migrating
+        or any(integral(olds.get(key)) != integral(news.get(key)) for key in ("job_id", *TARGET_INPUTS))
+    )
+    return DiffResult(changes=changes, replaces=replaces)
+
+
+def update(olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+    # Only how to reach the cluster changed (e.g. the infra stack now exports its id), or the
+    # job's id changed form (see the module).
+    return UpdateResult(outs={**{key: news.get(key) for key in KEYS}, LEGACY_JOB_ID: guard_legacy_id(olds, news)})
+
+
+def delete(props: dict[str, Any]) -> None:
+    base_ids = [base for base in (props["job_id"], props.get(LEGACY_JOB_ID)) if base]
+    with JobsApi(props.get("address"), props.get("gke")) as api:
+
+        def stop_every_attempt() -> None:
+            jobs = api.call("listing jobs", lambda client: client.list_jobs())
+            for job in jobs:
+                if job.submission_id and any(attempt_number(base, job.submission_id) for base in base_ids):
+                    if str(job.status) not in TERMINAL:
+                        stop_and_confirm(api, job.submission_id)
+                        print(f"RayJob {job.submission_id}: stopped", file=sys.stderr, flush=True)
+
+        teardown(api, f"{' and '.join(base_ids)} (every attempt)", stop_every_attempt)
