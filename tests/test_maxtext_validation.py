@@ -18,8 +18,8 @@ import pytest
 from domain.config.workload_settings import parse_workload_settings
 from domain.perf import maxtext_check, maxtext_validation
 from domain.training.job import JobError, JobSpec, resolve_job
+from tests.support.refusals import Bad, refused_by_workloads
 from tests.support.workloads_program import INFRA_OUTPUTS
-from tests.test_workloads_refusals import Bad, run_refused
 from workloads import smoke
 from workloads.job_inputs import local_checkpoint_root
 
@@ -238,7 +238,9 @@ def test_maxtext_that_cannot_be_asked_refuses_the_job(tmp_path, monkeypatch):
 )
 def test_the_workloads_program_registers_nothing_when_maxtext_refuses(answered, stack, overrides, case_id):
     (problem,) = case(case_id).problems
-    error, monitor = run_refused(Bad("maxtext", {"maxtextOverrides": overrides}, problem, ("", "", ""), stack=stack))
+    error, monitor = refused_by_workloads(
+        Bad("maxtext", {"maxtextOverrides": overrides}, problem, ("", "", ""), stack=stack)
+    )
     assert type(error) is JobError
     assert error.problems == [problem]
     assert not monitor.registrations

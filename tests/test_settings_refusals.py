@@ -9,34 +9,27 @@ marked secret as `pulumi config set --secret` marks them) and checks that nothin
 from __future__ import annotations
 
 import collections
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
 from domain.config.settings import SettingsError, StackSettings
 from domain.setting import settings_of
-from infra.config import read_settings
-from infra.program import build
 from tests.support.infra_program import run_infra
-from tests.support.pulumi_harness import INFRA_PROJECT, RecordingMonitor, run_program, stack_config
+from tests.support.pulumi_harness import INFRA_PROJECT, stack_config
+from tests.support.refusals import Bad, assert_distinct_cases, assert_refused, refused_by_infra
 
 PROJECT_SETTINGS = ", ".join(entry.key for entry in settings_of(StackSettings) if entry.namespace is None)
 DIGEST = "sha256:" + "0123456789abcdef" * 4
 
 
-@dataclass(frozen=True)
-class Row:
-    id: str
-    config: dict[str, Any]  # project keys bare, the Google provider's as gcp:KEY
-    said: str  # names the setting and its value
-    valid: str  # says what would be valid
-    secret: frozenset[str] = field(default_factory=frozenset)  # keys set with --secret
-    stack: str = "dev"
-
-
-def row(id: str, config: dict[str, Any], said: str, valid: str, **extra: Any) -> Row:
-    return Row(id, config, said, valid, **extra)
+def row(
+    id: str, config: dict[str, Any], said: str, valid: str, *, secret: frozenset[str] = frozenset(), stack: str = "dev"
+) -> Bad:
+    """A bad case: one of the refusal's problems says `said` (the setting and its value) and
+    `valid` (what would be valid). `config` holds project keys bare, the Google provider's as
+    gcp:KEY; `secret` the keys set with --secret."""
+    return Bad(id, config, None, (said, valid), stack=stack, secrets=secret)
 
 
 BUCKET_RULE = "use 3-63 lowercase letters, digits, '-', '_' and '.'"
@@ -649,39 +642,21 @@ ROWS = [
 ]
 
 
-def _engine_key(key: str) -> str:
-    return key if ":" in key else f"{INFRA_PROJECT}:{key}"
-
-
-def refused(config_overrides: dict[str, Any], *, secret: frozenset[str] = frozenset(), stack: str = "dev"):
-    """Runs the program with dev's config plus the overrides; returns the SettingsError and the
-    monitor that recorded (or did not) each registration."""
-    config = stack_config("dev")
-    config.update({_engine_key(key): value for key, value in config_overrides.items()})
-    monitor = RecordingMonitor()
-    with pytest.raises(SettingsError) as caught:
-        run_program(
-            lambda: build(read_settings()),
-            config,
-            monitor=monitor,
-            stack=stack,
-            secret_keys=frozenset(_engine_key(key) for key in secret),
-        )
-    return caught.value, monitor
+def refused(settings: dict[str, Any], *, secret: frozenset[str] = frozenset()):
+    """The SettingsError for dev's config plus `settings`, and the monitor that recorded (or did
+    not) each registration."""
+    return refused_by_infra(Bad("refused", settings, None, (), secrets=secret))
 
 
 def test_there_are_enough_rows():
-    assert len(ROWS) >= 60
-    assert len({r.id for r in ROWS}) == len(ROWS)
+    assert_distinct_cases(ROWS, at_least=60)
 
 
 @pytest.mark.parametrize("case", ROWS, ids=[r.id for r in ROWS])
-def test_bad_setting_is_refused_before_any_resource(case: Row):
-    error, monitor = refused(case.config, secret=case.secret, stack=case.stack)
-    assert monitor.registrations == []
-    assert str(error).startswith("invalid stack configuration:\n  - ")
+def test_bad_setting_is_refused_before_any_resource(case: Bad):
+    error, monitor = refused_by_infra(case)
     # One message says both which setting (with its value) is wrong and what would be valid.
-    assert any(case.said in problem and case.valid in problem for problem in error.problems), error.problems
+    assert_refused(case, error, monitor, SettingsError)
 
 
 def test_every_problem_is_reported_at_once():

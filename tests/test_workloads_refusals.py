@@ -1,17 +1,17 @@
 """Bad workloads stack config, refused before anything is registered or submitted.
 
 Each row runs the workloads program under mocks with one bad setting on a shipped stack (`dev`
-with the infra outputs of tests/test_workloads_program.py, or `local`) and expects the refusal as
+with the infra outputs of tests/support/workloads_program.py, or `local`) and expects the refusal as
 the domain raises it: the ProblemsError subclass itself (no SDK wrapping, no object reprs), with
-exactly that one problem, naming the setting, the value and what would be valid; and no RayJob
-or RayJobGuard registered. The shipped stacks themselves still register what they did before.
+exactly that one problem, naming the setting, the value and what would be valid; and nothing
+registered (tests/support/refusals.py, the harness tests/test_settings_refusals.py uses too). The
+shipped stacks themselves still register what they did before.
 """
 
 from __future__ import annotations
 
 import asyncio
 import runpy
-from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
@@ -21,14 +21,18 @@ from pulumi.runtime import settings as runtime_settings
 from domain.config.workload_settings import WorkloadSettingsError
 from domain.problems import ProblemsError
 from domain.training.job import JobError
-from tests.support.pulumi_harness import PROJECT_ROOT, RecordingMonitor, cli_engine_config, run_program, stack_config
+from tests.support.pulumi_harness import PROJECT_ROOT, RecordingMonitor, cli_engine_config, stack_config
+from tests.support.refusals import (
+    UNSET,
+    Bad,
+    assert_distinct_cases,
+    assert_refused,
+    refused_by_workloads,
+)
 from tests.support.workloads_program import INFRA_OUTPUTS, INFRA_STACK, PROJECT, RAY_JOB, WORKLOADS_DIR, run_workloads
-from workloads.config import read_settings
-from workloads.program import build
 from workloads.ray_job import legacy_submission_id, submission_id
 
 RAY_JOB_GUARD = "pulumi-python:dynamic/ray:RayJobGuard"
-UNSET = object()  # removes a setting the stack file has
 TPU_PRESETS = "llama3-8b, llama3-70b"
 SETTINGS = (
     "infraStack, address, preset, runName, elastic, minSlices, maxFailures, maxPreemptions, maxtextOverrides, "
@@ -54,18 +58,6 @@ QUEUE_TIMEOUT = (
 )
 FUSE_ALL_GATHER = "--xla_tpu_enable_async_collective_fusion_fuse_all_gather=true"
 IN_CLEAR = "so it would appear in clear there; set it without --secret (`pulumi config set {key} VALUE`), or keep the value out of this stack"
-
-
-@dataclass(frozen=True)
-class Bad:
-    id: str
-    settings: dict[str, Any]
-    problem: str  # the whole problem, exactly
-    names: tuple[str, str, str]  # what it must name: the setting, the value, what is valid
-    stack: str = "dev"
-    secrets: tuple[str, ...] = ()
-    infra: dict[str, Any] = field(default_factory=lambda: INFRA_OUTPUTS)
-    error: type[ProblemsError] = WorkloadSettingsError
 
 
 def override(id: str, key: str, value: Any, problem: str, shown: str, valid: str, **kwargs: Any) -> Bad:
@@ -539,43 +531,15 @@ ROWS = [
 ]  # fmt: skip
 
 
-def run_refused(bad: Bad) -> tuple[ProblemsError, RecordingMonitor]:
-    config = stack_config(bad.stack, WORKLOADS_DIR)
-    for key, value in bad.settings.items():
-        if value is UNSET:
-            config.pop(f"{PROJECT}:{key}")
-        else:
-            config[f"{PROJECT}:{key}"] = value
-    monitor = RecordingMonitor(stack_outputs={INFRA_STACK: bad.infra})
-    with pytest.raises(ProblemsError) as caught:
-        run_program(
-            lambda: build(read_settings()),
-            config,
-            project=PROJECT,
-            stack=bad.stack,
-            monitor=monitor,
-            secret_keys=frozenset(f"{PROJECT}:{key}" for key in bad.secrets),
-        )
-    return caught.value, monitor
-
-
 def test_the_table_covers_at_least_sixty_distinct_refusals():
-    assert len(ROWS) >= 60
-    assert len({bad.id for bad in ROWS}) == len(ROWS)
+    assert_distinct_cases(ROWS, at_least=60)
 
 
 @pytest.mark.parametrize("bad", ROWS, ids=[bad.id for bad in ROWS])
 def test_bad_settings_are_refused_before_anything_is_registered(bad: Bad):
-    error, monitor = run_refused(bad)
+    error, monitor = refused_by_workloads(bad)
     # The domain's error itself, whether the value came from the stack file or the infra stack.
-    assert type(error) is bad.error
-    assert error.problems == [bad.problem]
-    assert str(error) == f"{bad.error.heading}:\n  - {bad.problem}"
-    assert "While processing" not in str(error) and " object at 0x" not in str(error)
-    setting, value, valid = bad.names
-    assert setting in bad.problem and value in bad.problem and valid in bad.problem
-    registered = {r.type for r in monitor.registrations}
-    assert RAY_JOB not in registered and RAY_JOB_GUARD not in registered
+    assert_refused(bad, error, monitor, bad.error or WorkloadSettingsError)
 
 
 def test_every_problem_of_the_stack_file_is_reported_at_once():
@@ -594,7 +558,7 @@ def test_every_problem_of_the_stack_file_is_reported_at_once():
         ("", "", ""),
         secrets=("runName",),
     )
-    error, monitor = run_refused(bad)
+    error, monitor = refused_by_workloads(bad)
     assert type(error) is WorkloadSettingsError
     assert error.problems == [
         "runName is set as a secret, but it is exported as the runName output and names the checkpoint "
@@ -616,7 +580,7 @@ def test_every_problem_of_the_stack_file_is_reported_at_once():
 def test_a_secret_override_value_stays_out_of_the_message():
     bad = Bad("secret-overrides", {"maxtextOverrides": {"steps": "s3cr3t"}}, "", ("", "", ""),
               secrets=("maxtextOverrides",))  # fmt: skip
-    error, _ = run_refused(bad)
+    error, _ = refused_by_workloads(bad)
     assert error.problems == [f"maxtextOverrides.steps = [secret] is not an integer {base('steps', '150001')}"]
     assert "s3cr3t" not in str(error)
 
