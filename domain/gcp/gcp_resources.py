@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from domain.gcp import resource_names
 from domain.gcp.dcn import DCN_MTU
 from domain.ray import preemption
-from domain.tpu.tpu_catalog import Accelerator, SliceShape
+from domain.tpu.tpu_catalog import SliceSettings
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 DRANET_NODE_LABEL = {"cloud.google.com/gke-networking-dra-driver": "true"}
@@ -49,9 +49,9 @@ NODE_SERVICE_ACCOUNT_ROLES = (
 )
 
 
-class ResourceSettings(Protocol):
+class ResourceSettings(preemption.PreemptionSettings, SliceSettings, Protocol):
     """What the resources' arguments read of the infra stack's settings (StackSettings,
-    domain/config/settings.py)."""
+    domain/config/settings.py), besides the slices and what the preemption timings read."""
 
     @property
     def stack(self) -> str: ...
@@ -76,21 +76,9 @@ class ResourceSettings(Protocol):
     @property
     def production(self) -> bool: ...
     @property
-    def is_autopilot(self) -> bool: ...
-    @property
     def head_machine_type(self) -> str: ...
     @property
-    def accelerator(self) -> Accelerator: ...
-    @property
-    def topology(self) -> str: ...
-    @property
-    def slice_shape(self) -> SliceShape: ...
-    @property
-    def min_slices(self) -> int: ...
-    @property
     def dcn_subnets(self) -> tuple[str, ...]: ...
-    @property
-    def spot(self) -> bool: ...
     @property
     def flex_start(self) -> bool: ...
     @property

@@ -21,7 +21,7 @@ from domain.ray.ray_version import (
 )
 from domain.ray.ray_version import RAY_VERSION
 from domain.tpu.capacity_choices import DEFAULT_CAPACITY, FLEX_START, ON_DEMAND, RESERVATION, SPOT
-from domain.tpu.tpu_catalog import Accelerator, SliceShape
+from domain.tpu.tpu_catalog import SliceSettings
 
 RAY_CLUSTER_NAME = "maxtext-tpu-cluster"
 WORKER_GROUP_NAME = "tpu-group"
@@ -140,24 +140,16 @@ AUTOSCALER_RESOURCES = {
 _KUBERAY_MAX_NAME = 50
 
 
-class KubeRaySettings(preemption.PreemptionSettings, Protocol):
+class KubeRaySettings(preemption.PreemptionSettings, SliceSettings, Protocol):
     """What the manifests read of the infra stack's settings (StackSettings,
-    domain/config/settings.py), besides what the preemption timings read."""
+    domain/config/settings.py), besides the slices and what the preemption timings read."""
 
     @property
     def namespace(self) -> str: ...
     @property
     def service_account(self) -> str: ...
     @property
-    def accelerator(self) -> Accelerator: ...
-    @property
-    def topology(self) -> str: ...
-    @property
-    def slice_shape(self) -> SliceShape: ...
-    @property
     def slices(self) -> int: ...
-    @property
-    def min_slices(self) -> int: ...
     @property
     def autoscales(self) -> bool: ...
     @property
