@@ -50,3 +50,19 @@ def test_the_check_would_see_an_import_of_the_trainer(tmp_path):
     module = tmp_path / "m.py"
     module.write_text("from trainer.fit_check import FitResult\nimport workloads.ray_job\n")
     assert {"trainer.fit_check", "workloads.ray_job"} <= imported_modules(module)
+
+
+def test_no_test_module_imports_another_and_the_benchmarks_import_no_test_code():
+    """What tests share lives in tests/support/ (or tests/conftest.py's fixtures, which pytest
+    shares without an import); the benchmarks are product code and import nothing of the tests."""
+    tests = sorted((PROJECT_ROOT / "tests").glob("*.py"))
+    test_imports = {
+        path.name: sorted(name for name in imported_modules(path) if name.startswith(("tests.test_", "tests.conftest")))
+        for path in tests
+    }
+    assert {name: found for name, found in test_imports.items() if found} == {}
+    benchmark_imports = {
+        path.name: sorted(name for name in imported_modules(path) if name.split(".")[0] == "tests")
+        for path in sorted((PROJECT_ROOT / "benchmarks").rglob("*.py"))
+    }
+    assert {name: found for name, found in benchmark_imports.items() if found} == {}
