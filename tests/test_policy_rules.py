@@ -1169,6 +1169,8 @@ def test_the_dataset_bucket_is_only_read(shipped, role, allowed):
     named(resources, "checkpoints-dataset-access")["props"]["role"] = role
     violations = [v for v in evaluate(resources) if v.policy_name == "storage-dataset-bucket-read-only"]
     assert len(violations) == (0 if allowed else 1)
+    if violations:
+        assert f"grants {role} on bucket" in violations[0].message, violations[0].message
 
 
 @pytest.mark.parametrize("bucket_name", [None, "acme-ckpt"], ids=["auto-named", "named"])

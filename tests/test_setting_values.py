@@ -59,7 +59,38 @@ WORKLOADS_STRINGS = _string_settings(WorkloadSettings)
 
 
 def test_the_walk_covers_every_string_setting():
-    assert len(INFRA_STRINGS) == 18 and len(WORKLOADS_STRINGS) == 10
+    assert [key for key, _ in INFRA_STRINGS] == [
+        "gcp:project",
+        "gcp:region",
+        "gcp:zone",
+        "preset",
+        "mode",
+        "clusterName",
+        "gkeVersion",
+        "releaseChannel",
+        "network",
+        "topology",
+        "reservation",
+        "namespace",
+        "serviceAccount",
+        "bucketName",
+        "datasetBucket",
+        "datasetPrefix",
+        "rayImage",
+        "headMachineType",
+    ]
+    assert [key for key, _ in WORKLOADS_STRINGS] == [
+        "infraStack",
+        "address",
+        "preset",
+        "runName",
+        "checkpointRoot",
+        "datasetFiles",
+        "evalFiles",
+        "tokenizer",
+        "huggingFaceDataset",
+        "fitCheckResult",
+    ]
 
 
 @pytest.mark.parametrize("key, value", INFRA_STRINGS, ids=[key for key, _ in INFRA_STRINGS])
