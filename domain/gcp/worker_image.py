@@ -91,9 +91,9 @@ def content_tag(root: Path) -> str:
     return digest.hexdigest()[:TAG_LENGTH]
 
 
-def repository_id(settings: ImageSettings) -> str:
+def repository_id(cluster_name: str) -> str:
     """Named after the cluster, like the DCN networks, so two stacks in one project never share it."""
-    return resource_names.artifact_repository_id(settings.cluster_name)
+    return resource_names.artifact_repository_id(cluster_name)
 
 
 def repository_args(settings: ImageSettings) -> dict[str, Any]:
@@ -104,7 +104,7 @@ def repository_args(settings: ImageSettings) -> dict[str, Any]:
     back to.
     """
     return {
-        "repository_id": repository_id(settings),
+        "repository_id": repository_id(settings.cluster_name),
         "project": settings.project,
         "location": settings.region,
         "format": "DOCKER",
@@ -116,7 +116,7 @@ def repository_args(settings: ImageSettings) -> dict[str, Any]:
 def image_uri(settings: ImageSettings, tag: str) -> str:
     # Domain-scoped project ids (example.com:project) become a path in Artifact Registry URLs.
     project_path = settings.project.replace(":", "/")
-    return f"{settings.region}-docker.pkg.dev/{project_path}/{repository_id(settings)}/{IMAGE_NAME}:{tag}"
+    return f"{settings.region}-docker.pkg.dev/{project_path}/{repository_id(settings.cluster_name)}/{IMAGE_NAME}:{tag}"
 
 
 def cloudbuild_config(image: str) -> dict[str, Any]:

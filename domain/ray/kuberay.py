@@ -226,12 +226,12 @@ def uses_compute_class(settings: KubeRaySettings) -> bool:
     return settings.is_autopilot and (uses_dranet(settings) or tuple(settings.capacity) != DEFAULT_CAPACITY)
 
 
-def _capacity_priority(settings: KubeRaySettings, choice: str) -> dict[str, Any]:
+def _capacity_priority(choice: str, reservation: str | None) -> dict[str, Any]:
     """A priority's provisioning model (GKE's ComputeClass reference:
     https://cloud.google.com/kubernetes-engine/docs/reference/crds/computeclass). Spot VMs cannot
     consume reservations and the CRD refuses flexStart with spot, so each priority has one."""
     if choice == RESERVATION:
-        return {"reservations": {"affinity": "Specific", "specific": [{"name": settings.reservation}]}}
+        return {"reservations": {"affinity": "Specific", "specific": [{"name": reservation}]}}
     if choice == SPOT:
         return {"spot": True}
     if choice == FLEX_START:
@@ -263,7 +263,9 @@ def compute_class(settings: KubeRaySettings) -> dict[str, Any]:
     spec: dict[str, Any] = {"nodePoolAutoCreation": {"enabled": True}}
     if uses_dranet(settings):
         spec["nodePoolConfig"] = {"dra": {"networking": {"enabled": True}}}
-    spec["priorities"] = [{**slice_tpu, **_capacity_priority(settings, choice)} for choice in settings.capacity]
+    spec["priorities"] = [
+        {**slice_tpu, **_capacity_priority(choice, settings.reservation)} for choice in settings.capacity
+    ]
     spec["whenUnsatisfiable"] = "DoNotScaleUp"
     return {
         "apiVersion": "cloud.google.com/v1",
@@ -480,16 +482,16 @@ def _worker_group(settings: KubeRaySettings, bucket_name: Any, image: Any) -> di
     return group
 
 
-def _autoscaling(settings: KubeRaySettings) -> dict[str, Any]:
+def _autoscaling(autoscales: bool, idle_timeout_seconds: int) -> dict[str, Any]:
     """The in-tree autoscaler for a stack that scales: Ray autoscaler v2 in a sidecar of the head,
     removing a slice that has been idle for idleTimeoutSeconds."""
-    if not settings.autoscales:
+    if not autoscales:
         return {}
     return {
         "enableInTreeAutoscaling": True,
         "autoscalerOptions": {
             "version": AUTOSCALER_VERSION,
-            "idleTimeoutSeconds": settings.idle_timeout_seconds,
+            "idleTimeoutSeconds": idle_timeout_seconds,
             "upscalingMode": AUTOSCALER_UPSCALING_MODE,
             "resources": {key: dict(value) for key, value in AUTOSCALER_RESOURCES.items()},
         },
@@ -514,7 +516,7 @@ def ray_cluster(settings: KubeRaySettings, bucket_name: Any, image: Any) -> dict
             # run it too, as the job client does). KubeRay needs it to accept authOptions.
             "rayVersion": RAY_VERSION,
             "authOptions": dict(AUTH_OPTIONS),
-            **_autoscaling(settings),
+            **_autoscaling(settings.autoscales, settings.idle_timeout_seconds),
             "headGroupSpec": _head_group(settings, bucket_name, image),
             "workerGroupSpecs": [_worker_group(settings, bucket_name, image)],
         },
