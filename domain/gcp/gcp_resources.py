@@ -14,10 +14,11 @@ from typing import Any, Protocol
 from domain.gcp import resource_names
 from domain.gcp.dcn import DCN_MTU
 from domain.ray import preemption
+from domain.tpu.gke_labels import DRANET_LABEL
 from domain.tpu.tpu_catalog import SliceSettings
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
-DRANET_NODE_LABEL = {"cloud.google.com/gke-networking-dra-driver": "true"}
+DRANET_NODE_LABEL = {DRANET_LABEL: "true"}
 CHECKPOINT_ROLE = "roles/storage.objectUser"
 # The dataset bucket (datasetBucket) is only read: list and get objects, nothing else. GKE's Cloud
 # Storage FUSE CSI driver mounts read-only with this role:

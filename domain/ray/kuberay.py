@@ -21,6 +21,13 @@ from domain.ray.ray_version import (
 )
 from domain.ray.ray_version import RAY_VERSION
 from domain.tpu.capacity_choices import DEFAULT_CAPACITY, FLEX_START, ON_DEMAND, RESERVATION, SPOT
+from domain.tpu.gke_labels import (
+    FLEX_START_LABEL,
+    SPOT_LABEL,
+    TPU_ACCELERATOR_LABEL,
+    TPU_RESOURCE,
+    TPU_TOPOLOGY_LABEL,
+)
 from domain.tpu.tpu_catalog import SliceSettings
 
 RAY_CLUSTER_NAME = "maxtext-tpu-cluster"
@@ -112,10 +119,6 @@ AUTH_OPTIONS = {"mode": "token"}
 RAY_AUTH_TOKEN_KEY = "auth_token"
 # KubeRay refuses a RayCluster with token authentication unless spec.rayVersion says the Ray in
 # its image is at least MIN_RAY_VERSION_FOR_TOKEN_AUTH (domain/ray/ray_version.py, imported above).
-# GKE's node labels for the provisioning model: Spot nodes carry gke-spot=true, flex-start nodes
-# gke-flex-start=true (the cluster autoscaler's FlexStartLabel; GKE's flex-start pages select it).
-SPOT_NODE_LABEL = "cloud.google.com/gke-spot"
-FLEX_START_NODE_LABEL = "cloud.google.com/gke-flex-start"
 
 # KubeRay's in-tree autoscaler (KubeRay v1.7.0), for a stack that scales (minSlices < slices).
 # `version: v2` is Ray autoscaler v2: Ray Train's TPU slices are gang-scheduled placement groups
@@ -349,8 +352,8 @@ _HEAD_AFFINITY = {
             "nodeSelectorTerms": [
                 {
                     "matchExpressions": [
-                        {"key": SPOT_NODE_LABEL, "operator": "DoesNotExist"},
-                        {"key": FLEX_START_NODE_LABEL, "operator": "DoesNotExist"},
+                        {"key": SPOT_LABEL, "operator": "DoesNotExist"},
+                        {"key": FLEX_START_LABEL, "operator": "DoesNotExist"},
                     ]
                 }
             ]
@@ -402,15 +405,15 @@ def _worker_node_selector(settings: KubeRaySettings) -> dict[str, str]:
     class's other priorities. A Standard pool has one provisioning model, selected as such."""
     selector = {
         **METADATA_SERVER_SELECTOR,
-        "cloud.google.com/gke-tpu-accelerator": settings.accelerator.gke_accelerator,
-        "cloud.google.com/gke-tpu-topology": settings.topology,
+        TPU_ACCELERATOR_LABEL: settings.accelerator.gke_accelerator,
+        TPU_TOPOLOGY_LABEL: settings.topology,
     }
     if uses_compute_class(settings):
         selector["cloud.google.com/compute-class"] = COMPUTE_CLASS_NAME
     elif settings.primary_capacity == SPOT:
-        selector[SPOT_NODE_LABEL] = "true"
+        selector[SPOT_LABEL] = "true"
     elif settings.primary_capacity == FLEX_START:
-        selector[FLEX_START_NODE_LABEL] = "true"
+        selector[FLEX_START_LABEL] = "true"
     return selector
 
 
@@ -423,8 +426,8 @@ def _worker_group(settings: KubeRaySettings, bucket_name: Any, image: Any) -> di
         "image": image,
         "imagePullPolicy": "IfNotPresent",
         "resources": {
-            "limits": {"memory": WORKER_MEMORY, "google.com/tpu": chips},
-            "requests": {"cpu": WORKER_CPU, "memory": WORKER_MEMORY, "google.com/tpu": chips},
+            "limits": {"memory": WORKER_MEMORY, TPU_RESOURCE: chips},
+            "requests": {"cpu": WORKER_CPU, "memory": WORKER_MEMORY, TPU_RESOURCE: chips},
         },
         "env": [
             {"name": "MEGASCALE_NUM_SLICES", "value": str(settings.slices)},

@@ -33,6 +33,7 @@ from pulumi_policy.proxy import (
     UnknownValueError,
 )
 
+from domain.tpu.gke_labels import TPU_ACCELERATOR_LABEL, TPU_RESOURCE, TPU_TOPOLOGY_LABEL
 from domain.tpu.tpu_catalog import ACCELERATORS, Accelerator, SliceShape
 
 NETWORK = "gcp:compute/network:Network"
@@ -45,10 +46,6 @@ RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
 K8S_SERVICE = "kubernetes:core/v1:Service"
 RAY_JOB = "pulumi-python:dynamic/ray:RayJob"
 
-TPU_RESOURCE = "google.com/tpu"
-TPU_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
-TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
-SPOT_LABEL = "cloud.google.com/gke-spot"
 
 _UNKNOWN_MARKERS = frozenset(
     {

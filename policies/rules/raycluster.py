@@ -28,15 +28,14 @@ from pulumi_policy import (
 from domain.ray.kuberay import (
     AUTOSCALER_VERSION,
     DATASET_MOUNT,
-    FLEX_START_NODE_LABEL,
     GCS_FUSE_DRIVER,
     MIN_RAY_VERSION_FOR_TOKEN_AUTH,
 )
+from domain.tpu.gke_labels import FLEX_START_LABEL, SPOT_LABEL, TPU_ACCELERATOR_LABEL, TPU_TOPOLOGY_LABEL
 from domain.tpu.tpu_catalog import ACCELERATORS
 from policies.rules.common import (
     K8S_SERVICE,
     RAY_CLUSTER,
-    SPOT_LABEL,
     UNKNOWN,
     StackView,
     TpuWorkerGroup,
@@ -428,7 +427,7 @@ def _requires_label(pod_spec: dict[str, Any], label: str) -> bool:
 # Capacity the head must not run on, and what happens to the job there.
 _HEAD_REFUSED_CAPACITY = {
     SPOT_LABEL: ("Spot nodes", "a preemption ends the whole job"),
-    FLEX_START_NODE_LABEL: ("flex-start nodes", "the node ends after its maximum run duration, and the job with it"),
+    FLEX_START_LABEL: ("flex-start nodes", "the node ends after its maximum run duration, and the job with it"),
 }
 
 
@@ -565,7 +564,7 @@ def tpu_selectors(args: StackValidationArgs, report_violation: ReportViolation) 
             continue
         report_violation(
             f"{label}: worker group '{group.name}' {problem}, so its pods would stay pending. Set "
-            "its cloud.google.com/gke-tpu-accelerator and cloud.google.com/gke-tpu-topology node "
+            f"its {TPU_ACCELERATOR_LABEL} and {TPU_TOPOLOGY_LABEL} node "
             "selectors to the slices' accelerator and topology.",
             cluster.urn,
         )
