@@ -11,7 +11,7 @@ from typing import Any
 import pulumi
 
 from domain.config.settings import StackSettings, settings_cost
-from domain.config.stack_outputs import InfraOutputs, exported
+from domain.config.stack_outputs import ExportedOutputs, InfraOutputs, exported
 from domain.paths import PROJECT_ROOT
 from domain.ray import kuberay
 from infra.components.apis import ProjectApis, ProjectApisArgs
@@ -78,44 +78,43 @@ def build(settings: StackSettings) -> dict[str, Any]:
         _after(cluster, storage, slices),
     )
     shape = settings.slice_shape
-    return exported(
-        InfraOutputs(
-            cluster_name=cluster.name,
-            cluster_id=cluster.cluster_id,
-            cluster_location=settings.cluster_location,
-            cluster_endpoint=cluster.endpoint,
-            cluster_ca_certificate=cluster.ca_certificate,
-            kubeconfig=cluster.kubeconfig,
-            mode=settings.mode,
-            namespace=settings.namespace,
-            service_account=storage.service_account_name,
-            ray_cluster_name=ray.ray_cluster_name,
-            head_service_name=ray.head_service_name,
-            dashboard_port=ray.dashboard_port,
-            # The token itself is generated in the cluster by KubeRay and never enters the stack's
-            # state: the output only names the Secret.
-            ray_auth_secret=ray.auth_secret_name,
-            ray_image=image,
-            bucket_name=storage.bucket_name,
-            checkpoint_root=kuberay.CHECKPOINT_MOUNT,
-            checkpoint_bucket_url=storage.bucket_name.apply(lambda bucket: f"gs://{bucket}"),
-            dataset_root=kuberay.DATASET_MOUNT if settings.dataset_bucket is not None else None,
-            dataset_uri=settings.dataset_uri,
-            preset=settings.preset.name,
-            accelerator=settings.accelerator.name,
-            slices=settings.slices,
-            topology=settings.topology,
-            hosts_per_slice=shape.vms,
-            chips_per_host=shape.chips_per_vm,
-            total_chips=settings.total_chips,
-            capacity=list(settings.capacity),
-            min_slices=settings.min_slices,
-            price_per_chip_hour_usd=cost.price_per_chip_hour,
-            training_dollars_per_hour=cost.training_dollars_per_hour,
-            idle_dollars_per_hour=cost.idle_dollars_per_hour,
-            idle_dollars_per_day=cost.idle_dollars_per_day,
-            cost_basis=cost.basis,
-            tpu_pools=slices.pool_names,
-            dcn_networks=networks.network_names if networks else [],
-        )
+    outputs: ExportedOutputs = InfraOutputs(
+        cluster_name=cluster.name,
+        cluster_id=cluster.cluster_id,
+        cluster_location=settings.cluster_location,
+        cluster_endpoint=cluster.endpoint,
+        cluster_ca_certificate=cluster.ca_certificate,
+        kubeconfig=cluster.kubeconfig,
+        mode=settings.mode,
+        namespace=settings.namespace,
+        service_account=storage.service_account_name,
+        ray_cluster_name=ray.ray_cluster_name,
+        head_service_name=ray.head_service_name,
+        dashboard_port=ray.dashboard_port,
+        # The token itself is generated in the cluster by KubeRay and never enters the stack's
+        # state: the output only names the Secret.
+        ray_auth_secret=ray.auth_secret_name,
+        ray_image=image,
+        bucket_name=storage.bucket_name,
+        checkpoint_root=kuberay.CHECKPOINT_MOUNT,
+        checkpoint_bucket_url=storage.bucket_name.apply(lambda bucket: f"gs://{bucket}"),
+        dataset_root=kuberay.DATASET_MOUNT if settings.dataset_bucket is not None else None,
+        dataset_uri=settings.dataset_uri,
+        preset=settings.preset.name,
+        accelerator=settings.accelerator.name,
+        slices=settings.slices,
+        topology=settings.topology,
+        hosts_per_slice=shape.vms,
+        chips_per_host=shape.chips_per_vm,
+        total_chips=settings.total_chips,
+        capacity=list(settings.capacity),
+        min_slices=settings.min_slices,
+        price_per_chip_hour_usd=cost.price_per_chip_hour,
+        training_dollars_per_hour=cost.training_dollars_per_hour,
+        idle_dollars_per_hour=cost.idle_dollars_per_hour,
+        idle_dollars_per_day=cost.idle_dollars_per_day,
+        cost_basis=cost.basis,
+        tpu_pools=slices.pool_names,
+        dcn_networks=networks.network_names if networks else [],
     )
+    return exported(outputs)

@@ -15,6 +15,7 @@ from tests.support.fake_storage import FakeStorage
 from tests.support.workloads_program import INFRA_OUTPUTS
 from workloads import job_inputs
 from workloads.bucket_files import STORAGE_API_OVERRIDE_ENV, BucketFiles
+from workloads.infra_outputs import read_infra_outputs
 
 MOUNTS = {"/dataset": "gs://acme-corpus/corpora", "/data": "gs://acme-ckpt"}
 
@@ -83,12 +84,15 @@ def test_the_checks_read_the_buckets_as_the_driver_reads_the_mounts(storage):
     assert "shuffle_seed: 9 -> 0" in changed
 
 
-CLUSTER = {
-    **INFRA_OUTPUTS,
-    "checkpointBucketUrl": "gs://acme-ckpt",
-    "datasetRoot": "/dataset",
-    "datasetUri": "gs://acme-corpus/corpora",
-}
+CLUSTER = read_infra_outputs(
+    "infra",
+    {
+        **INFRA_OUTPUTS,
+        "checkpointBucketUrl": "gs://acme-ckpt",
+        "datasetRoot": "/dataset",
+        "datasetUri": "gs://acme-corpus/corpora",
+    },
+)
 
 
 def test_a_gke_job_is_refused_before_submission_for_what_the_buckets_hold(storage, monkeypatch):

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from domain.config.stack_outputs import ClusterOutputs
 from domain.config.workload_settings import WorkloadSettingsError
 from domain.training.data_files import check_data_files, keep_record
 from domain.training.dataset import (
@@ -23,6 +24,7 @@ from tests.support.cli_settings import workload_settings
 from tests.support.corpus import SHARD, corpus_manifest
 from tests.support.workloads_program import INFRA_OUTPUTS
 from workloads import job_inputs
+from workloads.infra_outputs import read_infra_outputs
 
 LOCAL = {"address": "http://127.0.0.1:8265", "preset": "tiny-cpu"}
 
@@ -178,19 +180,25 @@ def test_the_data_record_names_what_a_resume_must_keep():
 
 
 CLUSTER = {**INFRA_OUTPUTS, "capacity": ["on-demand"]}
+
+
+def cluster(**outputs: object) -> ClusterOutputs:
+    return read_infra_outputs("infra", {**CLUSTER, **outputs})
+
+
 ON_INFRA = {"infraStack": "organization/maxtext-tpu-infra/dev"}
 
 
 def test_files_on_gke_need_the_infra_stacks_dataset_bucket():
     settings = workload_settings({**ON_INFRA, "datasetFiles": "c4/data-*.array_record"})
     with pytest.raises(JobError) as refused:
-        job_inputs.resolve_for_cluster(settings, CLUSTER)
+        job_inputs.resolve_for_cluster(settings, cluster())
     assert "mounts no dataset bucket (no datasetRoot output); set datasetBucket" in refused.value.problems[0]
 
 
 def test_a_hugging_face_stream_on_spot_capacity_needs_the_acknowledgement():
     settings = workload_settings({**ON_INFRA, "huggingFaceDataset": "allenai/c4"})
     with pytest.raises(JobError) as refused:
-        job_inputs.resolve_for_cluster(settings, {**CLUSTER, "capacity": ["spot", "on-demand"]})
+        job_inputs.resolve_for_cluster(settings, cluster(capacity=["spot", "on-demand"]))
     assert "on the infra stack's spot capacity" in refused.value.problems[0]
     assert "huggingFaceNotResumable true" in refused.value.problems[0]

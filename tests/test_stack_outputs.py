@@ -1,6 +1,7 @@
 """Each infra stack output is declared once (an `output(...)` field of `InfraOutputs`); the
-export (tests/test_infra_program.py checks it), the workloads reader, the workloads tests' fake
-outputs and docs/reference.md's table derive from or are checked against that declaration."""
+export (tests/test_infra_program.py checks it), the workloads reader (workloads/infra_outputs.py),
+the workloads tests' fake outputs and docs/reference.md's table derive from or are checked against
+that declaration."""
 
 from __future__ import annotations
 
@@ -14,12 +15,14 @@ from domain.config.stack_outputs import (
     OPTIONAL_FOR_WORKLOADS,
     REQUIRED_BY_WORKLOADS,
     STACK_OUTPUTS,
+    I,
     InfraOutputs,
     exported,
     markdown_table,
     output,
     outputs_of,
 )
+from domain.training.job import JobError
 from stack_config.sync import (
     OUTPUTS_END,
     OUTPUTS_START,
@@ -30,7 +33,7 @@ from stack_config.sync import (
     synced_reference,
 )
 from tests.support.workloads_program import INFRA_OUTPUTS as FAKE_INFRA_OUTPUTS
-from workloads.job_inputs import infra_output_problems
+from workloads.infra_outputs import read_infra_outputs
 
 NAMES = [entry.name for entry in STACK_OUTPUTS]
 
@@ -72,7 +75,9 @@ def test_the_workloads_tests_fake_infra_outputs_are_declared_outputs_with_every_
 @pytest.mark.parametrize("name", REQUIRED_BY_WORKLOADS)
 def test_an_infra_stack_without_a_required_output_is_refused_naming_it(name):
     without = {key: value for key, value in FAKE_INFRA_OUTPUTS.items() if key != name}
-    assert infra_output_problems("infra", without) == [
+    with pytest.raises(JobError) as refused:
+        read_infra_outputs("infra", without)
+    assert refused.value.problems == [
         f"the infra stack infra has no output {name}; check that infraStack names a deployed infra stack "
         "and run pulumi up on it with this checkout"
     ]
@@ -81,7 +86,31 @@ def test_an_infra_stack_without_a_required_output_is_refused_naming_it(name):
 @pytest.mark.parametrize("name", OPTIONAL_FOR_WORKLOADS)
 def test_an_infra_stack_without_an_optional_output_is_read_without_it(name):
     complete = {**FAKE_INFRA_OUTPUTS, "clusterId": "projects/p/locations/l/clusters/c", "costBasis": "list price"}
-    assert infra_output_problems("infra", {key: value for key, value in complete.items() if key != name}) == []
+    read = read_infra_outputs("infra", {key: value for key, value in complete.items() if key != name})
+    (field,) = (entry.field for entry in STACK_OUTPUTS if entry.name == name)
+    assert getattr(read, field) is None
+
+
+def test_the_outputs_are_read_typed_whole_numbers_as_the_engine_sends_them_included():
+    read = read_infra_outputs("infra", {**FAKE_INFRA_OUTPUTS, "slices": 2.0, "capacity": ["spot"]})
+    assert (read.slices, read.dashboard_port, read.price_per_chip_hour_usd) == (2, 8265, 2.70)
+    assert type(read.slices) is int and read.capacity == ["spot"] and read.topology == "4x4"
+
+
+@pytest.mark.parametrize(
+    "name, value, valid",
+    [
+        ("slices", 2.5, "a whole number of at least 1"),
+        ("dashboardPort", 0, "a whole number of at least 1"),
+        ("pricePerChipHourUsd", "cheap", "a number"),
+        ("capacity", "spot", "a list"),
+        ("topology", 4, "a string"),
+    ],
+)
+def test_an_output_of_the_wrong_kind_is_refused_naming_it_its_value_and_its_kind(name, value, valid):
+    with pytest.raises(JobError) as refused:
+        read_infra_outputs("infra", {**FAKE_INFRA_OUTPUTS, name: value})
+    assert refused.value.problems == [f"the infra stack infra's output {name} = {value!r} is not {valid}"]
 
 
 def _values(cls: type, **extra: Any) -> Any:
@@ -89,18 +118,18 @@ def _values(cls: type, **extra: Any) -> Any:
 
 
 def test_a_new_output_is_one_declaration():
-    """A made-up output added to the record is exported by its camelCase name, documented in the
-    reference table and read by the workloads stack as declared; a program that gives it no value
-    fails before returning."""
+    """A made-up output added to the record is exported by its camelCase name and documented in the
+    reference table, its kind read from its type; a program that gives it no value fails before
+    returning."""
 
     @dataclasses.dataclass(frozen=True, kw_only=True)
-    class WithWarmup(InfraOutputs):
-        warmup_minutes: Any = output("integer", "Minutes of warm-up.", workloads="optional")
+    class WithWarmup(InfraOutputs[Any, Any, Any, Any, Any]):
+        warmup_minutes: I | None = output("Minutes of warm-up.")
 
     entry = outputs_of(WithWarmup)[-1]
-    assert (entry.name, entry.workloads) == ("warmupMinutes", "optional")
+    assert (entry.name, entry.kind, entry.workloads) == ("warmupMinutes", "integer", None)
     assert exported(_values(WithWarmup, warmup_minutes=5))["warmupMinutes"] == 5
-    assert "| `warmupMinutes` | integer | if present | Minutes of warm-up. |" in markdown_table(WithWarmup)
+    assert "| `warmupMinutes` | integer | no | Minutes of warm-up. |" in markdown_table(WithWarmup)
     with pytest.raises(TypeError, match="warmup_minutes"):
         _values(WithWarmup)
 

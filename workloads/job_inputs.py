@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from domain.config.stack_outputs import OPTIONAL_FOR_WORKLOADS, REQUIRED_BY_WORKLOADS
+from domain.config.stack_outputs import ClusterOutputs
 from domain.config.workload_settings import WorkloadSettings
 from domain.paths import PROJECT_ROOT
 from domain.perf.capacity import job_cost
@@ -20,55 +20,20 @@ from domain.perf.maxtext_check import (
     model_flops,
     recorded_result,
 )
-from domain.setting import as_integer, as_number
 from domain.tpu.capacity_choices import SPOT
 from domain.tpu.tpu_catalog import accelerator_by_ray_type
 from domain.training.data_files import DataCheck, FileView, check_job_data
 from domain.training.job import JobError, JobSpec, resolve_job
 from domain.training.presets import PRESETS
 from workloads.bucket_files import BucketFiles
-from workloads.jobs_api import GkeTarget, JobsApiError, operator_session
-
-# The infra stack's outputs the job needs, and those it reads when present (see
-# domain/config/stack_outputs.py, where each output is declared).
-INFRA_OUTPUTS = REQUIRED_BY_WORKLOADS
-OPTIONAL_INFRA_OUTPUTS = OPTIONAL_FOR_WORKLOADS
+from workloads.infra_outputs import gke_target
+from workloads.jobs_api import JobsApiError, operator_session
 
 
 def local_checkpoint_root(settings: WorkloadSettings) -> str:
     """A relative `checkpointRoot` is relative to the project, wherever Pulumi runs from."""
     root = Path(settings.checkpoint_root)
     return str(root if root.is_absolute() else PROJECT_ROOT / root)
-
-
-def _whole(value: Any) -> int | None:
-    """A whole number as a stack output holds it (numbers cross the engine as floats)."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return as_integer(value)
-
-
-def infra_output_problems(infra_stack: str, cluster: Mapping[str, Any]) -> list[str]:
-    """What is missing or malformed among the infra stack's outputs the job is resolved from."""
-    problems = []
-    missing = [name for name in INFRA_OUTPUTS if cluster.get(name) is None]
-    if missing:
-        problems.append(
-            f"the infra stack {infra_stack} has no output{'s' if len(missing) > 1 else ''} "
-            f"{', '.join(missing)}; check that infraStack "
-            "names a deployed infra stack and run pulumi up on it with this checkout"
-        )
-    for name, lowest in (("slices", 1), ("dashboardPort", 1)):
-        value = cluster.get(name)
-        number = _whole(value) if value is not None else lowest
-        if number is None or number < lowest:
-            problems.append(
-                f"the infra stack {infra_stack}'s output {name} = {value!r} is not a whole number of at least {lowest}"
-            )
-    price = cluster.get("pricePerChipHourUsd")
-    if price is not None and as_number(price) is None:
-        problems.append(f"the infra stack {infra_stack}'s output pricePerChipHourUsd = {price!r} is not a number")
-    return problems
 
 
 def _presets_for(accelerator_name: str) -> str:
@@ -83,15 +48,12 @@ def _presets_for(accelerator_name: str) -> str:
     )
 
 
-def resolve_for_cluster(settings: WorkloadSettings, cluster: Mapping[str, Any]) -> JobSpec:
+def resolve_for_cluster(settings: WorkloadSettings, cluster: ClusterOutputs) -> JobSpec:
     """Resolves the job for the shape the infra stack built (its outputs in `cluster`). Raises
-    JobError listing every problem, those of the infra stack's outputs included."""
+    JobError listing every problem."""
     infra_stack = settings.infra_stack or "infraStack"
-    problems = infra_output_problems(infra_stack, cluster)
-    if problems:
-        raise JobError(problems)
-    preset = settings.preset or cluster["preset"]
-    accelerator = str(cluster["accelerator"])
+    preset = settings.preset or cluster.preset
+    accelerator = cluster.accelerator
     chosen = PRESETS.get(preset)
     if chosen is None:  # the setting is checked with the stack's settings: this is the output
         raise JobError(
@@ -114,10 +76,10 @@ def resolve_for_cluster(settings: WorkloadSettings, cluster: Mapping[str, Any]) 
     return _settings_job(
         settings,
         preset,
-        checkpoint_root=cluster["checkpointRoot"],
-        slices=_whole(cluster["slices"]),
-        topology=cluster["topology"],
-        dataset_root=cluster.get("datasetRoot") or "",
+        checkpoint_root=cluster.checkpoint_root,
+        slices=cluster.slices,
+        topology=cluster.topology,
+        dataset_root=cluster.dataset_root or "",
     )
 
 
@@ -125,18 +87,18 @@ def resolve_for_cluster(settings: WorkloadSettings, cluster: Mapping[str, Any]) 
 PREEMPTIBLE_CAPACITY = (SPOT,)
 
 
-def _cluster_data_problems(settings: WorkloadSettings, cluster: Mapping[str, Any]) -> list[str]:
+def _cluster_data_problems(settings: WorkloadSettings, cluster: ClusterOutputs) -> list[str]:
     """The data settings against what the infra stack has: a dataset bucket for datasetFiles,
     and capacity that cannot be preempted for a stream that cannot resume."""
     infra_stack = settings.infra_stack or "infraStack"
     problems = []
-    if settings.dataset_files is not None and not cluster.get("datasetRoot"):
+    if settings.dataset_files is not None and not cluster.dataset_root:
         problems.append(
             f"datasetFiles = {settings.dataset_files!r}, but the infra stack {infra_stack} mounts no dataset bucket "
             "(no datasetRoot output); set datasetBucket on the infra stack (`pulumi config set datasetBucket BUCKET` "
             "in the project root) and run pulumi up there"
         )
-    preemptible = [choice for choice in cluster.get("capacity") or [] if choice in PREEMPTIBLE_CAPACITY]
+    preemptible = [choice for choice in cluster.capacity or [] if choice in PREEMPTIBLE_CAPACITY]
     if settings.hugging_face_dataset is not None and preemptible and not settings.hugging_face_not_resumable:
         problems.append(
             f"huggingFaceDataset = {settings.hugging_face_dataset!r} on the infra stack's {preemptible[0]} capacity: "
@@ -215,41 +177,27 @@ def checked_by_maxtext(job: JobSpec, settings: WorkloadSettings) -> JobSpec:
     return job
 
 
-def bucket_data_check(job: JobSpec, cluster: Mapping[str, Any]) -> tuple[list[str], str | None]:
+def bucket_data_check(job: JobSpec, cluster: ClusterOutputs) -> tuple[list[str], str | None]:
     """A GKE job's data files, checked in the buckets behind the cluster's mounts before anything
     is submitted (workloads/bucket_files.py): (the problems, a warning when the buckets could not
     be asked). The job's driver checks the same files again before the first step."""
     if job.dataset is None or job.dataset.files is None:
         return [], None
     mounts = {
-        str(cluster["datasetRoot"]): str(cluster.get("datasetUri") or ""),
-        str(cluster["checkpointRoot"]): str(cluster.get("checkpointBucketUrl") or ""),
+        str(cluster.dataset_root): cluster.dataset_uri or "",
+        cluster.checkpoint_root: cluster.checkpoint_bucket_url or "",
     }
     if not all(mounts.values()):
         return [], "the infra stack does not say which buckets back its mounts (re-run pulumi up on it)"
     try:
-        with operator_session(GkeTarget.from_inputs(gke_target(cluster))) as session:
+        with operator_session(gke_target(cluster)) as session:
             checked = _data_check(job, BucketFiles(mounts, session))
     except (OSError, JobsApiError) as error:
         return [], (
-            f"the data files could not be checked in {mounts[str(cluster['datasetRoot'])]} before submitting ({error}); "
+            f"the data files could not be checked in {mounts[str(cluster.dataset_root)]} before submitting ({error}); "
             "the job's driver checks them before the first step"
         )
     return checked.problems, None
-
-
-def gke_target(cluster: Mapping[str, Any]) -> dict[str, Any]:
-    """Where the head's Jobs API is, from the infra stack's outputs (no credentials)."""
-    target = {
-        "endpoint": cluster["clusterEndpoint"],
-        "ca_certificate": cluster["clusterCaCertificate"],
-        "namespace": cluster["namespace"],
-        "service": cluster["headServiceName"],
-        "port": int(cluster["dashboardPort"]),
-        "cluster_id": cluster.get("clusterId"),
-        "auth_secret": cluster.get("rayAuthSecret"),
-    }
-    return {key: value for key, value in target.items() if value is not None}
 
 
 def worker_group(job: JobSpec) -> dict[str, Any]:

@@ -17,7 +17,8 @@ import pulumi
 from domain.config.workload_settings import WorkloadSettings
 from domain.training.job import JobError, JobSpec
 from workloads import job_inputs
-from workloads.job_inputs import COST_OUTPUTS, INFRA_OUTPUTS, OPTIONAL_INFRA_OUTPUTS
+from workloads.infra_outputs import OUTPUT_NAMES, gke_inputs, read_infra_outputs
+from workloads.job_inputs import COST_OUTPUTS
 from workloads.ray_job import (
     JOB_INPUTS,
     LEGACY_JOB_ID,
@@ -27,12 +28,7 @@ from workloads.ray_job import (
     submission_id,
 )
 
-
-def _price(value: Any) -> float | None:
-    return None if value is None else float(value)
-
-
-__all__ = ["COST_OUTPUTS", "INFRA_OUTPUTS", "OPTIONAL_INFRA_OUTPUTS", "build"]
+__all__ = ["COST_OUTPUTS", "build"]
 
 
 def _secret_if(secret: bool, value: pulumi.Output[Any]) -> pulumi.Output[Any]:
@@ -56,29 +52,28 @@ async def build(settings: WorkloadSettings) -> dict[str, Any]:
     description secret, in the resource's inputs, outputs and the exports derived from it."""
     secret_job = bool(settings.secrets - {"runtimeEnv"})
     if settings.infra_stack:
-        infra = pulumi.StackReference(settings.infra_stack)
-        cluster = pulumi.Output.all(
-            **{name: infra.get_output(name) for name in (*INFRA_OUTPUTS, *OPTIONAL_INFRA_OUTPUTS)},
-        )
+        infra_stack = settings.infra_stack
+        infra = pulumi.StackReference(infra_stack)
+        raw = pulumi.Output.all(**{name: infra.get_output(name) for name in OUTPUT_NAMES})
         # The infra stack's outputs are known in previews too; unknown, they are left to the apply.
-        values = await cluster.future()
+        values = await raw.future()
         if values is not None:
-            resolved = job_inputs.resolve_for_cluster(settings, values)
+            known = read_infra_outputs(infra_stack, values)
+            resolved = job_inputs.resolve_for_cluster(settings, known)
             job_inputs.ray_job_inputs(resolved, settings)  # refuses a missing trainer program
             job_inputs.fit_check_result(resolved, settings)  # refuses another configuration's result
-            problems, warning = job_inputs.bucket_data_check(resolved, values)
+            problems, warning = job_inputs.bucket_data_check(resolved, known)
             if problems:
                 raise JobError(problems)
             if warning is not None:
                 pulumi.log.warn(warning)
-        job = _secret_if(secret_job, cluster.apply(lambda values: job_inputs.resolve_for_cluster(settings, values)))
+        cluster = raw.apply(lambda values: read_infra_outputs(infra_stack, values))
+        job = _secret_if(secret_job, cluster.apply(lambda outputs: job_inputs.resolve_for_cluster(settings, outputs)))
         inputs = job.apply(lambda resolved: job_inputs.ray_job_inputs(resolved, settings))
-        target: dict[str, pulumi.Output[Any]] = {"gke": cluster.apply(job_inputs.gke_target)}
+        target: dict[str, pulumi.Output[Any]] = {"gke": cluster.apply(gke_inputs)}
         cost = pulumi.Output.all(job, cluster).apply(
             lambda values: _warned_of_deadline(
-                job_inputs.cost_estimate(
-                    values[0], settings, _price(values[1].get("pricePerChipHourUsd")), values[1].get("costBasis")
-                ),
+                job_inputs.cost_estimate(values[0], settings, values[1].price_per_chip_hour_usd, values[1].cost_basis),
                 values[0],
                 settings,
             )

@@ -1,0 +1,82 @@
+"""The infra stack's outputs as the workloads project reads them: parsed once, here, into a
+`ClusterOutputs` (domain/config/stack_outputs.py declares each output, its type and whether it is
+required), which the rest of the project reads by attribute."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from domain.config.stack_outputs import READ_BY_WORKLOADS, ClusterOutputs, StackOutput, WorkloadsOutputs
+from domain.setting import as_integer, as_number
+from domain.stack_identity import integral
+from domain.training.job import JobError
+from workloads.jobs_api import GkeTarget
+
+# The names a StackReference is asked for.
+OUTPUT_NAMES = tuple(entry.name for entry in READ_BY_WORKLOADS)
+
+
+def read_infra_outputs(infra_stack: str, raw: Mapping[str, Any]) -> ClusterOutputs:
+    """The outputs of `infra_stack` (a StackReference's values, by output name), typed. Raises
+    JobError naming every output that is missing or of the wrong kind."""
+    missing = [
+        entry.name for entry in READ_BY_WORKLOADS if entry.workloads == "required" and raw.get(entry.name) is None
+    ]
+    problems = []
+    if missing:
+        problems.append(
+            f"the infra stack {infra_stack} has no output{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(missing)}; check that infraStack "
+            "names a deployed infra stack and run pulumi up on it with this checkout"
+        )
+    values: dict[str, Any] = {}
+    for entry in READ_BY_WORKLOADS:
+        value = raw.get(entry.name)
+        if value is None:
+            values[entry.field] = None
+            continue
+        typed, wrong = _typed(entry, value)
+        if wrong is not None:
+            problems.append(f"the infra stack {infra_stack}'s output {entry.name} = {value!r} is not {wrong}")
+        values[entry.field] = typed
+    if problems:
+        raise JobError(problems)
+    return WorkloadsOutputs(**values)
+
+
+def _typed(entry: StackOutput, value: Any) -> tuple[Any, str | None]:
+    """`value` as the output's kind holds it, or what it should have been."""
+    if entry.kind == "integer":
+        number = as_integer(integral(value))
+        lowest = entry.minimum
+        if number is None or (lowest is not None and number < lowest):
+            return None, "a whole number" + (f" of at least {lowest}" if lowest is not None else "")
+        return number, None
+    if entry.kind == "number":
+        real = as_number(value)
+        return (float(real), None) if real is not None else (None, "a number")
+    if entry.kind == "array":
+        return (list(value), None) if isinstance(value, list) else (None, "a list")
+    if entry.kind == "object":
+        return (dict(value), None) if isinstance(value, dict) else (None, "an object")
+    return (value, None) if isinstance(value, str) else (None, "a string")
+
+
+def gke_target(cluster: ClusterOutputs) -> GkeTarget:
+    """Where the head's Jobs API is, from the infra stack's outputs (no credentials)."""
+    return GkeTarget(
+        endpoint=cluster.cluster_endpoint,
+        ca_certificate=cluster.cluster_ca_certificate,
+        namespace=cluster.namespace,
+        service=cluster.head_service_name,
+        port=cluster.dashboard_port,
+        cluster_id=cluster.cluster_id or None,
+        auth_secret=cluster.ray_auth_secret or None,
+    )
+
+
+def gke_inputs(cluster: ClusterOutputs) -> dict[str, Any]:
+    """The RayJob's `gke` input: the target, without the fields the infra stack has no value for."""
+    return {key: value for key, value in dataclasses.asdict(gke_target(cluster)).items() if value is not None}
