@@ -85,12 +85,13 @@ async def build(settings: WorkloadSettings) -> dict[str, Any]:
         inputs = job.apply(lambda resolved: job_inputs.ray_job_inputs(resolved, settings))
         target = {"address": pulumi.Output.from_input(settings.address)}
         cost = pulumi.Output.from_input(job_inputs.cost_estimate(resolved, settings, 0.0))
-    props = {name: inputs[name] for name in JOB_INPUTS}
+    props: dict[str, pulumi.Input[Any]] = {name: inputs[name] for name in JOB_INPUTS}
     if "runtimeEnv" in settings.secrets:
         props["runtime_env"] = pulumi.Output.secret(props["runtime_env"])
     props.update(target)
+    props.update(settings.identity.as_inputs())
     # The submission id is a digest of the inputs: it names the job, it does not reveal it.
-    identified = pulumi.Output.all(**props).apply(lambda values: {**values, **settings.identity.as_inputs()})
+    identified = pulumi.Output.all(**props)
     guard = RayJobGuard(
         "training-guard",
         job_id=pulumi.Output.unsecret(identified.apply(submission_id)),

@@ -42,7 +42,6 @@ from pulumi.runtime import rpc
 from domain.ray.queueing import WORKER_GROUP_START_TIMEOUT_ENV
 from domain.stack_identity import integral
 from domain.training.job_log import StepCollector, tensorboard_directory
-from stack_config import stack_identity
 from workloads import ray_job_guard
 from workloads.job_progress import ProgressReporter, read_tail, read_whole_log, shown
 from workloads.job_teardown import stop_and_confirm, teardown
@@ -263,16 +262,18 @@ class RayJobProvider(ResourceProvider):
 class RayJob(Resource, module="ray", name="RayJob"):
     """`pulumi-python:dynamic/ray:RayJob`: a Ray job that exists once it has completed.
 
-    `inputs` takes the names in INPUTS (except IDENTITY, which is this stack's); the outputs are
+    `inputs` takes the names in INPUTS, IDENTITY (whose job it is) among them; the outputs are
     attributes named as in OUTPUTS, and `stack_outputs()` gives the exported ones."""
 
     def __init__(self, name: str, inputs: Mapping[str, pulumi.Input[Any]], opts: pulumi.ResourceOptions | None = None):
-        allowed = [key for key in INPUTS if key not in IDENTITY]
-        unknown = sorted(set(inputs) - set(allowed))
+        unknown = sorted(set(inputs) - set(INPUTS))
         if unknown:
-            raise ValueError(f"RayJob {name}: unknown inputs {unknown}; the inputs are {allowed}")
+            raise ValueError(f"RayJob {name}: unknown inputs {unknown}; the inputs are {list(INPUTS)}")
+        missing = [key for key in IDENTITY if key not in inputs]
+        if missing:
+            raise ValueError(f"RayJob {name}: no {', '.join(missing)}; the job's inputs name whose job it is")
         placeholders = dict.fromkeys(output for output in OUTPUTS if output not in INPUTS)
-        super().__init__(RayJobProvider(), name, {**placeholders, **inputs, **stack_identity().as_inputs()}, opts)
+        super().__init__(RayJobProvider(), name, {**placeholders, **inputs}, opts)
 
     def stack_outputs(self) -> dict[str, pulumi.Output[Any]]:
         return {export_name(output): getattr(self, output) for output in EXPORTED}
