@@ -18,10 +18,11 @@ picks the checkout; the local head, the provider and its subprocess all come fro
     .venv/bin/python -m benchmarks.job_log_polling [--lines 200000] [--poll-seconds 5]
     PYTHONPATH=<another checkout> .venv/bin/python -m benchmarks.job_log_polling  # e.g. a git worktree of an older commit
 
-`--poll-seconds` sets workloads.ray_job.PROGRESS_EVERY_SECONDS (and POLL_SECONDS, if the module
-has it) in the subprocess before create; the provider's own default is 15 s. The Ray head runs
-from `--trainer-venv` (default: <checkout>/.venv-trainer if it exists, else
-this checkout's .venv-trainer), loopback only, and is stopped by its own pid at the end.
+`--poll-seconds` sets PROGRESS_EVERY_SECONDS and POLL_SECONDS where the wait reads them
+(workloads/job_wait.py, or workloads/ray_job.py in an older checkout) in the subprocess before
+create; the provider's own default is 15 s. The Ray head runs from `--trainer-venv` (default:
+<checkout>/.venv-trainer if it exists, else this checkout's .venv-trainer), loopback only, and is
+stopped by its own pid at the end.
 Peak RSS includes tracemalloc's own bookkeeping; `--no-tracemalloc` leaves it out.
 """
 
@@ -88,15 +89,18 @@ while step < lines:
 
 # Runs in the subprocess: the provider's create, as the engine would run it, measured.
 CREATE_PROGRAM = """\
-import json, resource, sys, time, tracemalloc
+import importlib, json, resource, sys, time, tracemalloc
 config = json.loads(sys.argv[1])
 import ray.job_submission  # imported lazily by the provider anyway: keep it out of the delta
+import importlib.util
 import workloads.ray_job as ray_job
+# The wait reads them from workloads/job_wait.py; an older checkout has them in workloads/ray_job.py.
+waits = importlib.import_module("workloads.job_wait") if importlib.util.find_spec("workloads.job_wait") else ray_job
 constants = {}
 for name in ("PROGRESS_EVERY_SECONDS", "POLL_SECONDS"):
-    if hasattr(ray_job, name):
-        constants[name] = [getattr(ray_job, name), config["poll_seconds"]]
-        setattr(ray_job, name, config["poll_seconds"])
+    if hasattr(waits, name):
+        constants[name] = [getattr(waits, name), config["poll_seconds"]]
+        setattr(waits, name, config["poll_seconds"])
 rss_after_imports = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 if config["tracemalloc"]:
     tracemalloc.start()

@@ -54,7 +54,7 @@ _OPT_IN = (
 )
 
 
-# The job's two deadlines (workloads/ray_job.py enforces them): the wait for its slices, from the
+# The job's two deadlines (workloads/job_wait.py enforces them): the wait for its slices, from the
 # job's start until its first worker group starts, and the run, from then until the job ends.
 QUEUE_TIMEOUT_SECONDS = 60 * 60
 # At least what a driver needs to start Ray Train and place a worker group on slices that are up;
