@@ -2,6 +2,7 @@
 what it says, within seconds, when something else holds the dashboard's port."""
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ from tests.support.fake_jobs_api import FakeHttpServer
 from tests.support.port_holder import PortHolder
 from tests.support.pulumi_harness import PROJECT_ROOT
 from workloads import smoke
+from workloads.ray_job_record import EXPORTED
 
 
 def reject_constant(name: str):
@@ -48,6 +50,14 @@ def test_smoke_trains_the_tiny_preset_and_ends_with_the_result_as_json(arguments
     assert 0 < result["seconds_to_first_step"] < result["duration_seconds"]
     assert 0 <= result["seconds_queued"] <= result["seconds_to_first_step"]  # the wait for the worker group, apart
     assert 0 < result["goodput_percent"] < 100
+    assert list(result) == list(EXPORTED)
+
+
+def test_the_readme_names_every_field_of_the_smoke_result_in_order():
+    """The README's paragraph on `./scripts/smoke` lists the JSON result's fields."""
+    readme = " ".join((PROJECT_ROOT / "README.md").read_text().split())
+    paragraph = readme.split("one line of strict JSON:", 1)[1].split("A diverged run", 1)[0]
+    assert re.findall(r"`([a-z_]+)`", paragraph) == list(EXPORTED)
 
 
 PARQUET = """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 
 import pytest
@@ -22,6 +23,7 @@ from tests.support.workloads_program import (
     run_workloads,
 )
 from workloads.config import read_settings
+from workloads.job_inputs import COST_OUTPUTS
 from workloads.program import build
 from workloads.ray_job import EXPORTED, export_name
 
@@ -226,6 +228,18 @@ def test_every_exported_job_output_is_a_stack_output():
     run, _ = run_workloads("local")
     assert {export_name(name) for name in EXPORTED} <= set(run.outputs)
     assert export_name("tokens_per_second_per_device") == "tokensPerSecondPerDevice"
+
+
+def test_the_docs_name_every_output_of_the_workloads_stack():
+    """docs/training.md's Outputs list names the job's outputs, and docs/capacity.md the cost
+    outputs: together, exactly the stack's outputs."""
+    run, _ = run_workloads("local")
+    training = " ".join((PROJECT_ROOT / "docs" / "training.md").read_text().split())
+    outputs = training.split("**Outputs:**", 1)[1].split("Their names are written once", 1)[0]
+    named = set(re.findall(r"`([a-z][A-Za-z]+)`", outputs))
+    capacity = " ".join((PROJECT_ROOT / "docs" / "capacity.md").read_text().split())
+    assert named == set(run.outputs) - set(COST_OUTPUTS)
+    assert all(f"`{name}`" in capacity for name in COST_OUTPUTS)
 
 
 def test_the_infra_stack_cluster_id_and_token_secret_reach_the_job_target():
