@@ -15,13 +15,14 @@ from typing import Any
 import pulumi
 import pytest
 
+from domain.ray.resource_types import RAY_JOB, RAY_JOB_GUARD
 from tests.support.pulumi_harness import PROJECT_ROOT, RecordingMonitor, run_program, stack_config
-from tests.support.workloads_program import INFRA_OUTPUTS, INFRA_STACK, PROJECT, RAY_JOB, WORKLOADS_DIR, job_of
+from tests.support.workloads_program import INFRA_OUTPUTS, INFRA_STACK, PROJECT, WORKLOADS_DIR, job_of
 from workloads.config import read_settings
 from workloads.program import build
 from workloads.ray_job import RayJobGuardProvider, RayJobProvider, input_digests
 
-GUARD = "pulumi-python:dynamic/ray:RayJobGuard"
+GUARD = RAY_JOB_GUARD
 # The dev stack's job as the first releases named it (recorded in tests/test_workloads_refusals.py
 # before issue 19, when the run name was `<preset>-<stack>`): an existing stack's job.
 FIRST_RELEASE_DEV_ID = "pulumi-dev-93dd80df0507937c"

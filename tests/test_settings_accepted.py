@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from domain.gcp.gke import MODES
+from domain.ray.resource_types import RAY_JOB
 from domain.tpu.capacity_choices import CAPACITY_CHOICES, FLEX_START, RESERVATION
 from domain.training.presets import PRESETS
 from infra.config import read_settings as read_infra_settings
@@ -26,7 +27,6 @@ from workloads.program import build as build_workloads
 
 WORKLOADS_PROJECT = "maxtext-tpu-workloads"
 INFRA_STACK = "organization/maxtext-tpu-infra/dev"
-RAY_JOB = "pulumi-python:dynamic/ray:RayJob"
 TPU_PRESETS = [preset for preset in PRESETS.values() if preset.runs_on_tpu]
 DIGEST = "sha256:" + "0123456789abcdef" * 4
 

@@ -9,6 +9,7 @@ import shlex
 import pytest
 
 from domain.config.workload_settings import WorkloadSettingsError
+from domain.ray.resource_types import RAY_JOB_GUARD
 from domain.training.job import JobError
 from tests.support.cli_settings import workload_settings
 from tests.support.pulumi_harness import PROJECT_ROOT, RecordingMonitor, run_program, stack_config
@@ -179,7 +180,7 @@ def test_a_secret_runtime_env_stays_secret_on_the_job(stack):
     assert unwrap_rpc_secret(inputs["runtime_env"]) == {"env_vars": {"WANDB_API_KEY": "k-123"}}
     # Only what holds the secret (the SDK itself keeps the pickled provider secret).
     assert job.secret_inputs - {"__provider"} == {"runtime_env"}
-    guard = run.one("pulumi-python:dynamic/ray:RayJobGuard")
+    guard = run.one(RAY_JOB_GUARD)
     assert guard.secret_inputs - {"__provider"} == set()
     assert guard.inputs["job_id"].startswith(f"pulumi-{PROJECT}-{stack}-")
     assert "k-123" not in json.dumps(run.outputs, default=str)
@@ -192,7 +193,7 @@ def test_any_other_secret_setting_keeps_the_whole_job_description_secret():
 
 def test_the_guard_is_registered_before_the_job_and_names_its_submission_id():
     run, inputs = run_workloads("dev")
-    guard = run.one("pulumi-python:dynamic/ray:RayJobGuard")
+    guard = run.one(RAY_JOB_GUARD)
     job = run.one(RAY_JOB)
     assert run.registrations.index(guard) < run.registrations.index(job)
     assert guard.urn in job.dependencies
@@ -214,7 +215,7 @@ def test_the_job_id_names_the_organization_project_and_stack(monkeypatch, organi
     monkeypatch.setattr(pulumi, "get_organization", lambda: organization)
     run, inputs = run_workloads("dev")
     assert (inputs.get("organization"), inputs["project"], inputs["stack"]) == (organization, PROJECT, "dev")
-    guard = run.one("pulumi-python:dynamic/ray:RayJobGuard")
+    guard = run.one(RAY_JOB_GUARD)
     named = f"{organization}-{PROJECT}-dev" if organization else f"{PROJECT}-dev"
     assert guard.inputs["job_id"].startswith(f"pulumi-{named}-")
     assert guard.inputs["job_id"] != submission_id({**inputs, "project": "another-project"})

@@ -20,6 +20,7 @@ from pulumi.runtime import settings as runtime_settings
 
 from domain.config.workload_settings import WorkloadSettingsError
 from domain.problems import ProblemsError
+from domain.ray.resource_types import RAY_JOB, RAY_JOB_GUARD
 from domain.training.job import JobError
 from tests.support.pulumi_harness import PROJECT_ROOT, RecordingMonitor, cli_engine_config, stack_config
 from tests.support.refusals import (
@@ -29,10 +30,9 @@ from tests.support.refusals import (
     assert_refused,
     refused_by_workloads,
 )
-from tests.support.workloads_program import INFRA_OUTPUTS, INFRA_STACK, PROJECT, RAY_JOB, WORKLOADS_DIR, run_workloads
+from tests.support.workloads_program import INFRA_OUTPUTS, INFRA_STACK, PROJECT, WORKLOADS_DIR, run_workloads
 from workloads.ray_job import legacy_submission_id, submission_id
 
-RAY_JOB_GUARD = "pulumi-python:dynamic/ray:RayJobGuard"
 TPU_PRESETS = "llama3-8b, llama3-70b"
 SETTINGS = (
     "infraStack, address, preset, runName, elastic, minSlices, maxFailures, maxPreemptions, maxtextOverrides, "

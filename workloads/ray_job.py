@@ -40,6 +40,7 @@ from pulumi.dynamic import (
 from pulumi.runtime import rpc
 
 from domain.ray.queueing import WORKER_GROUP_START_TIMEOUT_ENV
+from domain.ray.resource_types import MODULE, RAY_JOB_GUARD_NAME, RAY_JOB_NAME
 from domain.stack_identity import integral
 from domain.training.job_log import StepCollector, tensorboard_directory
 from workloads import ray_job_guard
@@ -259,7 +260,7 @@ class RayJobProvider(ResourceProvider):
                 time.sleep(1)
 
 
-class RayJob(Resource, module="ray", name="RayJob"):
+class RayJob(Resource, module=MODULE, name=RAY_JOB_NAME):
     """`pulumi-python:dynamic/ray:RayJob`: a Ray job that exists once it has completed.
 
     `inputs` takes the names in INPUTS, IDENTITY (whose job it is) among them; the outputs are
@@ -296,7 +297,7 @@ class RayJobGuardProvider(ResourceProvider):
         ray_job_guard.delete(props)
 
 
-class RayJobGuard(Resource, module="ray", name="RayJobGuard"):
+class RayJobGuard(Resource, module=MODULE, name=RAY_JOB_GUARD_NAME):
     """`pulumi-python:dynamic/ray:RayJobGuard`: registered before the RayJob (which depends on
     it), so it is in the state before the job is submitted and leaves it after the job."""
 

@@ -44,7 +44,6 @@ NODE_POOL = "gcp:container/nodePool:NodePool"
 BUCKET = "gcp:storage/bucket:Bucket"
 RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
 K8S_SERVICE = "kubernetes:core/v1:Service"
-RAY_JOB = "pulumi-python:dynamic/ray:RayJob"
 
 
 _UNKNOWN_MARKERS = frozenset(

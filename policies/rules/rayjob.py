@@ -31,12 +31,13 @@ from domain.perf.capacity import MemoryEstimate, estimate_memory, job_cost
 from domain.perf.fit_results import NOT_COMPILED
 from domain.perf.maxtext_check import model_flops, recorded_result
 from domain.perf.published_recipes import model_family
+from domain.ray.resource_types import RAY_JOB
 from domain.setting import settings_of
 from domain.tpu.tpu_catalog import Accelerator, SliceShape, accelerator_by_ray_type
 from domain.training.job import JobSpec
 from domain.training.maxtext_config import base_config, override_problems
 from domain.training.presets import PRESETS, maxtext_overrides
-from policies.rules.common import RAY_JOB, at, config_value, known, on, plain, schema, whole_number
+from policies.rules.common import at, config_value, known, on, plain, schema, whole_number
 
 # docs/capacity.md: the estimate is off by up to ~4 GiB (13% of a v6e chip's usable HBM) either
 # way on the compiles it is fitted to, so only a clear excess blocks; near the limit the ahead-of-time fit check decides.

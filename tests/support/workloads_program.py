@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shlex
 
+from domain.ray.resource_types import RAY_JOB
 from domain.training.job import JobSpec
 from tests.support.pulumi_harness import PROJECT_ROOT, RecordingMonitor, run_program, stack_config
 from workloads.config import read_settings
@@ -27,7 +28,6 @@ INFRA_OUTPUTS = {
     "topology": "4x4",
     "pricePerChipHourUsd": 2.70,
 }
-RAY_JOB = "pulumi-python:dynamic/ray:RayJob"
 
 
 def run_workloads(stack: str, secrets: tuple[str, ...] = (), infra_outputs=None, **overrides):
