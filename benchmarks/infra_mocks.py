@@ -10,6 +10,7 @@ from __future__ import annotations
 import statistics
 import time
 
+from domain.paths import INFRA_PROJECT
 from infra.config import read_settings
 from infra.program import build
 from policies.mock_engine import run_program, stack_config
@@ -20,7 +21,7 @@ REPEATS = 3
 
 def evaluate(slices: int) -> tuple[float, int]:
     config = stack_config("dev")
-    config["maxtext-tpu-infra:slices"] = slices
+    config[f"{INFRA_PROJECT}:slices"] = slices
     started = time.perf_counter()
     run = run_program(lambda: build(read_settings()), config)
     return time.perf_counter() - started, len(run.registrations)

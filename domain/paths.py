@@ -9,3 +9,9 @@ TRAINER_LOCK = PROJECT_ROOT / "requirements-trainer.txt"
 TRAINER_PYTHON = PROJECT_ROOT / ".venv-trainer" / "bin" / "python"
 FIT_CHECK_CACHE = PROJECT_ROOT / ".cache" / "fit-check"
 MAXTEXT_CONFIG_CACHE = PROJECT_ROOT / ".cache" / "maxtext-config"
+
+# The two Pulumi projects: their names (Pulumi.yaml's `name:`, which scripts/sync-settings writes
+# from these) and where their project files are.
+INFRA_PROJECT = "maxtext-tpu-infra"
+WORKLOADS_PROJECT = "maxtext-tpu-workloads"
+WORKLOADS_DIR = PROJECT_ROOT / "workloads"

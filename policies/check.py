@@ -18,12 +18,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from domain.paths import INFRA_PROJECT, WORKLOADS_DIR, WORKLOADS_PROJECT
 from policies.evaluate import evaluate
 from policies.mock_engine import PROJECT_ROOT, ProgramRun, RecordingMonitor, run_program, stack_config
 
 PROJECTS = {
-    "infra": ("maxtext-tpu-infra", PROJECT_ROOT),
-    "workloads": ("maxtext-tpu-workloads", PROJECT_ROOT / "workloads"),
+    "infra": (INFRA_PROJECT, PROJECT_ROOT),
+    "workloads": (WORKLOADS_PROJECT, WORKLOADS_DIR),
 }
 
 

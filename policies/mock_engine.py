@@ -19,9 +19,8 @@ import yaml
 from pulumi.runtime import mocks as pulumi_mocks
 
 from domain.config import cli_config
-from domain.paths import PROJECT_ROOT
+from domain.paths import INFRA_PROJECT, PROJECT_ROOT, WORKLOADS_DIR
 
-INFRA_PROJECT = "maxtext-tpu-infra"
 FAKE_PROJECT_NUMBER = "123456789012"
 FAKE_ENDPOINT = "203.0.113.10"
 FAKE_CA = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0t"
@@ -144,7 +143,7 @@ def stack_config(stack: str = "dev", project_dir: Path = PROJECT_ROOT) -> dict[s
 
 def project_directory(project: str) -> Path:
     """The directory of this checkout's project named `project` (the infra or the workloads one)."""
-    for directory in (PROJECT_ROOT, PROJECT_ROOT / "workloads"):
+    for directory in (PROJECT_ROOT, WORKLOADS_DIR):
         if cli_config.project_document(directory)["name"] == project:
             return directory
     raise ValueError(f"no Pulumi.yaml of this checkout names the project {project!r}; pass its project_dir")

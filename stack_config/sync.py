@@ -16,12 +16,13 @@ import yaml
 from domain.config.settings import StackSettings
 from domain.config.stack_outputs import markdown_table as outputs_table
 from domain.config.workload_settings import WorkloadSettings
-from domain.paths import PROJECT_ROOT
+from domain.paths import INFRA_PROJECT, PROJECT_ROOT, WORKLOADS_PROJECT
 from domain.setting import markdown_table, pulumi_yaml_config
 
 # Each project: its directory (relative to the project root), its settings class, and the name
 # of its table in docs/reference.md.
 PROJECTS = (("", StackSettings, "infra"), ("workloads", WorkloadSettings, "workloads"))
+PROJECT_NAMES = {"": INFRA_PROJECT, "workloads": WORKLOADS_PROJECT}
 REFERENCE = PROJECT_ROOT / "docs" / "reference.md"
 
 
@@ -38,9 +39,11 @@ def project_file(directory: str) -> Path:
 
 
 def synced_project_file(directory: str, cls: type) -> dict:
-    """The project file with its own settings' declarations taken from `cls` (the engine's and
-    providers' keys, like pulumi:disable-default-providers, kept as they are)."""
+    """The project file with its name from domain/paths.py and its own settings' declarations
+    taken from `cls` (the engine's and providers' keys, like pulumi:disable-default-providers,
+    kept as they are)."""
     document = yaml.safe_load(project_file(directory).read_text())
+    document["name"] = PROJECT_NAMES[directory]
     foreign = {key: value for key, value in (document.get("config") or {}).items() if ":" in key}
     document["config"] = {**foreign, **pulumi_yaml_config(cls)}
     return document

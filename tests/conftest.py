@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from domain.paths import INFRA_PROJECT
 from tests.support.infra_program import run_infra
 from tests.support.pulumi_harness import ProgramRun, stack_config
 
@@ -17,7 +18,7 @@ def infra_run() -> Callable[..., ProgramRun]:
 
     def run(stack: str = "dev", **overrides: Any) -> ProgramRun:
         config = stack_config(stack)
-        config.update({f"maxtext-tpu-infra:{key}": value for key, value in overrides.items()})
+        config.update({f"{INFRA_PROJECT}:{key}": value for key, value in overrides.items()})
         return run_infra(config, stack=stack)
 
     return run

@@ -31,6 +31,7 @@ import yaml
 
 from domain.config import cli_config
 from domain.config.workload_settings import WorkloadSettings, WorkloadSettingsError, parse_workload_settings
+from domain.paths import WORKLOADS_PROJECT
 from domain.training.dataset import DEFAULT_TOKENIZER, SHIPPED_TOKENIZERS
 from domain.training.job import JobError
 from workloads import job_inputs
@@ -45,7 +46,7 @@ from workloads.jobs_api import (
 from workloads.local_ray import LocalRayError, LocalRayHead, port_holder
 from workloads.ray_job import EXPORTED, RayJobError, RayJobProvider
 
-PROJECT = "maxtext-tpu-workloads"
+PROJECT = WORKLOADS_PROJECT
 LOCAL_STACK_FILE = Path(__file__).with_name("Pulumi.local.yaml")
 # A Ray dashboard answers /api/version in milliseconds; a port holder that has not answered in
 # this long is not one.

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import shlex
 
+from domain.paths import INFRA_PROJECT, WORKLOADS_DIR, WORKLOADS_PROJECT
 from domain.ray.resource_types import RAY_JOB
 from domain.training.job import JobSpec
-from tests.support.pulumi_harness import PROJECT_ROOT, RecordingMonitor, run_program, stack_config
+from tests.support.pulumi_harness import RecordingMonitor, run_program, stack_config
 from workloads.config import read_settings
 from workloads.program import build
 
-PROJECT = "maxtext-tpu-workloads"
-WORKLOADS_DIR = PROJECT_ROOT / "workloads"
-INFRA_STACK = "organization/maxtext-tpu-infra/dev"
+PROJECT = WORKLOADS_PROJECT
+INFRA_STACK = f"organization/{INFRA_PROJECT}/dev"
 INFRA_OUTPUTS = {
     "clusterEndpoint": "203.0.113.10",
     "clusterCaCertificate": "Q0VSVA==",
