@@ -79,10 +79,6 @@ class Accelerator:
     # out-of-memory error), below the nominal HBM because the runtime reserves some.
     usable_hbm_gib: float
     peak_bf16_tflops_per_chip: float
-    # On-demand list price in the catalog's main US regions (us-central1, us-east1, us-east5):
-    # what an estimate without a region uses (a job's cost policy). A stack is costed by
-    # `chip_hour_price`, per capacity choice and region (tests check the two agree).
-    price_per_chip_hour_usd: float
     # Extra VPC networks the multi-host machine type can attach for cross-slice (DCN) traffic.
     # Only ct6e has been measured with DRANET; other generations use the primary NIC.
     dcn_networks: int
@@ -98,6 +94,13 @@ class Accelerator:
     # List prices per capacity choice (on-demand, spot, flex-start); a choice missing here, or a
     # region missing from its table, has no price the catalog can vouch for (PRICES, below).
     list_prices: Mapping[str, ListPrices] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def price_per_chip_hour_usd(self) -> float:
+        """The on-demand list price in the catalog's main US regions (one price: tests check
+        us-central1, us-east1 and us-east5 agree), what an estimate without a region uses (a
+        job's cost policy). A stack is costed by `chip_hour_price`, per capacity and region."""
+        return self.list_prices[ON_DEMAND].by_region[REFERENCE_REGION]
 
     def chip_hour_price(self, capacity: str, region: str) -> ChipHourPrice | None:
         """What one chip-hour of `capacity` costs in `region` at list price; None when the
@@ -249,6 +252,8 @@ _SKYPILOT_GCP_PRICES = (
     "skypilot-org/skypilot-catalog/blob/6f65ab58724c0a5b17dbb81ee124e7d7dee0d4a5/catalogs/v7/gcp/vms.csv"
 )
 _READ_ON = "2026-12-04"
+# Where a region-less estimate is priced (Accelerator.price_per_chip_hour_usd).
+REFERENCE_REGION = "us-central1"
 V6E_PRICES: Mapping[str, ListPrices] = MappingProxyType(
     {
         ON_DEMAND: ListPrices(
@@ -342,7 +347,6 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType(
             hbm_gb_per_chip=32.0,
             usable_hbm_gib=31.24,  # measured: the v6e compiler's "available HBM (31.24G)"
             peak_bf16_tflops_per_chip=918.0,
-            price_per_chip_hour_usd=2.70,
             dcn_networks=2,
             libtpu_flags=V6E_LIBTPU_FLAGS,
             libtpu_refused_flags=V6E_REFUSED_FLAGS,
@@ -366,7 +370,6 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType(
             hbm_gb_per_chip=16.0,
             usable_hbm_gib=15.62,  # not measured: v6e's reserved fraction (2.4%) assumed
             peak_bf16_tflops_per_chip=197.0,
-            price_per_chip_hour_usd=1.20,
             dcn_networks=0,
             list_prices=V5E_PRICES,
             shapes=_shapes(
@@ -388,7 +391,6 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType(
             hbm_gb_per_chip=95.0,
             usable_hbm_gib=92.74,  # not measured: v6e's reserved fraction (2.4%) assumed
             peak_bf16_tflops_per_chip=459.0,
-            price_per_chip_hour_usd=4.20,
             dcn_networks=0,
             list_prices=V5P_PRICES,
             shapes=_shapes(
