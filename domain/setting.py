@@ -163,9 +163,10 @@ def settings_of(cls: type) -> tuple[Setting, ...]:
 
 
 @dataclasses.dataclass
-class Reading:
-    """Raw config read against a table: typed values by field name (None where unset or refused),
-    and the problems found so far, to which the project's own checks add."""
+class Reading[T]:
+    """Raw config read against a settings class: typed values by field name (None where unset or
+    refused), and the problems found so far, to which the project's own checks add. `partial` is
+    the same values as the settings class holds them, for the checks that involve several."""
 
     values: dict[str, Any]
     problems: list[str]
@@ -175,6 +176,42 @@ class Reading:
     keys: Mapping[str, str]  # by field
     defaults: Mapping[str, Any]  # by field
     refused: set[str] = dataclasses.field(default_factory=set)  # fields whose value was refused
+    cls: type[T] | None = None
+
+    def partial(self, **resolved: Any) -> T:
+        """The values read as an instance of the settings class, whose fields (and the properties
+        built on them) the checks read: a field is None where it is unset with no default or was
+        refused, whatever its declared type says, so a check asks `usable` (or `ok`) of the fields
+        it reads first. `resolved` replaces values the project derives (a preset's default shape).
+        Built without the class's `__init__`: its fields that are not settings stay unset."""
+        assert self.cls is not None, "a Reading made by read() knows its class"
+        instance: T = object.__new__(self.cls)
+        for field, value in {**self.values, **resolved}.items():
+            object.__setattr__(instance, self._field(field), value)
+        return instance
+
+    def complete(self, partial: T, **others: Any) -> T:
+        """The settings class made from `partial` (once every problem is reported) and `others`, its
+        fields that are not settings."""
+        assert self.cls is not None, "a Reading made by read() knows its class"
+        return self.cls(**{field: getattr(partial, field) for field in self.keys}, **others)
+
+    def key(self, field: str) -> str:
+        """A field's setting as the user types it (`minSlices`, `gcp:zone`), as messages name it."""
+        return self.keys[self._field(field)]
+
+    def shown_field(self, field: str, value: Any = None) -> str:
+        """`shown` of a field's setting."""
+        return self.shown(self.key(field), value)
+
+    def usable(self, *fields: str) -> bool:
+        """Whether these fields were read without a problem and have a value."""
+        return self.ok(*fields) and all(self.values[field] is not None for field in fields)
+
+    def _field(self, field: str) -> str:
+        if field not in self.keys:
+            raise KeyError(f"{field!r} is not a setting's field")
+        return field
 
     def shown(self, key: str, value: Any = None) -> str:
         """A setting's value as messages show it (text quoted, even text of digits, numbers and
@@ -197,7 +234,7 @@ class Reading:
 
     def ok(self, *fields: str) -> bool:
         """Whether these fields were read without a problem."""
-        return not self.refused & set(fields)
+        return not self.refused & {self._field(field) for field in fields}
 
     def raise_problems(self, error: Callable[[list[str]], Exception]) -> None:
         """Raises `error` with every problem, with no secret value repeated."""
@@ -206,10 +243,13 @@ class Reading:
             raise error([redacted(problem, hidden) for problem in self.problems])
 
 
-def read(cls: type, raw: Mapping[str, Any], *, project_name: str, secret_keys: Set[str] = frozenset()) -> Reading:
+def read[T](
+    cls: type[T], raw: Mapping[str, Any], *, project_name: str, secret_keys: Set[str] = frozenset()
+) -> Reading[T]:
     """Reads `raw` (project keys bare, a provider's as `namespace:key`) against `cls`'s settings."""
     table = settings_of(cls)
-    reading = Reading(
+    reading: Reading[T] = Reading(
+        cls=cls,
         values={},
         problems=[],
         secrets=frozenset(secret_keys),

@@ -1,11 +1,9 @@
 """Stack settings: defaults, and bad input that must stop the program with a useful message."""
 
-from typing import get_type_hints
-
 import pytest
 
-from domain.config.settings import MAX_SLICES, SettingsError, StackSettings, _Read, settings_cost
-from domain.training.presets import Preset
+from domain.config.settings import MAX_SLICES, SettingsError, StackSettings, settings_cost
+from domain.setting import read
 from tests.support.cli_settings import infra_settings
 
 PROJECT = "maxtext-tpu-infra"
@@ -159,11 +157,13 @@ def test_a_head_machine_with_room_for_the_head_alone_fits_a_stack_that_does_not_
         parse(headMachineType="n2-custom-16-19456", minSlices="1")
 
 
-def test_the_typed_reading_the_cross_checks_use_has_the_settings_own_types_or_none():
-    """parse_settings' checks read typed attributes (domain/config/settings.py `_Read`), each a setting
-    of StackSettings under its own name and type, None where unset or refused."""
-    settings, typed = get_type_hints(StackSettings), get_type_hints(_Read)
-    resolved = {"chosen": Preset | None, "topology": str}  # the preset and its topology, resolved
-    for name, hint in typed.items():
-        assert hint == resolved.get(name, settings.get(name, object) | None), name
-    assert set(typed) - set(resolved) <= set(settings)
+def test_the_typed_reading_the_cross_checks_use_is_the_settings_class_itself():
+    """parse_settings' checks read a partial StackSettings (domain/setting.py `Reading.partial`): the
+    settings' own attributes and properties, None where unset or refused, no restated twin."""
+    reading = read(StackSettings, {**VALID, "slices": "0"}, project_name=PROJECT)
+    partial = reading.partial()
+    assert isinstance(partial, StackSettings)
+    assert (partial.zone, partial.slices, partial.reservation, partial.min_slices) == ("us-east5-b", None, None, 0)
+    assert not reading.ok("slices") and reading.ok("zone") and reading.key("min_slices") == "minSlices"
+    with pytest.raises(KeyError):
+        reading.ok("minSlices")  # a field, not a key: a mistake, not "read without a problem"

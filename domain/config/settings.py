@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping, Set
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from domain.gcp import dcn, gcp_names, gke, k8s_names, resource_names
@@ -485,9 +485,14 @@ class StackSettings:
         )
 
     @property
+    def dcn_networks(self) -> int:
+        """The DCN networks the stack creates: the accelerator's, on a Standard cluster (its TPU pools
+        attach them as extra VPCs); Autopilot manages them itself."""
+        return self.accelerator.dcn_networks if self.mode == "standard" else 0
+
+    @property
     def uses_dcn_networks(self) -> bool:
-        """Standard clusters attach extra VPCs to TPU pools; Autopilot manages them itself."""
-        return not self.is_autopilot and self.accelerator.dcn_networks > 0
+        return self.dcn_networks > 0
 
 
 _SETTINGS = {entry.field: entry for entry in settings_of(StackSettings)}
@@ -498,68 +503,32 @@ def _derived_problem(key: str, value: str, derived: str, service: str, problems:
     return f"{key} = {value!r} makes {derived}, which {service} refuses: it {', '.join(problems)}; {fix}"
 
 
-@dataclass(frozen=True, kw_only=True)
-class _Read:
-    """The settings `read` typed, for the checks that involve several of them: each value, or None
-    where it is unset with no default or was refused on its own (`Reading.ok` says which; a check
-    below may refuse a value that stays here). The preset's shape is resolved: its topology and
-    slice count where the stack sets none."""
+def _read_settings(reading: Reading[StackSettings]) -> StackSettings:
+    """The settings `read`, as a partial `StackSettings` for the checks that involve several of them
+    (`Reading.partial`: None where unset with no default or refused; a check below may refuse a
+    value that stays here). The preset is resolved, and its shape where the stack sets none: its
+    topology ("" where unknown) and slice count."""
+    name, slices, topology = reading.values["preset"], reading.values["slices"], reading.values["topology"]
+    preset = PRESETS[name] if reading.ok("preset") else None
+    if slices is None and preset is not None and reading.ok("slices"):
+        slices = preset.slices
+    return reading.partial(preset=preset, slices=slices, topology=topology or (preset.topology if preset else ""))
 
-    region: str | None
-    zone: str | None
-    chosen: Preset | None  # None where the preset was refused
-    mode: str | None
-    cluster_name: str | None
-    gke_version: str | None
-    network: str | None
-    slices: int | None
-    topology: str
-    capacity: tuple[str, ...] | None
-    min_slices: int | None
-    reservation: str | None
-    dcn_subnets: tuple[str, ...] | None
-    ray_image: str | None
-    head_machine_type: str | None
-    price_per_chip_hour: float | None
-    production: bool | None
-    deletion_protection: bool | None
-    bucket_force_destroy: bool | None
-    bucket_name: str | None
-    dataset_bucket: str | None
-    dataset_prefix: str | None
-    dataset_file_cache_mib: int | None
 
-    @classmethod
-    def of(cls, reading: Reading) -> _Read:
-        values = reading.values
-        chosen = PRESETS[values["preset"]] if reading.ok("preset") else None
-        slices = values["slices"]
-        if slices is None and chosen is not None and reading.ok("slices"):
-            slices = chosen.slices
-        topology = values["topology"] or (chosen.topology if chosen else None) or ""
-        resolved = {"chosen": chosen, "slices": slices, "topology": topology}
-        return cls(
-            **{
-                field.name: resolved[field.name] if field.name in resolved else values[field.name]
-                for field in fields(cls)
-            }
-        )
+def _topology_ok(settings: StackSettings) -> bool:
+    return settings.preset is not None and topology_problem(settings.accelerator, settings.topology) is None
 
-    @property
-    def topology_ok(self) -> bool:
-        return self.chosen is not None and topology_problem(self.chosen.accelerator, self.topology) is None
 
-    @property
-    def shape(self) -> tuple[Preset, SliceShape, int] | None:
-        """The preset, its slice shape and the slice count, where all three are valid."""
-        if self.chosen is None or not self.topology_ok or self.slices is None:
-            return None
-        return self.chosen, self.chosen.accelerator.shape(self.topology), self.slices
+def _shape(settings: StackSettings) -> tuple[Preset, SliceShape, int] | None:
+    """The preset, its slice shape and the slice count, where all three are valid."""
+    if not _topology_ok(settings) or settings.slices is None:
+        return None
+    return settings.preset, settings.slice_shape, settings.slices
 
-    @property
-    def dcn_networks(self) -> int:
-        """The DCN networks the stack creates: the accelerator's, on a Standard cluster."""
-        return self.chosen.accelerator.dcn_networks if self.chosen is not None and self.mode == "standard" else 0
+
+def _dcn_networks(settings: StackSettings) -> int:
+    """`StackSettings.dcn_networks`, 0 where the preset was refused."""
+    return settings.dcn_networks if settings.preset is not None else 0
 
 
 def parse_settings(
@@ -576,7 +545,7 @@ def parse_settings(
         secret_keys=secret_keys,
     )
     reading.problems += [f"{key} {why}" for key, why in retired.items()]
-    settings = _Read.of(reading)
+    settings = _read_settings(reading)
     # In this order: a check skips a setting an earlier one refused (so one mistake is one message).
     for problems_of in (
         _location_problems,
@@ -597,14 +566,10 @@ def parse_settings(
     reading.problems += _stack_name_problems(stack)
 
     reading.raise_problems(SettingsError)
-    assert settings.chosen is not None and settings.slices is not None
-    return StackSettings(
-        stack=stack,
-        **{**reading.values, "preset": settings.chosen, "topology": settings.topology, "slices": settings.slices},
-    )
+    return reading.complete(settings, stack=stack)
 
 
-def _location_problems(reading: Reading, settings: _Read) -> list[str]:
+def _location_problems(reading: Reading[StackSettings], settings: StackSettings) -> list[str]:
     """gcp:zone in gcp:region (refused otherwise, so the zone's other checks are skipped)."""
     region, zone = settings.region, settings.zone
     if not (reading.ok("region", "zone") and region and zone):
@@ -618,10 +583,10 @@ def _location_problems(reading: Reading, settings: _Read) -> list[str]:
     ]
 
 
-def _shape_problems(reading: Reading, settings: _Read) -> list[str]:
+def _shape_problems(reading: Reading[StackSettings], settings: StackSettings) -> list[str]:
     """The preset's TPUs: a topology of its accelerator, offered where the cluster is, and its
     MaxText mesh fitting the shape."""
-    chosen, mode, region, zone = settings.chosen, settings.mode, settings.region, settings.zone
+    chosen, mode, region, zone = settings.preset, settings.mode, settings.region, settings.zone
     if chosen is None:
         return []
     problems = []
@@ -634,12 +599,13 @@ def _shape_problems(reading: Reading, settings: _Read) -> list[str]:
         if reading.ok("capacity") and settings.capacity is not None and not problems:
             problems += _single_tenant_problems(chosen.accelerator, mode, region, zone, settings.capacity)
     # The preset's MaxText mesh, exactly as a job on this cluster would be checked.
-    if settings.shape is not None:
-        problems += _mesh_problems(chosen, settings.topology, settings.shape[2])
+    shape = _shape(settings)
+    if shape is not None:
+        problems += _mesh_problems(chosen, settings.topology, shape[2])
     return problems
 
 
-def _gke_version_problems(reading: Reading, settings: _Read) -> list[str]:
+def _gke_version_problems(reading: Reading[StackSettings], settings: StackSettings) -> list[str]:
     mode, gke_version = settings.mode, settings.gke_version
     if mode is None or gke_version is None:
         return []
@@ -669,7 +635,7 @@ def _gke_version_problems(reading: Reading, settings: _Read) -> list[str]:
     return []
 
 
-def _standard_only_problems(reading: Reading, settings: _Read) -> list[str]:
+def _standard_only_problems(reading: Reading[StackSettings], settings: StackSettings) -> list[str]:
     """Settings set on an Autopilot stack that only a Standard cluster uses (refused, so their
     other checks are skipped)."""
     problems = []
@@ -685,14 +651,15 @@ def _standard_only_problems(reading: Reading, settings: _Read) -> list[str]:
     return problems
 
 
-def _dcn_problems(reading: Reading, settings: _Read) -> list[str]:
+def _dcn_problems(reading: Reading[StackSettings], settings: StackSettings) -> list[str]:
     """A Standard cluster's DCN subnets: valid ranges, room for every TPU VM, clear of the
     primary network, one per DCN network."""
     dcn_subnets, region, network = settings.dcn_subnets, settings.region, settings.network
     if dcn_subnets is None or settings.mode != "standard" or not reading.ok("dcn_subnets"):
         return []
     # Each TPU VM of every slice takes one address in each DCN subnet.
-    vms = settings.shape[1].vms * settings.shape[2] if settings.shape is not None else None
+    shape = _shape(settings)
+    vms = shape[1].vms * shape[2] if shape is not None else None
     problems = [
         f"dcnSubnets: {problem}; use {dcn.VALID_RULE}" for problem in dcn.subnet_range_problems(dcn_subnets, vms=vms)
     ]
@@ -701,16 +668,16 @@ def _dcn_problems(reading: Reading, settings: _Read) -> list[str]:
             f"dcnSubnets: {problem}"
             for problem in dcn.primary_overlap_problems(dcn_subnets, network=network, region=region)
         ]
-    if settings.chosen is not None and len(dcn_subnets) != settings.dcn_networks:
+    if settings.preset is not None and len(dcn_subnets) != settings.dcn_networks:
         problems.append(
-            f"dcnSubnets has {len(dcn_subnets)} ranges but TPU {settings.chosen.accelerator.name} needs "
+            f"dcnSubnets has {len(dcn_subnets)} ranges but TPU {settings.preset.accelerator.name} needs "
             f"{settings.dcn_networks} DCN networks; give exactly {settings.dcn_networks} "
             f"(default: {', '.join(dcn.DEFAULT_SUBNET_RANGES)})"
         )
     return problems
 
 
-def _image_and_machine_problems(reading: Reading, settings: _Read) -> list[str]:
+def _image_and_machine_problems(reading: Reading[StackSettings], settings: StackSettings) -> list[str]:
     problems = []
     machine_type, slices, min_slices = settings.head_machine_type, settings.slices, settings.min_slices
     if settings.mode == "standard" and machine_type and reading.ok("head_machine_type"):
@@ -721,11 +688,12 @@ def _image_and_machine_problems(reading: Reading, settings: _Read) -> list[str]:
     return problems
 
 
-def _price_problems(reading: Reading, settings: _Read) -> list[str]:
+def _price_problems(reading: Reading[StackSettings], settings: StackSettings) -> list[str]:
     price = settings.price_per_chip_hour
-    if price is None or settings.shape is None:
+    shape = _shape(settings)
+    if price is None or shape is None:
         return []
-    chips = settings.shape[2] * settings.shape[1].chips
+    chips = shape[2] * shape[1].chips
     if math.isfinite(price * chips * HOURS_PER_DAY):
         return []
     return [
@@ -735,7 +703,7 @@ def _price_problems(reading: Reading, settings: _Read) -> list[str]:
     ]
 
 
-def _protection_problems(reading: Reading, settings: _Read) -> list[str]:
+def _protection_problems(reading: Reading[StackSettings], settings: StackSettings) -> list[str]:
     """A production stack survives a `pulumi destroy` run against it by mistake: its cluster and
     its checkpoints (bucketForceDestroy defaults to true, for teardown of other stacks)."""
     if not settings.production:
@@ -755,7 +723,7 @@ def _protection_problems(reading: Reading, settings: _Read) -> list[str]:
     ]
 
 
-def _dataset_problems(reading: Reading, settings: _Read) -> list[str]:
+def _dataset_problems(reading: Reading[StackSettings], settings: StackSettings) -> list[str]:
     """The dataset bucket is another bucket than the checkpoints' (it is mounted read-only, and the
     pods may only read it); its prefix and file cache do nothing without it."""
     problems = []
@@ -781,7 +749,7 @@ def _dataset_problems(reading: Reading, settings: _Read) -> list[str]:
     return problems
 
 
-def _name_problems(reading: Reading, settings: _Read) -> list[str]:
+def _name_problems(reading: Reading[StackSettings], settings: StackSettings) -> list[str]:
     """Names built from the settings above, each checked against the rule of the service that
     receives it (only when the settings themselves are valid, so one mistake is one message)."""
     problems = []
@@ -789,18 +757,21 @@ def _name_problems(reading: Reading, settings: _Read) -> list[str]:
     if reading.ok("cluster_name") and cluster_name is not None:
         problems += _cluster_derived_problems(
             cluster_name,
-            dcn_networks=settings.dcn_networks,
+            dcn_networks=_dcn_networks(settings),
             builds_image=settings.ray_image is None and reading.ok("ray_image"),
         )
-        dcn_networks = {resource_names.dcn_network_name(cluster_name, index) for index in range(settings.dcn_networks)}
+        dcn_networks = {
+            resource_names.dcn_network_name(cluster_name, index) for index in range(_dcn_networks(settings))
+        }
         if network in dcn_networks:
             problems.append(
                 f"network = {reading.shown('network')} is one of the DCN networks the stack creates for the TPU "
                 f"NICs of cluster {cluster_name!r}; the cluster's primary network must be another one "
                 "(for example default)"
             )
-    if mode == "standard" and settings.shape is not None:
-        chosen, _, slices = settings.shape
+    shape = _shape(settings)
+    if mode == "standard" and shape is not None:
+        chosen, _, slices = shape
         pool = resource_names.tpu_pool_name(chosen.accelerator.slice_type(settings.topology), slices - 1)
         pool_problems = gcp_names.node_pool_name_problems(pool)
         if pool_problems:
@@ -827,7 +798,7 @@ def _stack_name_problems(stack: str) -> list[str]:
     ]
 
 
-def _reservation_problems(reading: Reading, settings: _Read) -> list[str]:
+def _reservation_problems(reading: Reading[StackSettings], settings: StackSettings) -> list[str]:
     reservation = settings.reservation
     if reservation is None or not reading.ok("reservation"):
         return []
@@ -840,12 +811,11 @@ def _reservation_problems(reading: Reading, settings: _Read) -> list[str]:
     return []
 
 
-def _capacity_problems(reading: Reading, settings: _Read) -> list[str]:
+def _capacity_problems(reading: Reading[StackSettings], settings: StackSettings) -> list[str]:
     """What the capacity choices need of each other and of the cluster's mode."""
     problems = []
-    capacity, reservation, mode, slices = settings.capacity, settings.reservation, settings.mode, settings.slices
-    if not reading.ok("capacity"):
-        capacity = None
+    reservation, mode, slices = settings.reservation, settings.mode, settings.slices
+    capacity: tuple[str, ...] | None = settings.capacity if reading.ok("capacity") else None
     if capacity is not None and mode == "standard" and len(capacity) > 1:
         problems.append(
             f"capacity = {reading.shown('capacity', list(capacity))} is a fallback order, which a Standard cluster "
@@ -896,9 +866,9 @@ def _capacity_problems(reading: Reading, settings: _Read) -> list[str]:
     return problems
 
 
-def _flex_start_problems(reading: Reading, settings: _Read) -> list[str]:
+def _flex_start_problems(reading: Reading[StackSettings], settings: StackSettings) -> list[str]:
     chosen, mode, capacity, region, zone = (
-        settings.chosen,
+        settings.preset,
         settings.mode,
         settings.capacity,
         settings.region,
