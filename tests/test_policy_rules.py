@@ -32,7 +32,8 @@ from pulumi_policy.proxy import (
 from domain.training.presets import PROCEDURE_OVERRIDES, maxtext_overrides, preset
 from policies.check import resources_of
 from policies.evaluate import Violation, evaluate, reconcile_config
-from policies.rules import ALL
+from policies.rules import ALL, markdown_table
+from stack_config.sync import POLICIES, RULES_END, RULES_START, synced_policies
 from tests.support.infra_program import run_infra
 from tests.support.pulumi_harness import stack_config
 from tests.support.workloads_program import run_workloads
@@ -1187,3 +1188,13 @@ def test_the_checkpoint_buckets_write_role_is_not_the_dataset_rule_s_business(bu
     assert violation.urn == named(resources, "checkpoints-dataset-access")["urn"]
     assert "grants roles/storage.objectUser on bucket 'acme-corpus', the dataset bucket" in violation.message
     assert violation.message.endswith("Grant roles/storage.objectViewer on it instead.")
+
+
+def test_docs_list_every_rule_with_its_level_and_what_it_requires():
+    """docs/policies.md's table is the pack's rules; run ./scripts/sync-settings after changing one."""
+    text = POLICIES.read_text()
+    assert text.split(RULES_START, 1)[1].split(RULES_END, 1)[0] == markdown_table()
+    assert synced_policies(text) == text
+    assert all(f"| `{policy.name}` | " in markdown_table() for policy in ALL)
+    stale = markdown_table(ALL[:1])
+    assert f"| `{ALL[1].name}` |" not in stale and stale.count("\n") == 3

@@ -22,3 +22,12 @@ ALL: list[Policy] = [
     *rayjob.ALL,
     *stack.ALL,
 ]
+
+
+def markdown_table(policies: list[Policy] = ALL) -> str:
+    """docs/policies.md's list of the rules (`scripts/sync-settings` writes it)."""
+    lines = ["| rule | level | what it requires |", "| --- | --- | --- |"]
+    for policy in policies:
+        level = policy.enforcement_level.value if policy.enforcement_level else "advisory"
+        lines.append(f"| `{policy.name}` | {level} | {policy.description} |")
+    return "\n".join(lines) + "\n"
