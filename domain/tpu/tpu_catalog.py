@@ -1,8 +1,8 @@
 """One table of every TPU accelerator the project can provision; everything else derives from it.
 
-Like xpk's system characteristics, the rest of the code (node pools, RayCluster shapes, Ray Train
-scaling, policies) asks this table instead of hard-coding "4x4", "ct6e-standard-4t" or "4 chips".
-Numbers are Google's published figures for each generation (per chip: HBM, peak bf16 FLOP/s).
+Node pools, RayCluster shapes, Ray Train scaling and policies ask this table instead of
+hard-coding "4x4", "ct6e-standard-4t" or "4 chips". Where its figures come from: docs/capacity.md,
+"Where the catalog's figures come from".
 """
 
 from __future__ import annotations
@@ -56,11 +56,10 @@ class ChipHourPrice:
     capacity: str
     region: str
     source: str  # the catalog's source and date, or the pricePerChipHour setting
-    assumption: str | None = None  # what the figure takes for granted, when anything
+    assumption: str | None = None
 
 
-# A reservation's chips are billed under the contract that made it, which the catalog cannot
-# know: they are costed at the on-demand rate unless the stack says otherwise.
+# A reservation is billed under a contract the catalog cannot know.
 RESERVATION_ASSUMPTION = (
     "a reservation is costed at the on-demand list price; set pricePerChipHour to the rate your contract gives"
 )
@@ -75,31 +74,24 @@ class Accelerator:
     ray_accelerator_type: str  # Ray's accelerator_type resource, e.g. TPU-V6E
     maxtext_prefix: str  # MaxText compile_topology prefix, e.g. v6e -> v6e-16
     hbm_gb_per_chip: float
-    # What XLA may allocate per chip: the compiler's own limit ("available HBM" in its
-    # out-of-memory error), below the nominal HBM because the runtime reserves some.
+    # The compiler's own limit ("available HBM" in its OOM error): the runtime reserves some.
     usable_hbm_gib: float
     peak_bf16_tflops_per_chip: float
-    # Extra VPC networks the multi-host machine type can attach for cross-slice (DCN) traffic.
-    # Only ct6e has been measured with DRANET; other generations use the primary NIC.
+    # Extra VPCs for cross-slice (DCN) traffic; only ct6e was measured with DRANET.
     dcn_networks: int
     shapes: Mapping[str, SliceShape]
-    # XLA/libtpu flags the TPU workers run with (LIBTPU_INIT_ARGS, domain/ray/kuberay.py) and the fit
-    # check compiles with (trainer/fit_check.py): one list, so the compile sees what the job will.
-    # Only flags the pinned libtpu accepts for this generation: it refuses unknown flags, and some
-    # known ones per platform (tests/test_fit_check.py compiles every shipped preset with them).
+    # One list for the workers and the fit check, so the compile sees what the job will run; the
+    # pinned libtpu refuses unknown flags, and some known ones per platform.
     libtpu_flags: tuple[str, ...] = ()
-    # Flags (as `--name=value`, the value lowercase) the pinned libtpu is known to refuse on this
-    # generation, and why: a job that sets one in its own LIBTPU_INIT_ARGS fails at its first step.
+    # `--name=value` (value lowercase) -> why the pinned libtpu refuses it on this generation.
     libtpu_refused_flags: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-    # List prices per capacity choice (on-demand, spot, flex-start); a choice missing here, or a
-    # region missing from its table, has no price the catalog can vouch for (PRICES, below).
+    # A capacity choice or region missing here has no price the catalog can vouch for.
     list_prices: Mapping[str, ListPrices] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def price_per_chip_hour_usd(self) -> float:
-        """The on-demand list price in the catalog's main US regions (one price: tests check
-        us-central1, us-east1 and us-east5 agree), what an estimate without a region uses (a
-        job's cost policy). A stack is costed by `chip_hour_price`, per capacity and region."""
+        """The on-demand list price in REFERENCE_REGION, what an estimate without a region uses
+        (a job's cost policy). A stack is costed by `chip_hour_price`, per capacity and region."""
         return self.list_prices[ON_DEMAND].by_region[REFERENCE_REGION]
 
     def chip_hour_price(self, capacity: str, region: str) -> ChipHourPrice | None:
@@ -178,12 +170,7 @@ def _shapes(*entries: tuple[str, str, int]) -> Mapping[str, SliceShape]:
     return MappingProxyType({topology: SliceShape(topology, machine, chips) for topology, machine, chips in entries})
 
 
-# The v6e workers' LIBTPU_INIT_ARGS, which the fit check compiles with too.
-# The procedure's collective-overlap flags, less one: it also sets
-# --xla_tpu_enable_async_collective_fusion_fuse_all_gather=true, which libtpu 0.0.52 refuses for
-# v6e ("Continuation fusion for AllGather is enabled on platform ghostlite ... not
-# supported/recommended on platforms other than TPU v5e"): the job would fail at its first step.
-# Measured with the fit check's compile.
+# The procedure's collective-overlap flags, less the one libtpu refuses on v6e (docs/procedure.md).
 V6E_REFUSED_FLAGS: Mapping[str, str] = MappingProxyType(
     {
         "--xla_tpu_enable_async_collective_fusion_fuse_all_gather=true": (
@@ -200,12 +187,8 @@ V6E_COLLECTIVE_OVERLAP = (
     "--xla_tpu_overlap_compute_collective_tc=true",
     "--xla_enable_async_all_gather=true",
 )
-# Then three flag groups of MaxText's own published v6e recipes (xla_flags_library.py; the
-# speed model's anchors ran with them): the dense models' scoped VMEM limit (instead of the
-# procedure's 122880 KiB), data-parallel all-reduce overlap, and the host-offload scheduler
-# flags. With them the llama3-70b preset needs 2.6 GiB less HBM per chip and both presets are
-# predicted faster (docs/capacity.md, "The presets, tuned for speed"). Not taken: the 8B
-# recipes' SparseCore all-reduce offload.
+# Three flag groups of MaxText's published v6e recipes (docs/capacity.md, "The presets, tuned
+# for speed"); the dense VMEM limit replaces the procedure's 122880 KiB.
 DENSE_VMEM_LIMIT = ("--xla_tpu_scoped_vmem_limit_kib=98304",)
 DATA_PARALLEL_OVERLAP = (
     "--xla_tpu_enable_data_parallel_all_reduce_opt=true",
@@ -226,33 +209,12 @@ HOST_OFFLOAD = (
 )
 V6E_LIBTPU_FLAGS = (*DENSE_VMEM_LIMIT, *V6E_COLLECTIVE_OVERLAP, *DATA_PARALLEL_OVERLAP, *HOST_OFFLOAD)
 
-# ================================================================================================
-# LIST PRICES PER CAPACITY CHOICE: the tables to edit when Google's prices change.
-#
-# Google's own page, https://cloud.google.com/tpu/pricing, is the authority; its stored copies
-# (several languages) show only the v2-v4 tables, so the v6e and v5p figures below were read
-# 2026-12-04, without live internet, from SkyPilot's catalog of Google Cloud prices, which
-# SkyPilot generates from Google's Cloud Billing Catalog API (one row per TPU slice type, zone,
-# on-demand and Spot price of the whole slice; divided here by the slice's chips: tpu-v6e-16 is
-# 16 chips, tpu-v5p-N is N/2 chips). Where its rows say 700.0 (SkyPilot's mark for a type not
-# offered there) the region is left out. Its on-demand v6e price, $2.70 in US regions, is the one
-# this catalog carried before.
-#   - Spot prices move: another stored version of the same file (commit 017e2502fb63) has v6e
-#     Spot at $0.64833 in us-central1 where this one has $0.7803. Check them before relying on
-#     one, and set pricePerChipHour to the price you pay.
-#   - Flex-start (Dynamic Workload Scheduler): no stored material gives a TPU price. GKE's
-#     flex-start page (https://cloud.google.com/kubernetes-engine/docs/concepts/dws) says only
-#     that it bills at Dynamic Workload Scheduler prices, with discounts of up to 53% on vCPUs,
-#     GPUs and TPUs: a bound, not a price. So no flex-start table: a flex-start stack shows no
-#     dollar figure unless pricePerChipHour is set.
-#   - v5e: no row was read; its US on-demand $1.20 is carried over from this catalog's earlier
-#     version, which recorded no source. Not re-checked.
+# List prices: edit when Google's prices change. Source: docs/capacity.md, "List prices".
 _SKYPILOT_GCP_PRICES = (
     "SkyPilot's catalog of Google Cloud prices, from the Cloud Billing Catalog API: https://github.com/"
     "skypilot-org/skypilot-catalog/blob/6f65ab58724c0a5b17dbb81ee124e7d7dee0d4a5/catalogs/v7/gcp/vms.csv"
 )
 _READ_ON = "2026-12-04"
-# Where a region-less estimate is priced (Accelerator.price_per_chip_hour_usd).
 REFERENCE_REGION = "us-central1"
 V6E_PRICES: Mapping[str, ListPrices] = MappingProxyType(
     {
@@ -345,7 +307,7 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType(
             ray_accelerator_type="TPU-V6E",
             maxtext_prefix="v6e",
             hbm_gb_per_chip=32.0,
-            usable_hbm_gib=31.24,  # measured: the v6e compiler's "available HBM (31.24G)"
+            usable_hbm_gib=31.24,
             peak_bf16_tflops_per_chip=918.0,
             dcn_networks=2,
             libtpu_flags=V6E_LIBTPU_FLAGS,
@@ -368,7 +330,7 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType(
             ray_accelerator_type="TPU-V5LITEPOD",
             maxtext_prefix="v5e",
             hbm_gb_per_chip=16.0,
-            usable_hbm_gib=15.62,  # not measured: v6e's reserved fraction (2.4%) assumed
+            usable_hbm_gib=15.62,  # assumed: v6e's reserved fraction (2.4%)
             peak_bf16_tflops_per_chip=197.0,
             dcn_networks=0,
             list_prices=V5E_PRICES,
@@ -389,7 +351,7 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType(
             ray_accelerator_type="TPU-V5P",
             maxtext_prefix="v5p",
             hbm_gb_per_chip=95.0,
-            usable_hbm_gib=92.74,  # not measured: v6e's reserved fraction (2.4%) assumed
+            usable_hbm_gib=92.74,  # assumed: v6e's reserved fraction (2.4%)
             peak_bf16_tflops_per_chip=459.0,
             dcn_networks=0,
             list_prices=V5P_PRICES,
@@ -427,21 +389,8 @@ def accelerator_by_ray_type(ray_accelerator_type: str) -> Accelerator:
     raise ValueError(f"unknown Ray accelerator type {ray_accelerator_type!r}; valid: {valid}")
 
 
-# ================================================================================================
-# WHERE EACH GENERATION IS OFFERED: the table to edit when Google's list changes.
-#
-# Source: Google Cloud, "TPU regions and zones", https://cloud.google.com/tpu/docs/regions-zones
-# (also served as /tpu/docs/types-zones). Read 2026-12-03, without live internet, from stored
-# copies of that page in several versions and languages; none of them could be read whole:
-#   - "listed": in the North America or Europe table of the English page (the newest copy, with
-#     AI zones and TPU7x, for North America);
-#   - "single-tenant": in the same tables of another copy (German), marked single-tenant (read
-#     here as capacity for single-tenant use, such as a reservation; not checked further);
-#   - "UNVERIFIED": from memory of the page's Asia Pacific and South America tables, which no
-#     stored copy showed; check them against the page and mark them "listed" or delete them.
-# A zone missing here stops the stack with a message naming this table, so an out-of-date entry
-# costs an edit, not a failed deploy. GKE's own availability table
-# (https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus) was not compared.
+# Where each generation is offered: edit when Google's list changes. Each zone's note says how
+# it was found (docs/capacity.md, "Where TPUs are offered"); an UNVERIFIED one needs checking.
 TPU_ZONES: Mapping[str, Mapping[str, str]] = MappingProxyType(
     {
         "v6e": MappingProxyType(
@@ -491,12 +440,7 @@ TPU_ZONES_SOURCE = (
 )
 
 
-# Where GKE offers flex-start (Dynamic Workload Scheduler) TPUs. Source: Google Cloud, "About
-# GPU and TPU provisioning with flex-start", https://cloud.google.com/kubernetes-engine/docs/concepts/dws
-# (also at /kubernetes-engine/docs/concepts/provisioning-model), read 2026-12-04 from a stored
-# copy: TPUs need GKE 1.33.0-gke.1712000 or later, and TPU v6e is offered in the three zones below.
-# Only v6e is listed here (the copy's lines for other generations were not legible); a stack of
-# another generation is not checked.
+# Only v6e is listed; a stack of another generation is not checked (docs/capacity.md).
 FLEX_START_ZONES: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {"v6e": ("asia-northeast1-b", "us-east5-a", "us-east5-b")}
 )
