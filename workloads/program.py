@@ -10,10 +10,12 @@ Output, where the SDK would wrap it in "While processing input ..." with object 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
 
+from domain.config.stack_outputs import ClusterOutputs
 from domain.config.workload_settings import WorkloadSettings
 from domain.training.job import JobError, JobSpec
 from workloads import job_inputs
@@ -43,6 +45,22 @@ def _warned_of_deadline(estimate: dict[str, Any], job: JobSpec, settings: Worklo
     return estimate
 
 
+@dataclass(frozen=True)
+class _ClusterPlan:
+    """The job on the infra stack's cluster: its outputs, the job resolved for them and the
+    RayJob's inputs (building them refuses a missing trainer program)."""
+
+    cluster: ClusterOutputs
+    job: JobSpec
+    inputs: dict[str, Any]
+
+
+def _cluster_plan(settings: WorkloadSettings, infra_stack: str, values: dict[str, Any]) -> _ClusterPlan:
+    cluster = read_infra_outputs(infra_stack, values)
+    job = job_inputs.resolve_for_cluster(settings, cluster)
+    return _ClusterPlan(cluster, job, job_inputs.ray_job_inputs(job, settings))
+
+
 async def build(settings: WorkloadSettings) -> dict[str, Any]:
     """Registers the job's resources and returns the stack outputs. Raises the domain's
     JobError, before the guard or the job is registered, when the job cannot run.
@@ -55,21 +73,20 @@ async def build(settings: WorkloadSettings) -> dict[str, Any]:
         infra_stack = settings.infra_stack
         infra = pulumi.StackReference(infra_stack)
         raw = pulumi.Output.all(**{name: infra.get_output(name) for name in OUTPUT_NAMES})
-        # The infra stack's outputs are known in previews too; unknown, they are left to the apply.
+        # The infra stack's outputs are known in previews too; unknown, the plan is left to the apply.
         values = await raw.future()
-        if values is not None:
-            known = read_infra_outputs(infra_stack, values)
-            resolved = job_inputs.resolve_for_cluster(settings, known)
-            job_inputs.ray_job_inputs(resolved, settings)  # refuses a missing trainer program
-            job_inputs.fit_check_result(resolved, settings)  # refuses another configuration's result
-            problems, warning = job_inputs.bucket_data_check(resolved, known)
+        known = _cluster_plan(settings, infra_stack, values) if values is not None else None
+        if known is not None:
+            job_inputs.fit_check_result(known.job, settings)  # refuses another configuration's result
+            problems, warning = job_inputs.bucket_data_check(known.job, known.cluster)
             if problems:
                 raise JobError(problems)
             if warning is not None:
                 pulumi.log.warn(warning)
-        cluster = raw.apply(lambda values: read_infra_outputs(infra_stack, values))
-        job = _secret_if(secret_job, cluster.apply(lambda outputs: job_inputs.resolve_for_cluster(settings, outputs)))
-        inputs = job.apply(lambda resolved: job_inputs.ray_job_inputs(resolved, settings))
+        plan = raw.apply(lambda values: known if known is not None else _cluster_plan(settings, infra_stack, values))
+        cluster = plan.apply(lambda planned: planned.cluster)
+        job = _secret_if(secret_job, plan.apply(lambda planned: planned.job))
+        inputs = _secret_if(secret_job, plan.apply(lambda planned: planned.inputs))
         target: dict[str, pulumi.Output[Any]] = {"gke": cluster.apply(gke_inputs)}
         cost = pulumi.Output.all(job, cluster).apply(
             lambda values: _warned_of_deadline(
@@ -80,9 +97,9 @@ async def build(settings: WorkloadSettings) -> dict[str, Any]:
         )
     else:
         resolved = job_inputs.resolve_local(settings)
-        job_inputs.ray_job_inputs(resolved, settings)
+        built = job_inputs.ray_job_inputs(resolved, settings)  # refuses a missing trainer program
         job = _secret_if(secret_job, pulumi.Output.from_input(resolved))
-        inputs = job.apply(lambda resolved: job_inputs.ray_job_inputs(resolved, settings))
+        inputs = job.apply(lambda _: built)
         target = {"address": pulumi.Output.from_input(settings.address)}
         cost = pulumi.Output.from_input(job_inputs.cost_estimate(resolved, settings, 0.0))
     props: dict[str, pulumi.Input[Any]] = {name: inputs[name] for name in JOB_INPUTS}
