@@ -153,6 +153,17 @@ def setting(kind: Kind | Setting, description: str | None = None, **declaration:
     return dataclasses.field(metadata={_METADATA_KEY: entry})
 
 
+def field_names[T](cls: type[T]) -> T:
+    """An instance of `cls` whose every setting holds its own field's name (`names.min_slices ==
+    "min_slices"`): checks name a setting through it (`reading.ok(names.zone)`), so mypy knows the
+    field and renaming it renames every check and message. Its attributes are names whatever their
+    declared types: pass them to a `Reading`, never read them as values."""
+    names: T = object.__new__(cls)
+    for entry in settings_of(cls):
+        object.__setattr__(names, entry.field, entry.field)
+    return names
+
+
 def settings_of(cls: type) -> tuple[Setting, ...]:
     """The settings a class declares, in declaration order."""
     return tuple(
@@ -177,17 +188,21 @@ class Reading[T]:
     defaults: Mapping[str, Any]  # by field
     refused: set[str] = dataclasses.field(default_factory=set)  # fields whose value was refused
     cls: type[T] | None = None
+    _partials: list[T] = dataclasses.field(default_factory=list)
 
     def partial(self, **resolved: Any) -> T:
         """The values read as an instance of the settings class, whose fields (and the properties
         built on them) the checks read: a field is None where it is unset with no default or was
-        refused, whatever its declared type says, so a check asks `usable` (or `ok`) of the fields
-        it reads first. `resolved` replaces values the project derives (a preset's default shape).
-        Built without the class's `__init__`: its fields that are not settings stay unset."""
+        refused (now or later, by `refuse`), whatever its declared type says, so a check tests the
+        values it reads (or asks `ok`) first. `resolved` replaces values the project derives (a
+        preset's default shape). Built without the class's `__init__`: its fields that are not
+        settings stay unset."""
         assert self.cls is not None, "a Reading made by read() knows its class"
         instance: T = object.__new__(self.cls)
-        for field, value in {**self.values, **resolved}.items():
+        values = {field: None if field in self.refused else value for field, value in self.values.items()}
+        for field, value in {**values, **resolved}.items():
             object.__setattr__(instance, self._field(field), value)
+        self._partials.append(instance)
         return instance
 
     def complete(self, partial: T, **others: Any) -> T:
@@ -196,20 +211,30 @@ class Reading[T]:
         assert self.cls is not None, "a Reading made by read() knows its class"
         return self.cls(**{field: getattr(partial, field) for field in self.keys}, **others)
 
-    def key(self, field: str) -> str:
+    def refuse(self, field: object) -> None:
+        """Marks a field's value refused by a check of several settings: later checks skip it."""
+        self.refused.add(self._field(field))
+        for partial in self._partials:
+            object.__setattr__(partial, self._field(field), None)
+
+    def key(self, field: object) -> str:
         """A field's setting as the user types it (`minSlices`, `gcp:zone`), as messages name it."""
         return self.keys[self._field(field)]
 
-    def shown_field(self, field: str, value: Any = None) -> str:
-        """`shown` of a field's setting."""
-        return self.shown(self.key(field), value)
+    def stated(self, field: object, value: Any = None) -> str:
+        """A field's setting and value as a message starts: `KEY = VALUE` (see `shown`)."""
+        return f"{self.key(field)} = {self.shown(self.key(field), value)}"
 
-    def usable(self, *fields: str) -> bool:
-        """Whether these fields were read without a problem and have a value."""
-        return self.ok(*fields) and all(self.values[field] is not None for field in fields)
+    def value(self, field: object) -> Any:
+        """A field's value as read (None where unset with no default or refused by `read`)."""
+        return self.values[self._field(field)]
 
-    def _field(self, field: str) -> str:
-        if field not in self.keys:
+    def is_secret(self, field: object) -> bool:
+        """Whether the field's setting is set with `pulumi config set --secret`."""
+        return self.key(field) in self.secrets
+
+    def _field(self, field: object) -> str:
+        if not isinstance(field, str) or field not in self.keys:
             raise KeyError(f"{field!r} is not a setting's field")
         return field
 
@@ -220,19 +245,21 @@ class Reading[T]:
             return SECRET
         return _shown(self.kinds.get(key), self.raw.get(key) if value is None else value)
 
-    def is_set(self, field: str) -> bool:
+    def is_set(self, field: object) -> bool:
         """Whether the stack sets this field's setting, which has no default. The CLI merges every
         default into the config (domain/config/cli_config.py), so a setting with one always looks
         set: ask `changed` of it instead."""
+        field = self._field(field)
         if self.defaults[field] is not None:
             raise ValueError(f"{self.keys[field]} has a default, which the CLI sets on every stack; use changed()")
         return self.raw.get(self.keys[field]) is not None
 
-    def changed(self, field: str) -> bool:
+    def changed(self, field: object) -> bool:
         """Whether this field's value differs from its default: what a user can be told they set."""
+        field = self._field(field)
         return self.values[field] not in (None, self.defaults[field])
 
-    def ok(self, *fields: str) -> bool:
+    def ok(self, *fields: object) -> bool:
         """Whether these fields were read without a problem."""
         return not self.refused & {self._field(field) for field in fields}
 

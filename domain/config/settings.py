@@ -22,7 +22,7 @@ from domain.perf.capacity import HOURS_PER_DAY, StackCost, stack_cost
 from domain.problems import ProblemsError
 from domain.ray import ray_head
 from domain.ray.ray_version import MIN_RAY_VERSION_FOR_TOKEN_AUTH, RAY_VERSION, version_key
-from domain.setting import Reading, read, setting, settings_of
+from domain.setting import Reading, field_names, read, setting, settings_of
 from domain.tpu.capacity_choices import CAPACITY_CHOICES, DEFAULT_CAPACITY, FLEX_START, RESERVATION, SPOT
 from domain.tpu.tpu_catalog import (
     FLEX_START_ZONES,
@@ -51,7 +51,7 @@ _STATE = "stored unencrypted in the stack's state"
 
 # Settings that only a Standard cluster uses, and what an Autopilot cluster does instead: set (to
 # anything but the default) on an Autopilot stack, they would do nothing, which is a mistake.
-STANDARD_ONLY = {
+STANDARD_ONLY = {  # by field
     "head_machine_type": "Autopilot chooses the Ray head's node from the head pod's own requests",
     "dcn_subnets": "Autopilot gives the TPU pods their DCN interfaces itself (DRANET through the ComputeClass)",
 }
@@ -496,6 +496,13 @@ class StackSettings:
 
 
 _SETTINGS = {entry.field: entry for entry in settings_of(StackSettings)}
+# The settings' fields by name, for checks and messages to name a setting by (mypy knows each).
+_F = field_names(StackSettings)
+
+
+def _key(field: object) -> str:
+    """A field's setting as the user types it (`minSlices`, `gcp:zone`), as messages name it."""
+    return _SETTINGS[str(field)].key
 
 
 def _derived_problem(key: str, value: str, derived: str, service: str, problems: list[str], fix: str) -> str:
@@ -508,11 +515,14 @@ def _read_settings(reading: Reading[StackSettings]) -> StackSettings:
     (`Reading.partial`: None where unset with no default or refused; a check below may refuse a
     value that stays here). The preset is resolved, and its shape where the stack sets none: its
     topology ("" where unknown) and slice count."""
-    name, slices, topology = reading.values["preset"], reading.values["slices"], reading.values["topology"]
-    preset = PRESETS[name] if reading.ok("preset") else None
-    if slices is None and preset is not None and reading.ok("slices"):
+    as_read = reading.partial()
+    name: str | None = reading.value(_F.preset)  # the preset as read: its name
+    preset = PRESETS[name] if name is not None else None
+    slices = as_read.slices
+    if slices is None and preset is not None and reading.ok(_F.slices):
         slices = preset.slices
-    return reading.partial(preset=preset, slices=slices, topology=topology or (preset.topology if preset else ""))
+    topology = as_read.topology or (preset.topology if preset else "")
+    return reading.partial(preset=preset, slices=slices, topology=topology)
 
 
 def _topology_ok(settings: StackSettings) -> bool:
@@ -572,13 +582,13 @@ def parse_settings(
 def _location_problems(reading: Reading[StackSettings], settings: StackSettings) -> list[str]:
     """gcp:zone in gcp:region (refused otherwise, so the zone's other checks are skipped)."""
     region, zone = settings.region, settings.zone
-    if not (reading.ok("region", "zone") and region and zone):
+    if not (region and zone):
         return []
     if zone.startswith(f"{region}-") and _ZONE_SUFFIX.fullmatch(zone[len(region) + 1 :]):
         return []
-    reading.refused.add("zone")
+    reading.refuse(_F.zone)
     return [
-        f"gcp:zone = {reading.shown('gcp:zone')} is not a zone of region {region!r}; use {region}-a, "
+        f"{reading.stated(_F.zone)} is not a zone of region {region!r}; use {region}-a, "
         f"{region}-b, ... (one with capacity for the preset's TPUs)"
     ]
 
@@ -592,11 +602,11 @@ def _shape_problems(reading: Reading[StackSettings], settings: StackSettings) ->
     problems = []
     wrong_topology = topology_problem(chosen.accelerator, settings.topology)
     if wrong_topology is not None:
-        problems.append(f"topology = {reading.shown('topology', settings.topology)} {wrong_topology}")
+        problems.append(f"{reading.stated(_F.topology, settings.topology)} {wrong_topology}")
     # Where the TPUs are: Standard pools live in gcp:zone; Autopilot picks a zone of gcp:region.
-    if mode is not None and reading.ok("region", "zone") and region and zone:
+    if mode is not None and region and zone:
         problems += _availability_problems(chosen.accelerator, mode, region, zone)
-        if reading.ok("capacity") and settings.capacity is not None and not problems:
+        if settings.capacity is not None and not problems:
             problems += _single_tenant_problems(chosen.accelerator, mode, region, zone, settings.capacity)
     # The preset's MaxText mesh, exactly as a job on this cluster would be checked.
     shape = _shape(settings)
@@ -609,29 +619,28 @@ def _gke_version_problems(reading: Reading[StackSettings], settings: StackSettin
     mode, gke_version = settings.mode, settings.gke_version
     if mode is None or gke_version is None:
         return []
-    shown = reading.shown("gkeVersion", gke_version)
+    stated = reading.stated(_F.gke_version, gke_version)
     try:
         # The Spot minimum is above Standard's DRANET minimum, so a Spot stack below it hears only
         # the version that satisfies both.
         if (
             mode == "standard"
-            and reading.ok("capacity")
             and SPOT in (settings.capacity or ())
             and not gke.supports_spot_shutdown_grace(gke_version)
         ):
             return [
-                f"gkeVersion = {shown} with capacity = spot: the Spot TPU node pools extend the kubelet's shutdown "
+                f"{stated} with capacity = spot: the Spot TPU node pools extend the kubelet's shutdown "
                 "grace period so the Ray workers can checkpoint before the node goes (docs/spot.md), which GKE takes "
                 f"from {gke.SPOT_SHUTDOWN_GRACE_MINIMUM_VERSION}; use {gke.SPOT_SHUTDOWN_GRACE_MINIMUM_VERSION} or "
                 "later, or another capacity choice"
             ]
         if not gke.supports_dranet(gke_version, mode):
             return [
-                f"gkeVersion = {shown} is below the managed DRANET minimum for {mode} clusters; use "
+                f"{stated} is below the managed DRANET minimum for {mode} clusters; use "
                 f"{gke.DRANET_MINIMUM_VERSION[mode]} or later"
             ]
     except ValueError as error:
-        return [f"gkeVersion: {error}"]
+        return [f"{reading.key(_F.gke_version)}: {error}"]
     return []
 
 
@@ -640,14 +649,14 @@ def _standard_only_problems(reading: Reading[StackSettings], settings: StackSett
     other checks are skipped)."""
     problems = []
     for field, instead in STANDARD_ONLY.items():
-        entry, value = _SETTINGS[field], reading.values[field]
+        value = getattr(settings, field)
         if settings.mode == "autopilot" and reading.changed(field):
             problems.append(
-                f"{entry.key} = {reading.shown(entry.key, list(value) if entry.kind == 'array' else None)} does "
-                f"nothing on an Autopilot stack ({instead}); unset it (`pulumi config rm {entry.key}`), or use "
-                "mode = standard"
+                f"{reading.stated(field, list(value) if isinstance(value, tuple) else None)} does "
+                f"nothing on an Autopilot stack ({instead}); unset it (`pulumi config rm {reading.key(field)}`), or "
+                "use mode = standard"
             )
-            reading.refused.add(field)
+            reading.refuse(field)
     return problems
 
 
@@ -655,22 +664,23 @@ def _dcn_problems(reading: Reading[StackSettings], settings: StackSettings) -> l
     """A Standard cluster's DCN subnets: valid ranges, room for every TPU VM, clear of the
     primary network, one per DCN network."""
     dcn_subnets, region, network = settings.dcn_subnets, settings.region, settings.network
-    if dcn_subnets is None or settings.mode != "standard" or not reading.ok("dcn_subnets"):
+    if dcn_subnets is None or settings.mode != "standard":
         return []
     # Each TPU VM of every slice takes one address in each DCN subnet.
     shape = _shape(settings)
     vms = shape[1].vms * shape[2] if shape is not None else None
     problems = [
-        f"dcnSubnets: {problem}; use {dcn.VALID_RULE}" for problem in dcn.subnet_range_problems(dcn_subnets, vms=vms)
+        f"{reading.key(_F.dcn_subnets)}: {problem}; use {dcn.VALID_RULE}"
+        for problem in dcn.subnet_range_problems(dcn_subnets, vms=vms)
     ]
-    if region and reading.ok("region", "network") and network:
+    if region and network:
         problems += [
-            f"dcnSubnets: {problem}"
+            f"{reading.key(_F.dcn_subnets)}: {problem}"
             for problem in dcn.primary_overlap_problems(dcn_subnets, network=network, region=region)
         ]
     if settings.preset is not None and len(dcn_subnets) != settings.dcn_networks:
         problems.append(
-            f"dcnSubnets has {len(dcn_subnets)} ranges but TPU {settings.preset.accelerator.name} needs "
+            f"{reading.key(_F.dcn_subnets)} has {len(dcn_subnets)} ranges but TPU {settings.preset.accelerator.name} needs "
             f"{settings.dcn_networks} DCN networks; give exactly {settings.dcn_networks} "
             f"(default: {', '.join(dcn.DEFAULT_SUBNET_RANGES)})"
         )
@@ -680,11 +690,11 @@ def _dcn_problems(reading: Reading[StackSettings], settings: StackSettings) -> l
 def _image_and_machine_problems(reading: Reading[StackSettings], settings: StackSettings) -> list[str]:
     problems = []
     machine_type, slices, min_slices = settings.head_machine_type, settings.slices, settings.min_slices
-    if settings.mode == "standard" and machine_type and reading.ok("head_machine_type"):
+    if settings.mode == "standard" and machine_type:
         autoscales = slices is not None and min_slices is not None and min_slices < slices
         problems += _head_machine_problems(machine_type, autoscales=autoscales)
-    if settings.ray_image and reading.ok("ray_image"):
-        problems += _ray_image_problems(reading.shown("rayImage"), settings.ray_image)
+    if settings.ray_image:
+        problems += _ray_image_problems(reading.stated(_F.ray_image), settings.ray_image)
     return problems
 
 
@@ -697,7 +707,7 @@ def _price_problems(reading: Reading[StackSettings], settings: StackSettings) ->
     if math.isfinite(price * chips * HOURS_PER_DAY):
         return []
     return [
-        f"pricePerChipHour = {reading.shown('pricePerChipHour')} is out of range: times the stack's {chips} "
+        f"{reading.stated(_F.price_per_chip_hour)} is out of range: times the stack's {chips} "
         f"chips and {HOURS_PER_DAY} hours it is more dollars per day than a number holds; use a price in US "
         "dollars, for example 2.70"
     ]
@@ -710,15 +720,17 @@ def _protection_problems(reading: Reading[StackSettings], settings: StackSetting
         return []
     unsafe, fixes = [], []
     if settings.deletion_protection is False:
-        unsafe.append("deletionProtection is false")
-        fixes.append("`pulumi config set deletionProtection true`")
+        unsafe.append(f"{_key(_F.deletion_protection)} is false")
+        fixes.append(f"`pulumi config set {_key(_F.deletion_protection)} true`")
     if settings.bucket_force_destroy:
-        unsafe.append("bucketForceDestroy is true, so it would delete the bucket with every checkpoint in it")
-        fixes.append("`pulumi config set bucketForceDestroy false`")
+        unsafe.append(
+            f"{_key(_F.bucket_force_destroy)} is true, so it would delete the bucket with every checkpoint in it"
+        )
+        fixes.append(f"`pulumi config set {_key(_F.bucket_force_destroy)} false`")
     if not unsafe:
         return []
     return [
-        f"production = true but {' and '.join(unsafe)}: a production cluster and its checkpoints must survive "
+        f"{_key(_F.production)} = true but {' and '.join(unsafe)}: a production cluster and its checkpoints must survive "
         f"a `pulumi destroy` run against the wrong stack; run {' and '.join(fixes)}"
     ]
 
@@ -727,24 +739,20 @@ def _dataset_problems(reading: Reading[StackSettings], settings: StackSettings) 
     """The dataset bucket is another bucket than the checkpoints' (it is mounted read-only, and the
     pods may only read it); its prefix and file cache do nothing without it."""
     problems = []
-    bucket = settings.dataset_bucket
-    if bucket is not None and reading.ok("dataset_bucket") and bucket == settings.bucket_name:
+    bucket, bucket_key = settings.dataset_bucket, reading.key(_F.dataset_bucket)
+    if bucket is not None and bucket == settings.bucket_name:
         problems.append(
-            f"datasetBucket = {reading.shown('datasetBucket')} is the checkpoint bucket (bucketName): the dataset is "
+            f"{reading.stated(_F.dataset_bucket)} is the checkpoint bucket ({reading.key(_F.bucket_name)}): the dataset is "
             "mounted read-only and its bucket granted read-only, while checkpoints are written to theirs; keep "
-            "the training data in a bucket of its own, or leave bucketName unset (the stack names its own)"
+            f"the training data in a bucket of its own, or leave {reading.key(_F.bucket_name)} unset (the stack names its own)"
         )
-    if bucket is None and reading.ok("dataset_bucket"):
-        for field, what in (
-            ("dataset_prefix", "a folder of"),
-            ("dataset_file_cache_mib", "a file cache for"),
-        ):
-            if reading.values[field] is None or not reading.ok(field):
+    if bucket is None and reading.ok(_F.dataset_bucket):
+        for field, what in ((_F.dataset_prefix, "a folder of"), (_F.dataset_file_cache_mib, "a file cache for")):
+            if reading.value(field) is None:
                 continue
-            key = _SETTINGS[field].key
             problems.append(
-                f"{key} = {reading.shown(key)} does nothing without datasetBucket: it is {what} the dataset "
-                f"bucket; set datasetBucket (`pulumi config set datasetBucket <bucket>`), or `pulumi config rm {key}`"
+                f"{reading.stated(field)} does nothing without {bucket_key}: it is {what} the dataset bucket; set "
+                f"{bucket_key} (`pulumi config set {bucket_key} <bucket>`), or `pulumi config rm {reading.key(field)}`"
             )
     return problems
 
@@ -754,18 +762,18 @@ def _name_problems(reading: Reading[StackSettings], settings: StackSettings) -> 
     receives it (only when the settings themselves are valid, so one mistake is one message)."""
     problems = []
     cluster_name, network, mode = settings.cluster_name, settings.network, settings.mode
-    if reading.ok("cluster_name") and cluster_name is not None:
+    if cluster_name is not None:
         problems += _cluster_derived_problems(
             cluster_name,
             dcn_networks=_dcn_networks(settings),
-            builds_image=settings.ray_image is None and reading.ok("ray_image"),
+            builds_image=settings.ray_image is None and reading.ok(_F.ray_image),
         )
         dcn_networks = {
             resource_names.dcn_network_name(cluster_name, index) for index in range(_dcn_networks(settings))
         }
         if network in dcn_networks:
             problems.append(
-                f"network = {reading.shown('network')} is one of the DCN networks the stack creates for the TPU "
+                f"{reading.stated(_F.network)} is one of the DCN networks the stack creates for the TPU "
                 f"NICs of cluster {cluster_name!r}; the cluster's primary network must be another one "
                 "(for example default)"
             )
@@ -777,7 +785,7 @@ def _name_problems(reading: Reading[StackSettings], settings: StackSettings) -> 
         if pool_problems:
             problems.append(
                 _derived_problem(
-                    "topology",
+                    _key(_F.topology),
                     settings.topology,
                     f"the node pool name {pool!r}",
                     "GKE",
@@ -800,11 +808,11 @@ def _stack_name_problems(stack: str) -> list[str]:
 
 def _reservation_problems(reading: Reading[StackSettings], settings: StackSettings) -> list[str]:
     reservation = settings.reservation
-    if reservation is None or not reading.ok("reservation"):
+    if reservation is None:
         return []
     if settings.mode == "autopilot" and reservation.startswith("projects/"):
         return [
-            f"reservation = {reading.shown('reservation')} is a shared reservation's path, which an "
+            f"{reading.stated(_F.reservation)} is a shared reservation's path, which an "
             "Autopilot ComputeClass does not take as a name (it names the owner project apart); use a "
             "reservation of this project, or mode = standard"
         ]
@@ -815,53 +823,45 @@ def _capacity_problems(reading: Reading[StackSettings], settings: StackSettings)
     """What the capacity choices need of each other and of the cluster's mode."""
     problems = []
     reservation, mode, slices = settings.reservation, settings.mode, settings.slices
-    capacity: tuple[str, ...] | None = settings.capacity if reading.ok("capacity") else None
+    capacity, min_slices = settings.capacity, settings.min_slices
+    capacity_stated = reading.stated(_F.capacity, list(capacity)) if capacity is not None else ""
     if capacity is not None and mode == "standard" and len(capacity) > 1:
         problems.append(
-            f"capacity = {reading.shown('capacity', list(capacity))} is a fallback order, which a Standard cluster "
+            f"{capacity_stated} is a fallback order, which a Standard cluster "
             "cannot follow: each TPU node pool has one provisioning model; choose one (for example "
             f"`pulumi config set capacity {capacity[0]}`), or use mode = autopilot, whose ComputeClass tries its "
             "choices in order"
         )
-    if capacity is not None and RESERVATION in capacity and reservation is None and reading.ok("reservation"):
+    if capacity is not None and RESERVATION in capacity and reservation is None and reading.ok(_F.reservation):
         problems.append(
-            f"capacity = {reading.shown('capacity', list(capacity))} includes reservation, but no reservation is "
+            f"{capacity_stated} includes reservation, but no reservation is "
             "named; run `pulumi config set reservation <name>`"
         )
-    if capacity is not None and reservation is not None and reading.ok("reservation") and RESERVATION not in capacity:
+    if capacity is not None and reservation is not None and RESERVATION not in capacity:
         problems.append(
-            f"reservation = {reading.shown('reservation')} does nothing while capacity = "
-            f"{reading.shown('capacity', list(capacity))} does not include reservation; add it (`pulumi config "
+            f"{reading.stated(_F.reservation)} does nothing while {capacity_stated} does not include reservation; add it (`pulumi config "
             "set capacity reservation`), or `pulumi config rm reservation`"
         )
-    min_slices = settings.min_slices
-    if min_slices is not None and slices is not None and reading.ok("min_slices") and min_slices > slices:
+    if min_slices is not None and slices is not None and min_slices > slices:
         problems.append(
-            f"minSlices = {reading.shown('minSlices')} is more than the stack's {slices} slice(s); use 0 to {slices}"
+            f"{reading.stated(_F.min_slices)} is more than the stack's {slices} slice(s); use 0 to {slices}"
         )
-    elif (
-        capacity is not None
-        and mode == "standard"
-        and FLEX_START in capacity
-        and min_slices
-        and reading.ok("min_slices")
-    ):
+    elif capacity is not None and mode == "standard" and FLEX_START in capacity and min_slices:
         problems.append(
-            f"minSlices = {reading.shown('minSlices')} with capacity = flex-start: GKE's flex-start TPU node pools "
-            "start at 0 nodes and get a slice only when a job asks for one; set minSlices to 0, or choose "
-            "another capacity"
+            f"{reading.stated(_F.min_slices)} with capacity = flex-start: GKE's flex-start TPU node pools "
+            f"start at 0 nodes and get a slice only when a job asks for one; set {reading.key(_F.min_slices)} to 0, "
+            "or choose another capacity"
         )
     if (
         min_slices is not None
         and slices is not None
         and min_slices >= slices
-        and reading.changed("idle_timeout_seconds")
-        and reading.ok("idle_timeout_seconds", "min_slices")
+        and reading.changed(_F.idle_timeout_seconds)
     ):
+        idle, fewest = reading.key(_F.idle_timeout_seconds), reading.key(_F.min_slices)
         problems.append(
-            f"idleTimeoutSeconds = {reading.shown('idleTimeoutSeconds')} does nothing while minSlices = slices "
-            f"({slices}): every slice stays up; lower minSlices (0 scales to zero while idle), or `pulumi config "
-            "rm idleTimeoutSeconds`"
+            f"{reading.stated(_F.idle_timeout_seconds)} does nothing while {fewest} = slices ({slices}): every "
+            f"slice stays up; lower {fewest} (0 scales to zero while idle), or `pulumi config rm {idle}`"
         )
     return problems
 
@@ -874,7 +874,7 @@ def _flex_start_problems(reading: Reading[StackSettings], settings: StackSetting
         settings.region,
         settings.zone,
     )
-    if chosen is None or mode is None or not (reading.ok("capacity", "region", "zone") and region and zone):
+    if chosen is None or mode is None or not (region and zone):
         return []
     if capacity is None or FLEX_START not in capacity:
         return []
@@ -922,13 +922,13 @@ def _head_machine_problems(machine_type: str, *, autoscales: bool) -> list[str]:
     if not short:
         return []
     return [
-        f"headMachineType = {machine_type!r} is too small for the Ray head: a GKE node of it offers "
+        f"{_key(_F.head_machine_type)} = {machine_type!r} is too small for the Ray head: a GKE node of it offers "
         f"{' and '.join(short)} (GKE keeps the rest for the system), so the head pod would never schedule; use a "
-        f"machine type with more, for example {_SETTINGS['head_machine_type'].default} (the default)"
+        f"machine type with more, for example {_SETTINGS[_F.head_machine_type].default} (the default)"
     ]
 
 
-def _ray_image_problems(shown: str, image: str) -> list[str]:
+def _ray_image_problems(stated: str, image: str) -> list[str]:
     """An image that cannot run this product's jobs. Its contents cannot be read before a node
     pulls it, so its name says whether it is a build of trainer/Dockerfile; Ray's own images
     also say which Ray they hold."""
@@ -951,7 +951,7 @@ def _ray_image_problems(shown: str, image: str) -> list[str]:
             f"the job client need the same Ray{too_old})"
         )
     return [
-        f"rayImage = {shown} {what}: only a build of trainer/Dockerfile has MaxText and this product's trainer "
+        f"{stated} {what}: only a build of trainer/Dockerfile has MaxText and this product's trainer "
         f"package, so every job would fail with `No module named ...` once the slices are up{mismatch}; use "
         f"{IMAGE_RULE}"
     ]
@@ -1044,7 +1044,7 @@ def _cluster_derived_problems(cluster_name: str, *, dcn_networks: int, builds_im
     if account_problems:
         problems.append(
             _derived_problem(
-                "clusterName",
+                _key(_F.cluster_name),
                 cluster_name,
                 f"the node service account id {account_id!r}",
                 "IAM",
@@ -1062,12 +1062,12 @@ def _cluster_derived_problems(cluster_name: str, *, dcn_networks: int, builds_im
             if derived_problems:
                 problems.append(
                     _derived_problem(
-                        "clusterName",
+                        _key(_F.cluster_name),
                         cluster_name,
                         f"the {kind} {derived!r}",
                         "Compute Engine",
                         derived_problems,
-                        "use a shorter clusterName",
+                        f"use a shorter {_key(_F.cluster_name)}",
                     )
                 )
     if builds_image:
@@ -1076,12 +1076,12 @@ def _cluster_derived_problems(cluster_name: str, *, dcn_networks: int, builds_im
         if repository_problems:
             problems.append(
                 _derived_problem(
-                    "clusterName",
+                    _key(_F.cluster_name),
                     cluster_name,
                     f"the image repository id {repository!r}",
                     "Artifact Registry",
                     repository_problems,
-                    "use a shorter clusterName",
+                    f"use a shorter {_key(_F.cluster_name)}",
                 )
             )
     return problems
