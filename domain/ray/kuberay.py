@@ -41,56 +41,37 @@ CHECKPOINT_MOUNT = "/data"
 
 GCS_FUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
 GCS_FUSE_VOLUME = "gcs-fuse-csi-ephemeral"
-# GKE's Cloud Storage FUSE pages this module follows:
-GKE_FUSE_PERF = "https://cloud.google.com/kubernetes-engine/docs/how-to/cloud-storage-fuse-csi-driver-perf"
-GKE_FUSE_VOLUME_ATTRIBUTES = (
-    "https://cloud.google.com/kubernetes-engine/docs/reference/cloud-storage-fuse-csi-driver/volume-attr"
-)
-# The checkpoint mount. No file cache (the procedure's file-cache:max-size-mb:-1 takes the whole
-# cache volume, by default the TPU node's boot disk, and a restore would copy every checkpoint read
-# there); a file cache is opt-in, and "-1" means the cache volume's entire capacity (GKE_FUSE_VOLUME_ATTRIBUTES).
-# GKE_FUSE_PERF's checkpoint advice, for the flat bucket the stack creates: a high rename-dir-limit,
-# because Orbax commits a checkpoint by renaming its temporary directory (the limit is 0 by default,
-# and the rename fails), at the value GKE's own performance defaults use; and streaming writes, which
-# upload a checkpoint as it is written instead of staging each file on the boot disk first.
+# Mount options follow GKE's Cloud Storage FUSE advice (docs/deploying.md, "The RayCluster, in detail").
+# No file cache on checkpoints: the procedure's unbounded one fills the boot disk on a restore.
+# Orbax commits a checkpoint by renaming a directory, which fails at the default limit of 0.
 CHECKPOINT_RENAME_DIR_LIMIT = 200000
 GCS_FUSE_MOUNT_OPTIONS = (
     "implicit-dirs,uid=1000,gid=1000,dir-mode=775,file-mode=664,"
     f"rename-dir-limit={CHECKPOINT_RENAME_DIR_LIMIT},write:enable-streaming-writes:true"
 )
 
-# The dataset mount (datasetBucket): read-only on every TPU worker, tuned as GKE_FUSE_PERF advises
-# for training reads: metadata caches unbounded and never expiring, filled on mount by the metadata
-# prefetch (GKE 1.32.1-gke.1357001 or later), and the kernel's list cache kept for the job. Safe
-# because the mount is read-only and the data does not change while a job reads it.
 DATASET_MOUNT = "/dataset"
 DATASET_VOLUME = "gcs-fuse-dataset"
+# Caches never expire: safe because the mount is read-only and the data does not change mid-job.
 DATASET_READ_OPTIONS = (
     "metadata-cache:ttl-secs:-1",
     "metadata-cache:stat-cache-max-size-mb:-1",
     "metadata-cache:type-cache-max-size-mb:-1",
     "file-system:kernel-list-cache-ttl-secs:-1",
 )
-# implicit-dirs stays on (GKE's sample drops it beside the list cache and prefetch, for speed):
-# without it the folders of a flat bucket filled by uploads, which have no folder objects, do not
-# show, and a pattern under one would match nothing.
+# implicit-dirs stays on: without it a flat bucket's folders (no folder objects) do not show.
 DATASET_OWNER_OPTIONS = "implicit-dirs,uid=1000,gid=1000,dir-mode=555,file-mode=444"
-# With datasetFileCacheMib: GKE_FUSE_PERF advises RAM for the file cache on TPU v6e hosts and
-# warns against the boot disk, so the cache lives on the pod's custom cache volume (this name), a
-# memory-backed emptyDir; GKE wants that volume larger than the cache, by this headroom here.
-# Range reads are cached whole (Grain reads ArrayRecord records at random offsets), and parallel
-# downloads fill the cache faster.
+# datasetFileCacheMib's cache lives in RAM (this volume, a memory-backed emptyDir), never the boot
+# disk; GKE wants the volume larger than the cache. Range reads are cached whole for Grain.
 GCS_FUSE_CACHE_VOLUME = "gke-gcsfuse-cache"
 FILE_CACHE_HEADROOM_MIB = 1024
 DATASET_FILE_CACHE_OPTIONS = (
     "file-cache:cache-file-for-range-read:true",
     "file-cache:enable-parallel-downloads:true",
 )
-# The metadata prefetch runs in a sidecar of its own, whose default memory limit GKE_FUSE_PERF
-# says to raise to 512Mi or more ("0", no limit, only on Standard clusters): 512Mi fits both modes.
+# GKE advises 512Mi or more for the prefetch sidecar; "0" (no limit) works only on Standard.
 METADATA_PREFETCH_ANNOTATIONS = {"gke-gcsfuse/metadata-prefetch-memory-limit": "512Mi"}
-# The sidecar's own limits set to "0" (unlimited), as the procedure does, so checkpoint writes of
-# tens of GB are not throttled by a small default sidecar.
+# Unlimited, as the procedure sets them, so checkpoint writes of tens of GB are not throttled.
 GCS_FUSE_ANNOTATIONS = {
     "gke-gcsfuse/volumes": "true",
     "gke-gcsfuse/cpu-limit": "0",
@@ -107,39 +88,23 @@ HEAD_RESOURCES = {
 WORKER_CPU = "8"
 WORKER_MEMORY = "200G"
 
-# Ray token authentication. The Jobs API on the head runs any command it is sent; without a token,
-# any pod of the cluster could reach it. With `authOptions.mode: token` and no `secretName`,
-# KubeRay (v1.7.0) generates the token itself, in a Secret it owns next to the RayCluster, and
-# gives every Ray container RAY_AUTH_MODE=token and RAY_AUTH_TOKEN from that Secret: the token is
-# made in the cluster and never passes through Pulumi's state. Clients send it as
-# `Authorization: Bearer <token>`, or `X-Ray-Authorization: Bearer <token>` through a proxy that
-# consumes the Authorization header (the Kubernetes API server's service proxy does).
+# The Jobs API runs any command it is sent. KubeRay generates the token in a Secret of its own, so
+# it never passes through Pulumi's state (docs/deploying.md, "The RayCluster, in detail").
 AUTH_OPTIONS = {"mode": "token"}
-# The Secret's key holding the token (base64 of 32 random bytes).
 RAY_AUTH_TOKEN_KEY = "auth_token"
-# KubeRay refuses a RayCluster with token authentication unless spec.rayVersion says the Ray in
-# its image is at least MIN_RAY_VERSION_FOR_TOKEN_AUTH (domain/ray/ray_version.py, imported above).
 
-# KubeRay's in-tree autoscaler (KubeRay v1.7.0), for a stack that scales (minSlices < slices).
-# `version: v2` is Ray autoscaler v2: Ray Train's TPU slices are gang-scheduled placement groups
-# whose bundles carry label selectors (ray.util.tpu, ray.io/tpu-slice-name), which only v2's
-# scheduler reads (ray/autoscaler/v2/scheduler.py; v1's resource_demand_scheduler ignores labels),
-# so v1 would never bring a slice up for a job. With v2 KubeRay itself adds
-# RAY_enable_autoscaler_v2=true to the head and sets restartPolicy Never on every pod
-# (controllers/ray/common/pod.go), and refuses any other restartPolicy (utils/validation.go).
+# Only Ray autoscaler v2 reads the label selectors of Ray Train's TPU slice placement groups; v1
+# would never bring a slice up for a job.
 AUTOSCALER_VERSION = "v2"
-# Default: no rate limit, so a multi-slice job's slices are asked for at once (Conservative would
-# add them one at a time; Ray's kuberay autoscaling_config maps Default and Aggressive alike).
+# No rate limit: a multi-slice job's slices are asked for at once (Conservative adds one at a time).
 AUTOSCALER_UPSCALING_MODE = "Default"
-# The sidecar's requests and limits, stated (they are KubeRay's defaults) because they add to the
-# head pod's (domain/ray/ray_head.py declares them for the head's node check).
+# KubeRay's defaults, stated because they add to the head pod's (domain/ray/ray_head.py).
 AUTOSCALER_RESOURCES = {
     "requests": {"cpu": AUTOSCALER_CPU, "memory": AUTOSCALER_MEMORY},
     "limits": {"cpu": AUTOSCALER_CPU, "memory": AUTOSCALER_MEMORY},
 }
 
-# KubeRay's utils.CheckName keeps names this short (63 minus room for "-worker-" and 5
-# generated characters).
+# KubeRay's name limit: 63 minus room for "-worker-" and 5 generated characters.
 _KUBERAY_MAX_NAME = 50
 
 
@@ -344,8 +309,7 @@ def _dataset_mounts(settings: KubeRaySettings) -> list[dict[str, Any]]:
     return [{"name": DATASET_VOLUME, "mountPath": DATASET_MOUNT, "readOnly": True}]
 
 
-# The head coordinates the job: keep it off Spot capacity, whose preemption would end the run, and
-# off flex-start capacity, whose nodes end after their maximum run duration (7 days at most).
+# The head coordinates the job: not on Spot (preempted) or flex-start (nodes end within 7 days).
 _HEAD_AFFINITY = {
     "nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {
@@ -385,8 +349,7 @@ def _head_group(settings: KubeRaySettings, bucket_name: Any, image: Any) -> dict
                         "resources": {key: dict(value) for key, value in HEAD_RESOURCES.items()},
                         # Ray Train's preemption poll, read where the job's driver runs.
                         "env": preemption.head_env(),
-                        # The dataset too, read-only and without a file cache: the job's driver
-                        # checks the data files before any worker starts (trainer/maxtext_trainer.py).
+                        # The driver checks the data files before any worker starts.
                         "volumeMounts": [dict(mount) for mount in _VOLUME_MOUNTS] + _dataset_mounts(settings),
                     }
                 ],
@@ -438,7 +401,6 @@ def _worker_group(settings: KubeRaySettings, bucket_name: Any, image: Any) -> di
                 "name": "LIBTPU_INIT_ARGS",
                 "value": settings.accelerator.libtpu_init_args(),
             },
-            # A drain deadline before the kubelet's SIGKILL, and a quick preemption poll.
             *preemption.worker_env(settings),
         ],
         "volumeMounts": [dict(mount) for mount in _VOLUME_MOUNTS] + _dataset_mounts(settings),
@@ -464,8 +426,7 @@ def _worker_group(settings: KubeRaySettings, bucket_name: Any, image: Any) -> di
         pod_spec["resourceClaims"] = [{"name": CLAIM_NAME, "resourceClaimTemplateName": CLAIM_TEMPLATE_NAME}]
     group: dict[str, Any] = {
         "groupName": WORKER_GROUP_NAME,
-        # One replica is one whole slice: numOfHosts pods, one per VM, which KubeRay creates and
-        # deletes together (its RayMultiHostIndexing, on by default in v1.7.0).
+        # One replica is one whole slice: numOfHosts pods, created and deleted together.
         "minReplicas": settings.min_slices,
         "maxReplicas": settings.slices,
         "numOfHosts": shape.vms,
@@ -476,12 +437,8 @@ def _worker_group(settings: KubeRaySettings, bucket_name: Any, image: Any) -> di
         },
     }
     if not settings.autoscales:
-        # A fixed group: every slice, always.
         group["replicas"] = settings.slices
-    # A scaling group leaves replicas to the autoscaler, which patches it: stated here, every
-    # `pulumi up` would set it back to minSlices and take the slices of a running job away. KubeRay
-    # starts the group at minReplicas (the CRD's default replicas 0, raised to minReplicas by
-    # utils.GetWorkerGroupDesiredReplicas).
+    # A scaling group leaves replicas to the autoscaler: stated, `pulumi up` would shrink a running job.
     return group
 
 
@@ -515,8 +472,7 @@ def ray_cluster(settings: KubeRaySettings, bucket_name: Any, image: Any) -> dict
         "kind": "RayCluster",
         "metadata": {"name": RAY_CLUSTER_NAME, "namespace": settings.namespace},
         "spec": {
-            # The Ray inside `image` (the worker image is built on it; a configured rayImage must
-            # run it too, as the job client does). KubeRay needs it to accept authOptions.
+            # The Ray inside `image`; KubeRay needs it to accept authOptions.
             "rayVersion": RAY_VERSION,
             "authOptions": dict(AUTH_OPTIONS),
             **_autoscaling(settings.autoscales, settings.idle_timeout_seconds),
