@@ -40,27 +40,18 @@ from domain.ray.preemption import DRAIN_TIMEOUT_ENV, POLL_INTERVAL_ENV, PREEMPTI
 
 TRAINER_VENV = PROJECT_ROOT / ".venv-trainer"
 
-# Set only in the head's environment, to the head's own temp dir. Every process of the
-# head's Ray session inherits it (GCS, raylet, dashboard, workers, job supervisors, job
-# entrypoints), so stop() can find the ones that left our process group, see _session_processes.
+# Inherited by every process of the head's Ray session, so stop() finds those that left our
+# process group (_session_processes).
 SESSION_MARKER_ENV = "MAXTEXT_LOCAL_RAY_HEAD"
 
-# How long `ray start --block` gets after SIGTERM to end its subprocesses itself before every
-# process of the session is SIGKILLed. With draining off (see start()) it takes ~2-3 s, idle or
-# with a job running, so the grace only leaves room for that orderly exit on a busy machine.
+# Room for `ray start --block`'s orderly exit after SIGTERM (docs/testing.md, "The local Ray head").
 STOP_GRACE_SECONDS = 5.0
-# stop() returns within this, or raises: the grace, then SIGKILLs and waiting for them to land,
-# with room to spare. Without a bound, Ray's SIGTERM handling made a head with a job still
-# running take ~31 s to go (it drains the node for RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S=30,
-# waiting for the job to give its lease back), and every test session or smoke run that ended
-# with a job alive waited that long; a hung `ray start` would have made it 30 s more.
+# stop() returns within this, or raises: unbounded, a head with a job running took ~31 s.
 STOP_BOUND_SECONDS = 12.0
-# A head whose `ray start` says "Ray runtime started." has registered its dashboard already (Ray
-# waits for that); one that still does not answer this long after is not going to.
+# Ray registers the dashboard before it says "Ray runtime started."; one silent this long is dead.
 DASHBOARD_AFTER_START_SECONDS = 30.0
-# What `ray start` prints (ray/_private/services.py, scripts.py) when the head cannot work: the
-# dashboard's port is taken (Ray then goes on without a dashboard, and start() would otherwise
-# wait its whole start_timeout for it), the dashboard died, and the runtime is up.
+# What `ray start` prints when the head cannot work; with its port taken Ray goes on without a
+# dashboard, and start() would wait its whole start_timeout for it.
 _DASHBOARD_PORT_TAKEN = re.compile(r"Failed to bind to (?P<host>[^\s:]+):(?P<port>\d+) because it's already occupied")
 _DASHBOARD_FAILED = "Failed to start the dashboard"
 _RUNTIME_STARTED = "Ray runtime started."
@@ -70,8 +61,7 @@ class LocalRayError(RuntimeError):
     pass
 
 
-# Ray's workers listen on 10002-19999 (`ray start --min-worker-port/--max-worker-port`'s
-# defaults); ports chosen here start above them.
+# Ray's default worker ports are 10002-19999; ports chosen here start above them.
 RAY_WORKER_PORTS_END = 19999
 _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 
@@ -265,8 +255,7 @@ class _RayStart:
         ray = self.venv / "bin" / "ray"
         if not ray.exists():
             raise LocalRayError(f"{ray} not found; run ./scripts/setup to create the trainer environment")
-        # A short temp dir of its own: Ray's unix sockets must fit in ~107 characters, and a
-        # dir of its own keeps this session apart from any other Ray on the machine.
+        # Short: Ray's unix socket paths must fit in ~107 characters.
         if self.temp_dir is None:
             self.temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
         self.log_path = Path(self.temp_dir) / "ray-start.log"
@@ -397,9 +386,8 @@ class _RayStart:
                 self.process.wait(timeout=STOP_GRACE_SECONDS)
             except subprocess.TimeoutExpired:
                 pass
-        # Then SIGKILL whatever is left, sweeping again for anything started in between (the
-        # job watcher's `sleep 1`, say), until none of them runs any more. Killed ones are
-        # re-parented to init, which reaps them; a zombie counts as gone.
+        # Then SIGKILL whatever is left, sweeping again for anything started in between; a
+        # zombie counts as gone (init reaps it).
         while True:
             session.update(self._session_processes())
             self._kill(session)
@@ -439,30 +427,22 @@ class _RayStart:
 
 
 # ------------------------------------------------------------------ an autoscaled worker group
-# Ray's autoscaler (v2, as KubeRay runs it) with Ray's fake multi-node provider, which "launches"
-# a node by starting a raylet and its agents on this machine: a real scale-from-zero with no
-# cloud. The provider refuses to run unless RAY_FAKE_CLUSTER is set, and with it `ray start
-# --head` gives the head a fixed node id; autoscaler v2 tells the head's instance from the
-# workers' by RAY_CLOUD_INSTANCE_ID, which must then be the provider's `head_node_id`.
-# The config names the provider as an `external` one, by its class: Ray 2.60's wheel lacks the
-# defaults file its `fake_multinode` type loads (fake_multi_node/example.yaml), and the
-# autoscaler then dies at start with FileNotFoundError. Ray resolves both names to this same
-# class; `external` takes its defaults from code instead of that file.
+# Ray's autoscaler v2 with its fake multi-node provider: a real scale-from-zero on this machine.
+# Named as an `external` provider: Ray 2.60's wheel lacks the defaults file `fake_multinode` loads
+# (docs/testing.md, "The local Ray head").
 FAKE_PROVIDER = {
     "type": "external",
     "module": "ray.autoscaler._private.fake_multi_node.node_provider.FakeMultiNodeProvider",
 }
 HEAD_NODE_TYPE = "ray.head.default"
 HEAD_INSTANCE_ID = "local-head"
-# Where the autoscaler serves its metrics (Ray's default is the fixed port 44217), set per head
-# so that two heads, or another Ray, never share one.
+# Per head: Ray's default is a fixed port (44217), which two heads would share.
 AUTOSCALER_METRIC_PORT_ENV = "AUTOSCALER_METRIC_PORT"
 AUTOSCALER_ENV = {
     "RAY_FAKE_CLUSTER": "1",
     "RAY_enable_autoscaler_v2": "1",
     "RAY_CLOUD_INSTANCE_ID": HEAD_INSTANCE_ID,
-    # The autoscaler's loop runs every second (Ray's default: 5 s), so a test sees a scale-up
-    # or a scale-down within about a second of when Ray decides it.
+    # Ray's default is 5 s; a test sees a scale-up or scale-down within about a second.
     "AUTOSCALER_UPDATE_INTERVAL_S": "1",
 }
 
@@ -513,8 +493,7 @@ class WorkerSlices:
                 "head_node_id": HEAD_INSTANCE_ID,
                 # Autoscaler v2 asks for several nodes at once.
                 "launch_multiple": True,
-                # The provider starts Ray on its nodes itself; there is nothing to install
-                # (else autoscaler v2 would try to, over SSH).
+                # Else autoscaler v2 would try to install Ray on the nodes over SSH.
                 "disable_node_updaters": True,
             },
             "head_node_type": HEAD_NODE_TYPE,
@@ -528,8 +507,7 @@ class WorkerSlices:
                     "max_workers": self.max_slices,
                 },
             },
-            # What the missing defaults file would have given: no commands to run and no files
-            # to sync, which the fake provider has no use for (the autoscaler reads them all).
+            # What the missing defaults file would have given (the autoscaler reads them all).
             "auth": {},
             "file_mounts": {},
             "cluster_synced_files": [],
@@ -579,8 +557,7 @@ class LocalRayHead(_RayStart):
         super().__init__(venv, num_cpus, start_timeout)
         self.multi_node = multi_node
         self.worker_slices = worker_slices
-        # Chosen with the other ports in start(); the autoscaler listens there once it has read
-        # its config, which is how start() knows it runs.
+        # The autoscaler listens there once it has read its config: how start() knows it runs.
         self.autoscaler_metric_port: int | None = None
         self.dashboard_port = dashboard_port or free_port()
         self.gcs_port = free_ports(1, avoid={self.dashboard_port})[0]
@@ -638,9 +615,8 @@ class LocalRayHead(_RayStart):
     def _write_token(self) -> None:
         assert self.temp_dir is not None
         self._token = secrets.token_hex(32)  # 256 bits, what `ray get-auth-token --generate` makes
-        # In a 0700 directory of its own: `ray start` makes the temp dir (and the session,
-        # logs and sockets dirs in it) world-writable, 0777 without the sticky bit
-        # (ray/_common/utils.py, try_to_create_directory), where anyone could replace the file.
+        # A 0700 directory: `ray start` makes its temp dirs 0777 without the sticky bit, where
+        # anyone could replace the file.
         private = Path(self.temp_dir) / "auth"
         private.mkdir(mode=0o700)
         self.token_path = private / "auth_token"
@@ -659,26 +635,21 @@ class LocalRayHead(_RayStart):
             # Job entrypoints (`python -m trainer...`) resolve to the trainer environment.
             "PATH": f"{self.venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
             "VIRTUAL_ENV": str(self.venv),
-            # Token auth with this head's own token, read from its file. Every process of the
-            # session inherits both, so job drivers' `ray.init()` authenticate too.
+            # Inherited by the session, so job drivers' `ray.init()` authenticate too.
             **self.client_env,
-            # On SIGTERM Ray first drains the node for up to 30 s (for Serve on Kubernetes),
-            # waiting for running jobs to give their leases back; a local head has nothing to
-            # hand over, so it shuts down right away.
+            # Ray's 30 s drain on SIGTERM waits for leases a local head has no one to hand to.
             DRAIN_TIMEOUT_ENV: "0",
             # Ray Train looks for drained nodes as often as on the RayCluster.
             POLL_INTERVAL_ENV: str(PREEMPTION_POLL_SECONDS),
-            # Ray forwards every file of the machine's libtpu log directory (/tmp/tpu_logs by
-            # default: every fit check's compile writes there) into each job's log; this
-            # cluster's own, empty, directory instead.
+            # Ray forwards every file of the libtpu log dir (default /tmp/tpu_logs, where every fit
+            # check writes) into each job's log.
             "TPU_LOG_DIR": str(self._tpu_log_dir()),
         }
         if self.worker_slices is not None:
             env.update(AUTOSCALER_ENV)
             if self.autoscaler_metric_port is not None:
                 env[AUTOSCALER_METRIC_PORT_ENV] = str(self.autoscaler_metric_port)
-        # RAY_AUTH_TOKEN wins over RAY_AUTH_TOKEN_PATH: one in the caller's shell must not
-        # replace this head's token.
+        # RAY_AUTH_TOKEN wins over RAY_AUTH_TOKEN_PATH: the caller's must not replace the head's.
         env.pop("RAY_AUTH_TOKEN", None)
         return env
 
