@@ -164,6 +164,14 @@ def field_names[T](cls: type[T]) -> T:
     return names
 
 
+def key_of(cls: type, field: object) -> str:
+    """The key (as the user types it) of the setting `cls` declares as `field` (a `field_names` name)."""
+    for entry in settings_of(cls):
+        if entry.field == field:
+            return entry.key
+    raise KeyError(f"{field!r} is not a setting's field of {cls.__name__}")
+
+
 def settings_of(cls: type) -> tuple[Setting, ...]:
     """The settings a class declares, in declaration order."""
     return tuple(

@@ -22,7 +22,7 @@ from domain.perf.capacity import HOURS_PER_DAY, StackCost, stack_cost
 from domain.problems import ProblemsError
 from domain.ray import ray_head
 from domain.ray.ray_version import MIN_RAY_VERSION_FOR_TOKEN_AUTH, RAY_VERSION, version_key
-from domain.setting import Reading, field_names, read, setting, settings_of
+from domain.setting import Reading, field_names, key_of, read, setting, settings_of
 from domain.tpu.capacity_choices import CAPACITY_CHOICES, DEFAULT_CAPACITY, FLEX_START, RESERVATION, SPOT
 from domain.tpu.tpu_catalog import (
     FLEX_START_ZONES,
@@ -502,7 +502,7 @@ _F = field_names(StackSettings)
 
 def _key(field: object) -> str:
     """A field's setting as the user types it (`minSlices`, `gcp:zone`), as messages name it."""
-    return _SETTINGS[str(field)].key
+    return key_of(StackSettings, field)
 
 
 def _derived_problem(key: str, value: str, derived: str, service: str, problems: list[str], fix: str) -> str:

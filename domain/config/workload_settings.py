@@ -21,7 +21,7 @@ from typing import Any
 
 from domain.problems import ProblemsError
 from domain.ray.queueing import WORKER_GROUP_START_TIMEOUT_ENV
-from domain.setting import Reading, read, setting, settings_of, shown
+from domain.setting import Reading, field_names, key_of, read, setting, shown
 from domain.stack_identity import StackIdentity
 from domain.training import maxtext_config
 from domain.training.dataset import (
@@ -282,75 +282,78 @@ class WorkloadSettings:
         return self.run_name or default_run_name(preset, self.identity)
 
 
-_SETTINGS = {entry.field: entry for entry in settings_of(WorkloadSettings)}
+# The settings' fields by name, for checks and messages to name a setting by (mypy knows each).
+_F = field_names(WorkloadSettings)
 
 # Settings that do nothing on some stacks: (field, when it does nothing, why). Set there to anything
 # but the default, they are refused: a setting that is set and does nothing is a mistake.
-IGNORED_WHEN = (
-    ("checkpoint_root", "infra", "a GKE job writes to the infra stack's checkpointRoot output (its bucket)"),
-    ("fit_check_result", "local", "a CPU job on a local Ray head has no TPU cost estimate to drive"),
-    ("assumed_mfu", "local", "a CPU job on a local Ray head has no TPU cost estimate to use it in"),
-    ("min_slices", "not elastic", "only an elastic job (elastic = true) runs on fewer slices than all"),
-    ("tokenizer", "synthetic", "synthetic data is not tokenized; set datasetFiles or huggingFaceDataset"),
-    ("shuffle_seed", "synthetic", "synthetic data is not shuffled; set datasetFiles or huggingFaceDataset"),
-    ("packing", "synthetic", "synthetic data is not packed; set datasetFiles or huggingFaceDataset"),
-    ("hugging_face_not_resumable", "no huggingFaceDataset", "it acknowledges what huggingFaceDataset does"),
+_DATA = f"set {key_of(WorkloadSettings, _F.dataset_files)} or {key_of(WorkloadSettings, _F.hugging_face_dataset)}"
+IGNORED_WHEN: tuple[tuple[object, str, str], ...] = (
+    (_F.checkpoint_root, "infra", "a GKE job writes to the infra stack's checkpointRoot output (its bucket)"),
+    (_F.fit_check_result, "local", "a CPU job on a local Ray head has no TPU cost estimate to drive"),
+    (_F.assumed_mfu, "local", "a CPU job on a local Ray head has no TPU cost estimate to use it in"),
+    (_F.min_slices, "not elastic", "only an elastic job (elastic = true) runs on fewer slices than all"),
+    (_F.tokenizer, "synthetic", f"synthetic data is not tokenized; {_DATA}"),
+    (_F.shuffle_seed, "synthetic", f"synthetic data is not shuffled; {_DATA}"),
+    (_F.packing, "synthetic", f"synthetic data is not packed; {_DATA}"),
+    (_F.hugging_face_not_resumable, "no huggingFaceDataset", "it acknowledges what huggingFaceDataset does"),
 )
 
 
-def _dataset_problems(reading: Reading, *, local: bool, on_infra: bool, elastic: bool) -> list[str]:
+def _dataset_problems(
+    reading: Reading[WorkloadSettings], settings: WorkloadSettings, *, local: bool, on_infra: bool
+) -> list[str]:
     """The data settings on their own and together (what needs MaxText's or the infra stack's view
     of the job is checked when the job is resolved: workloads/job_inputs.py)."""
-    values = reading.values
-    files, hf = values["dataset_files"], values["hugging_face_dataset"]
+    files, hf = settings.dataset_files, settings.hugging_face_dataset
     problems = []
     if files is not None and hf is not None:
         problems.append(
             "set one of datasetFiles (files read by Grain, resumable) or huggingFaceDataset (a stream that restarts "
             "from its beginning after every restart), not both"
         )
-    for field in ("dataset_files", "eval_files"):
-        pattern = values[field]
+    for field in (_F.dataset_files, _F.eval_files):
+        pattern = reading.value(field)
         if pattern is None:
             continue
-        key = reading.keys[field]
+        stated = reading.stated(field)
         if file_type(pattern) is None:
             problems.append(
-                f"{key} = {reading.shown(key)} names neither ArrayRecord (.array_record) nor Parquet (.parquet) "
+                f"{stated} names neither ArrayRecord (.array_record) nor Parquet (.parquet) "
                 "files; end the pattern with one of those suffixes (python -m trainer.prepare_data writes ArrayRecord)"
             )
         if "://" in pattern:
             where = "the infra stack's dataset bucket (its datasetRoot output)" if on_infra else "the project root"
             problems.append(
-                f"{key} = {reading.shown(key)} is a URL; give a pattern relative to {where}, for example "
+                f"{stated} is a URL; give a pattern relative to {where}, for example "
                 "corpus/data-*-of-00008.array_record"
             )
         elif on_infra and pattern.startswith("/"):
             problems.append(
-                f"{key} = {reading.shown(key)} is an absolute path; on GKE give a pattern relative to the infra "
+                f"{stated} is an absolute path; on GKE give a pattern relative to the infra "
                 "stack's dataset bucket (its datasetRoot output), for example corpus/data-*-of-00008.array_record"
             )
-    if values["eval_files"] is not None and files is None:
+    if settings.eval_files is not None and files is None:
         problems.append("evalFiles is set without datasetFiles: evaluation reads files only beside training files")
-    if (values["eval_files"] is None) != (values["eval_interval"] is None):
+    if (settings.eval_files is None) != (settings.eval_interval is None):
         problems.append(
             "set evalFiles and evalInterval together: evalFiles says what to evaluate on, evalInterval how many "
             "steps apart (`pulumi config set evalInterval 100`)"
         )
-    tokenizer = values["tokenizer"]
+    tokenizer = settings.tokenizer
     if tokenizer is not None and tokenizer_type(tokenizer) is None:
         problems.append(
-            f"tokenizer = {reading.shown('tokenizer')} is neither a tokenizer MaxText ships ("
+            f"{reading.stated(_F.tokenizer)} is neither a tokenizer MaxText ships ("
             f"{', '.join(SHIPPED_TOKENIZERS)}) nor a tokenizer file (.tiktoken, .model or .json)"
         )
-    if values["epochs"] is not None and files is None:
+    if settings.epochs is not None and files is None:
         problems.append(
-            f"epochs = {reading.shown('epochs')} does nothing on this stack: it counts passes over datasetFiles; "
+            f"{reading.stated(_F.epochs)} does nothing on this stack: it counts passes over datasetFiles; "
             "unset it (`pulumi config rm epochs`)"
         )
-    if hf is not None and elastic and not values["hugging_face_not_resumable"]:
+    if hf is not None and settings.elastic and not settings.hugging_face_not_resumable:
         problems.append(
-            f"huggingFaceDataset = {reading.shown('huggingFaceDataset')} with elastic = true: the elastic trainer "
+            f"{reading.stated(_F.hugging_face_dataset)} with elastic = true: the elastic trainer "
             "restarts after failures and resizes, and a Hugging Face stream starts again from its beginning at every "
             "restart, repeating examples; prepare the corpus as files (python -m trainer.prepare_data) and set "
             "datasetFiles, or acknowledge it with `pulumi config set huggingFaceNotResumable true`"
@@ -358,14 +361,13 @@ def _dataset_problems(reading: Reading, *, local: bool, on_infra: bool, elastic:
     return problems
 
 
-def _ignored_problems(reading: Reading, *, where: set[str]) -> list[str]:
+def _ignored_problems(reading: Reading[WorkloadSettings], *, where: set[str]) -> list[str]:
     problems = []
     for field, when, why in IGNORED_WHEN:
-        entry = _SETTINGS[field]
         if when in where and reading.changed(field):
             problems.append(
-                f"{entry.key} = {reading.shown(entry.key)} does nothing on this stack: {why}; unset it "
-                f"(`pulumi config rm {entry.key}`)"
+                f"{reading.stated(field)} does nothing on this stack: {why}; unset it "
+                f"(`pulumi config rm {reading.key(field)}`)"
             )
     return problems
 
@@ -465,62 +467,61 @@ def parse_workload_settings(
     `organization/project_name/stack`; `secret_settings` names the settings set with `pulumi config
     set --secret`. Raises WorkloadSettingsError listing every problem."""
     reading = read(WorkloadSettings, raw, project_name=project_name, secret_keys=secret_settings)
-    values, problems = reading.values, reading.problems
+    settings, problems = reading.partial(), reading.problems
 
-    infra_stack, address = values["infra_stack"], values["address"]
+    infra_stack, address = settings.infra_stack, settings.address
     # Where the job runs decides which presets fit; with both or neither set, that is the problem.
-    local = reading.is_set("address") and infra_stack is None
-    on_infra = infra_stack is not None and not reading.is_set("address")
-    if reading.is_set("infra_stack") == reading.is_set("address"):
+    local = reading.is_set(_F.address) and infra_stack is None
+    on_infra = infra_stack is not None and not reading.is_set(_F.address)
+    if reading.is_set(_F.infra_stack) == reading.is_set(_F.address):
         problems.append(
             "set exactly one of infraStack (the infra stack to train on, e.g. "
             "organization/maxtext-tpu-infra/dev) or address (a Ray dashboard URL such as "
             "http://127.0.0.1:8265)"
         )
-    preset = values["preset"]
+    preset = settings.preset
     chosen = PRESETS.get(preset) if preset is not None else None
     tpu_presets = ", ".join(p.name for p in PRESETS.values() if p.runs_on_tpu)
     cpu_presets = ", ".join(p.name for p in PRESETS.values() if not p.runs_on_tpu)
-    if local and not reading.is_set("preset"):
+    if local and not reading.is_set(_F.preset):
         problems.append(
             f"preset is required with address (the infra stack's preset is used otherwise); use {cpu_presets}"
         )
     if chosen is not None and local and chosen.runs_on_tpu:
         problems.append(
-            f"preset = {reading.shown('preset')} trains on TPU {chosen.accelerator_name} slices, but address is a "
+            f"{reading.stated(_F.preset)} trains on TPU {chosen.accelerator_name} slices, but address is a "
             f"Ray head on this machine, which has CPUs only; use {cpu_presets} with address, or set "
             "infraStack (instead of address) to train on the infra stack's TPU cluster"
         )
     if chosen is not None and on_infra and not chosen.runs_on_tpu:
         problems.append(
-            f"preset = {reading.shown('preset')} runs on CPU through a local Ray head, not on the infra stack's "
+            f"{reading.stated(_F.preset)} runs on CPU through a local Ray head, not on the infra stack's "
             f"GKE TPU cluster; unset preset (the infra stack's is used) or choose a TPU preset: "
             f"{tpu_presets} (or set address instead of infraStack for a local run)"
         )
 
-    overrides = values["maxtext_overrides"] or {}
+    overrides = settings.maxtext_overrides or {}
     problems += maxtext_config.key_problems(overrides)
-    problems += maxtext_config.value_problems(overrides, secret="maxtextOverrides" in reading.secrets)
-    runtime_env = values["runtime_env"] or {}
+    problems += maxtext_config.value_problems(overrides, secret=reading.is_secret(_F.maxtext_overrides))
+    runtime_env = settings.runtime_env or {}
+    secret_env = reading.is_secret(_F.runtime_env)
     problems += _runtime_env_problems(
-        runtime_env,
-        allow_install=bool(values["allow_runtime_install"]),
-        secret="runtimeEnv" in reading.secrets,
+        runtime_env, allow_install=bool(settings.allow_runtime_install), secret=secret_env
     )
     if on_infra:
-        problems += _platform_problems(runtime_env, secret="runtimeEnv" in reading.secrets)
+        problems += _platform_problems(runtime_env, secret=secret_env)
     # The accelerators the job can run on: its preset's, or (the infra stack's preset being
     # unknown here) any TPU preset's; a flag all of them refuse is refused now.
     candidates = [chosen] if chosen is not None else [p for p in PRESETS.values() if p.runs_on_tpu]
     accelerators = [p.accelerator for p in candidates if p.runs_on_tpu]
-    problems += _libtpu_problems(runtime_env, accelerators, secret="runtimeEnv" in reading.secrets)
-    if values["allow_runtime_install"] and not _installs(runtime_env):
+    problems += _libtpu_problems(runtime_env, accelerators, secret=secret_env)
+    if settings.allow_runtime_install and not _installs(runtime_env):
         problems.append(
             "allowRuntimeInstall = true does nothing on this stack: runtimeEnv installs nothing (no pip, uv, conda, "
             "py_modules, container, image_uri, java_jars or remote working_dir); unset it (`pulumi config rm "
             "allowRuntimeInstall`)"
         )
-    problems += _dataset_problems(reading, local=local, on_infra=on_infra, elastic=bool(values["elastic"]))
+    problems += _dataset_problems(reading, settings, local=local, on_infra=on_infra)
     owned = sorted(key for key in overrides if key in DATA_KEYS)
     if owned:
         problems.append(
@@ -529,23 +530,22 @@ def parse_workload_settings(
             'set those instead (docs/training.md, "Training on your data")'
         )
     where = {"local" if local else "infra" if on_infra else "neither"}
-    if not values["elastic"]:
+    if not settings.elastic:
         where.add("not elastic")
-    if values["dataset_files"] is None and values["hugging_face_dataset"] is None:
+    if settings.dataset_files is None and settings.hugging_face_dataset is None:
         where.add("synthetic")
-    if values["hugging_face_dataset"] is None:
+    if settings.hugging_face_dataset is None:
         where.add("no huggingFaceDataset")
     problems += _ignored_problems(reading, where=where)
     reading.raise_problems(WorkloadSettingsError)
-    return WorkloadSettings(
+    return reading.complete(
+        reading.partial(
+            address=address.rstrip("/") if address else None,
+            maxtext_overrides={str(key): str(value) for key, value in overrides.items()},
+            runtime_env=dict(runtime_env),
+        ),
         stack=stack,
         project=project_name,
         organization=organization,
         secrets=reading.secrets,
-        **{
-            **values,
-            "address": address.rstrip("/") if address else None,
-            "maxtext_overrides": {str(key): str(value) for key, value in overrides.items()},
-            "runtime_env": dict(runtime_env),
-        },
     )
