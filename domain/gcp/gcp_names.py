@@ -5,8 +5,8 @@ list when it is), phrased to follow "<setting> = <value> ...: "; the matching `*
 is valid, phrased to follow "use ". `domain/config/settings.py` joins them into messages that name the
 setting; a declarative table of settings can point at them by name.
 
-Every rule is the service's documented one; the source is next to each. Nothing here asks the
-cloud, so a name can still be refused for being taken (buckets, projects) or missing.
+Every rule is the service's documented one (sources: docs/reference.md, "Google Cloud naming
+rules"). Nothing here asks the cloud, so a name can still be refused for being taken or missing.
 """
 
 from __future__ import annotations
@@ -49,10 +49,6 @@ def _rfc1035_rule(max_length: int, min_length: int = 1) -> str:
     )
 
 
-# ------------------------------------------------------------------------------------------------
-# Compute Engine resource names (reservations, VPC networks, firewall rules): RFC 1035,
-# `[a-z]([-a-z0-9]*[a-z0-9])?`, 1-63 characters.
-# Source: https://cloud.google.com/compute/docs/naming-resources#resource-name-format
 COMPUTE_NAME_MAX = 63
 COMPUTE_NAME_RULE = _rfc1035_rule(COMPUTE_NAME_MAX)
 
@@ -61,10 +57,7 @@ def compute_name_problems(name: str) -> list[str]:
     return rfc1035_problems(name, max_length=COMPUTE_NAME_MAX)
 
 
-# A reservation is named on its own (same project), or, when shared from another project, as
-# `projects/OWNER_PROJECT/reservations/NAME`: the form GKE's and Compute Engine's reservation
-# affinity accept. Sources: https://cloud.google.com/kubernetes-engine/docs/how-to/consuming-reservations,
-# ReservationAffinity.values in https://cloud.google.com/compute/docs/reference/rest/v1/instances
+# A reservation shared from another project is named by its path.
 RESERVATION_RULE = f"a reservation name ({COMPUTE_NAME_RULE}), or projects/PROJECT_ID/reservations/NAME for a reservation shared from another project"
 _SHARED_RESERVATION = re.compile(r"projects/([^/]*)/reservations/([^/]*)")
 
@@ -81,9 +74,7 @@ def reservation_problems(value: str) -> list[str]:
     return compute_name_problems(value)
 
 
-# VPC network names are Compute Engine resource names. The cluster takes the network's bare name
-# here (the project's own network); a URL or path belongs to Shared VPC, which needs a subnetwork
-# this stack does not set.
+# A URL or path belongs to Shared VPC, which needs a subnetwork this stack does not set.
 NETWORK_RULE = f"the bare name of a VPC network in the project ({COMPUTE_NAME_RULE}), for example default"
 
 
@@ -93,10 +84,6 @@ def network_name_problems(name: str) -> list[str]:
     return compute_name_problems(name)
 
 
-# ------------------------------------------------------------------------------------------------
-# GKE cluster names: "must start with a lowercase letter followed by up to 39 lowercase letters,
-# numbers, or hyphens, and can't end with a hyphen" (1-40 characters).
-# Source: https://cloud.google.com/sdk/gcloud/reference/container/clusters/create (NAME)
 GKE_CLUSTER_NAME_MAX = 40
 GKE_CLUSTER_NAME_RULE = _rfc1035_rule(GKE_CLUSTER_NAME_MAX)
 
@@ -105,9 +92,7 @@ def gke_cluster_name_problems(name: str) -> list[str]:
     return rfc1035_problems(name, max_length=GKE_CLUSTER_NAME_MAX)
 
 
-# GKE node pool names: the same 40-character RFC 1035 rule gcloud applies to cluster names.
-# Source: https://cloud.google.com/sdk/gcloud/reference/container/node-pools/create (NAME); the
-# 40-character bound is gcloud's, not restated in the REST reference.
+# gcloud's bound; the REST reference does not restate it.
 NODE_POOL_NAME_MAX = 40
 NODE_POOL_NAME_RULE = _rfc1035_rule(NODE_POOL_NAME_MAX)
 
@@ -116,10 +101,6 @@ def node_pool_name_problems(name: str) -> list[str]:
     return rfc1035_problems(name, max_length=NODE_POOL_NAME_MAX)
 
 
-# ------------------------------------------------------------------------------------------------
-# IAM service account ids: "must be 6-30 characters long, and match the regular expression
-# [a-z]([-a-z0-9]*[a-z0-9]) to comply with RFC1035".
-# Source: https://cloud.google.com/iam/docs/reference/rest/v1/projects.serviceAccounts/create
 SERVICE_ACCOUNT_ID_MIN = 6
 SERVICE_ACCOUNT_ID_MAX = 30
 SERVICE_ACCOUNT_ID_RULE = _rfc1035_rule(SERVICE_ACCOUNT_ID_MAX, SERVICE_ACCOUNT_ID_MIN)
@@ -129,10 +110,6 @@ def service_account_id_problems(account_id: str) -> list[str]:
     return rfc1035_problems(account_id, max_length=SERVICE_ACCOUNT_ID_MAX, min_length=SERVICE_ACCOUNT_ID_MIN)
 
 
-# ------------------------------------------------------------------------------------------------
-# Artifact Registry repository ids: lowercase letters, numbers and hyphens, beginning with a
-# letter, ending with a letter or number, at most 63 characters.
-# Source: https://cloud.google.com/artifact-registry/docs/repositories/create-repos (repository names)
 ARTIFACT_REPOSITORY_ID_MAX = 63
 ARTIFACT_REPOSITORY_ID_RULE = _rfc1035_rule(ARTIFACT_REPOSITORY_ID_MAX)
 
@@ -141,10 +118,7 @@ def artifact_repository_id_problems(repository_id: str) -> list[str]:
     return rfc1035_problems(repository_id, max_length=ARTIFACT_REPOSITORY_ID_MAX)
 
 
-# ------------------------------------------------------------------------------------------------
-# Label values (the cluster's resource labels): 0-63 characters, lowercase letters, numeric
-# characters, underscores and dashes; international (lowercase) characters are allowed.
-# Source: https://cloud.google.com/compute/docs/labeling-resources#requirements
+# International (lowercase) characters are allowed too.
 LABEL_VALUE_MAX = 63
 LABEL_VALUE_RULE = f"at most {LABEL_VALUE_MAX} lowercase letters, digits, '_' and '-'"
 
@@ -161,8 +135,6 @@ def label_value_problems(value: str) -> list[str]:
     return problems
 
 
-# Label keys: 1-63 characters, starting with a lowercase letter, then lowercase letters, numeric
-# characters, underscores and dashes; at most 64 labels on a resource. Same source as the values.
 LABEL_KEY_MAX = 63
 LABELS_MAX = 64
 LABELS_RULE = (
@@ -197,13 +169,8 @@ def labels_problems(labels: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-# ------------------------------------------------------------------------------------------------
-# Project ids: "6 to 30 lowercase letters, digits, or hyphens. It must start with a letter.
-# Trailing hyphens are prohibited." Legacy domain-scoped ids (`example.com:my-project`) exist too:
-# the part after the colon follows the same rule here. The rule against restricted strings
-# ("google", "ssl", ...) binds new projects only, so it is not applied to existing ones.
-# Sources: https://cloud.google.com/resource-manager/reference/rest/v3/projects (projectId),
-# https://cloud.google.com/resource-manager/docs/creating-managing-projects
+# Legacy domain-scoped ids (`example.com:my-project`) are checked after the colon. The rule
+# against restricted strings ("google", ...) binds new projects only, so it is not applied.
 PROJECT_ID_MIN = 6
 PROJECT_ID_MAX = 30
 PROJECT_ID_RULE = (
@@ -223,17 +190,8 @@ def project_id_problems(project: str) -> list[str]:
     return rfc1035_problems(project_id, max_length=PROJECT_ID_MAX, min_length=PROJECT_ID_MIN)
 
 
-# ------------------------------------------------------------------------------------------------
-# Cloud Storage bucket names:
-# - only lowercase letters, numeric characters, dashes, underscores and dots; no spaces;
-# - start and end with a number or letter;
-# - 3-63 characters; names with dots up to 222, each dot-separated component at most 63;
-# - not an IP address in dotted-decimal notation;
-# - not beginning with "goog"; not containing "google" or close misspellings such as "g00gle".
-# Source: https://cloud.google.com/storage/docs/buckets#naming
-# Google does not publish its list of "close misspellings": this checks "google" with its o's
-# doubled or more, written as o or 0, and the transposition "googel", ignoring dots; that covers
-# the documented example, and a name can still be refused for a misspelling not caught here.
+# Google does not publish its "close misspellings" of google: _GOOGLE_LIKE covers the documented
+# example, and a name can still be refused for one not caught here.
 BUCKET_NAME_MIN = 3
 BUCKET_NAME_MAX = 63
 BUCKET_DOTTED_NAME_MAX = 222
@@ -243,7 +201,7 @@ _BUCKET_NAME_SHAPE = (
     "between dots, none of them starting or ending with '-'), not an IP address, not starting with 'goog' and not containing 'google'"
 )
 BUCKET_NAME_RULE = f"{_BUCKET_NAME_SHAPE}; or leave bucketName unset for a generated name"
-# A bucket the stack reads but never creates (datasetBucket): its name, as Cloud Storage gave it.
+# A bucket the stack reads but never creates (datasetBucket).
 EXISTING_BUCKET_NAME_RULE = f"the name of the existing bucket, as Cloud Storage shows it: {_BUCKET_NAME_SHAPE}"
 _BUCKET_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_.")
 _IPV4 = re.compile(r"\d{1,3}(\.\d{1,3}){3}")
@@ -288,16 +246,7 @@ def bucket_name_problems(name: str) -> list[str]:
     return problems
 
 
-# ------------------------------------------------------------------------------------------------
-# Compute Engine machine types: checked by shape, not against a list (the list changes by zone
-# and month; a misspelt family still reaches GKE, which names the valid ones). The shapes are
-# those of https://cloud.google.com/compute/docs/machine-resource:
-#   SERIES-FAMILY-VCPUS[-SUFFIX]   n1-standard-16, e2-standard-8, c3-standard-88-lssd,
-#                                  a2-highgpu-1g, ct6e-standard-4t, x4-megamem-960-metal
-#   SERIES-SHAREDCORE              e2-micro, e2-small, e2-medium, f1-micro, g1-small
-#   [SERIES-]custom-VCPUS-MEMORY   n2-custom-8-32768, custom-4-5120 (N1), n2-custom-2-20480-ext
-#   e2-custom-SHAREDCORE-MEMORY    e2-custom-medium-4096
-# Source: https://cloud.google.com/compute/docs/instances/creating-instance-with-custom-machine-type
+# Checked by shape, not against a list, which changes by zone and month (GKE names the valid ones).
 MACHINE_TYPE_RULE = (
     "a Compute Engine machine type name, for example n1-standard-16, e2-standard-8, n2-highmem-32, "
     "c3-standard-22 or n2-custom-8-32768"
