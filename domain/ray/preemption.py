@@ -1,12 +1,7 @@
 """How long a Ray worker pod lives after a Spot preemption notice, and the Ray settings derived
 from it, so the notice reaches the trainer while the node is still there (docs/spot.md).
 
-The chain: Compute Engine notifies the node; the kubelet's graceful node shutdown sends SIGTERM
-to the pods and SIGKILLs them when their share of the shutdown grace period is over; `ray start
---block` (PID 1 of a KubeRay container) handles SIGTERM by draining its own node with the
-preemption reason and a deadline `RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S` seconds away, then stops
-its processes (ray/_private/node.py, Ray 2.60); Ray Train's preemption watcher finds the drain
-within `RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S` and tells every worker, which saves a checkpoint.
+The chain, step by step, with Ray 2.60's source for each: docs/spot.md, "The timeline".
 
 The numbers below are the only place these durations are stated; the manifests
 (domain/ray/kuberay.py) and the node pools (domain/gcp/gcp_resources.py) take them from here.
@@ -16,59 +11,29 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-# GKE's graceful node shutdown on a Spot VM, by default: 30 s from the preemption notice in all
-# (Compute Engine's notice period), the first 15 s for ordinary pods and the last 15 s kept for
-# system-critical ones (GKE's Spot VMs concept page). Autopilot, which makes its own nodes, keeps it.
+# GKE's default shutdown on a Spot VM, kept on Autopilot (which makes its own nodes).
 GKE_DEFAULT_SPOT_SHUTDOWN_SECONDS = 30
-# The share kept for system-critical pods (logging and node agents), GKE's default, kept as is:
-# whatever is taken from it comes out of the agents that report the workers' last log lines.
+# GKE's default, kept: whatever is taken from it comes out of the agents that ship the last logs.
 CRITICAL_PODS_SHUTDOWN_SECONDS = 15
-# A Standard Spot node pool may extend the whole period: the API takes 0, 30 or 120 for the
-# kubelet's `shutdownGracePeriodSeconds`, only on Spot VMs, from the control-plane version in
-# domain/gcp/gke.py. The largest, for the most time to write a checkpoint.
+# The largest the API takes (0, 30 or 120, Spot only), for the most time to write a checkpoint.
 EXTENDED_SPOT_SHUTDOWN_SECONDS = 120
-# Kubernetes' default terminationGracePeriodSeconds: what a pod on on-demand capacity gets when it
-# is deleted (a node upgrade's drain, a KubeRay replacement), stated so the drain timeout below it
-# can be derived.
+# Stated so the on-demand drain timeout can be derived from it.
 KUBERNETES_DEFAULT_GRACE_SECONDS = 30
-# What `ray start` needs after its drain deadline and before the kubelet's SIGKILL: it then stops
-# its processes one type after another, raylet first, each given 1 s to exit on SIGTERM before a
-# SIGKILL (Node._kill_process_impl, Ray 2.60). Ray Train ends the worker group before the
-# deadline (RESTART_LEAD_SECONDS below), while the preempted node still answers.
+# `ray start` stops its processes after the deadline, each given 1 s before a SIGKILL.
 RAY_TEARDOWN_SECONDS = 3
-# How often Ray Train asks the GCS for drained nodes (Ray 2.60's default is 5 s): one small GCS
-# call a second from one actor, so a 12 s drain window loses at most 1 s to polling, not 5.
+# Ray's default 5 s would lose up to 5 s of a 12 s drain window to polling.
 PREEMPTION_POLL_SECONDS = 1
 
-# How often each worker asks Ray Train for a preemption notice (trainer/maxtext_trainer.py): with
-# Ray Train's own poll of the drains above, a notice reaches MaxText within these two polls.
+# How often each worker asks Ray Train for a notice (trainer/maxtext_trainer.py).
 NOTICE_POLL_SECONDS = 1.0
-# How often Ray Train's controller looks at its worker group (RAY_TRAIN_HEALTH_CHECK_INTERVAL_S,
-# Ray 2.60's default, not changed here): it waits this long after its previous look, then gives
-# the workers as long again to answer, so it sees a deadline up to twice this late.
+# Ray 2.60's default, not changed: the controller sees a deadline up to twice this late.
 RAY_TRAIN_HEALTH_CHECK_SECONDS = 2.0
-# How long before a drain's deadline Ray Train restarts the run: the controller's lateness, and
-# 1 s to end the worker group's actors. It must charge the restart to the preemption budget while
-# the preempted node is still there. At the deadline `ray start` ends the node's processes, and
-# Ray records that end as a preemption only if it comes after the deadline it sent to the GCS on
-# the wall clock, which `ray start` computes a moment after the deadline it kills at (on its
-# monotonic clock; ray/_private/node.py, Ray 2.60): a coin flip on a busy host. A node recorded
-# as ended on SIGTERM makes its worker's death an error, not a preemption, charged to maxFailures
-# (seen on a local two-node cluster: tests/test_elastic_local.py). Restarted before the deadline,
-# the group's actors are gone, the draining node is idle, and its raylet ends on its own with the
-# drain's preemption reason, before `ray start` would kill it. The cost: when Ray Train counts the
-# workers the cluster has room for, at once, the preempted node is still listed, so an elastic
-# job asks for the old number of workers and waits 60 s (RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S)
-# for one that cannot start before it settles for the slices that remain (a controller error,
-# whose retries are unlimited; measured on a local two-node cluster: tests/test_elastic_local.py).
+# Restart before the deadline, while the preempted node still answers: after it, Ray may record
+# the node's end as a failure charged to maxFailures (docs/spot.md, "The timeline", step 6).
 RESTART_LEAD_SECONDS = 2 * RAY_TRAIN_HEALTH_CHECK_SECONDS + 1
-# Ray Train's FailureConfig.preemption_grace_s: the time it adds to the drain's deadline before
-# restarting (Ray 2.60 adds it as is, so a negative grace restarts that much before the deadline).
+# FailureConfig.preemption_grace_s: negative restarts that much before the deadline.
 RESTART_GRACE_SECONDS = -RESTART_LEAD_SECONDS
-# The least time every capacity mode must leave, between the notice reaching MaxText and Ray
-# Train's restart, for the steps in flight and the save: on a local CPU cluster the tiny presets'
-# save was committed ~3 s after the SIGTERM, the notice's way included (tests/test_elastic_local.py).
-# A TPU model's save takes longer: docs/spot.md says which fit where.
+# The least save window any capacity mode must leave (docs/spot.md, "Will the checkpoint fit").
 SAVE_ALLOWANCE_SECONDS = 3.0
 
 DRAIN_TIMEOUT_ENV = "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"
