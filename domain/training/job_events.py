@@ -28,11 +28,8 @@ EVENT_PREFIX = "maxtext-tpu-event "
 # Ray echoes the job's command at the top of its log: that line is the command (it may print
 # events, or step lines), not something the job printed.
 ENTRYPOINT_ECHO = "Running entrypoint for job"
-# The trainer's event for the checkpoint MaxText wrote at a preemption notice: its step, and how
-# long before the node's deadline it was committed (read by the tests of the notice's timing).
 NOTICE_SAVED_EVENT = "notice_saved"
-# A step number has at most this many digits (MaxText's runs are far shorter): a longer one is a
-# damaged line, and every count derived from steps stays a number JSON and Pulumi can hold.
+# A longer step number is a damaged line; counts derived from steps stay numbers JSON can hold.
 STEP_DIGITS = 15
 
 
@@ -163,19 +160,15 @@ def read_event(line: str) -> Event | None:
 
 
 # ------------------------------------------------------------------ MaxText's step line
-# MaxText's metric logger (maxtext/common/metric_logger.py, MaxText 0.2.5), without what Ray and
-# absl put in front of it, for example `completed step: 99, seconds: 0.693, TFLOP/s/device:
-# 83.171, Tokens/s/device: 11819.175, total_weights: 262144, loss: 0.334, ...`. The throughput
-# and loss follow the seconds except while the batch size ramps up, when the throughput is left
-# out: such a line is a step (its seconds count) with no metrics.
+# e.g. `completed step: 99, seconds: 0.693, TFLOP/s/device: 83.171, ...`: MaxText leaves out the
+# throughput and loss while the batch size ramps up, so such a line is a step with no metrics.
 MAXTEXT_STEP_LINE = re.compile(
     rf"completed step: (?P<step>[0-9]{{1,{STEP_DIGITS}}}), seconds: (?P<seconds>[0-9.]+)"
     r"(?:, TFLOP/s/device: (?P<tflops>[0-9.]+), Tokens/s/device: (?P<tokens>[0-9.]+), "
     # The loss as Python prints a float, `nan` and `inf` included (a diverged run).
     r"total_weights: (?P<weights>[0-9]+), loss: (?P<loss>[-+\w.]+))?"
 )
-# MaxText's summary of an evaluation (metric_logger.py `_log_eval_metrics`), for example
-# `Completed eval after train step 9, loss=7.412, perplexity=1655.2, total_weights=2048, ...`.
+# e.g. `Completed eval after train step 9, loss=7.412, perplexity=1655.2, ...`.
 MAXTEXT_EVAL_LINE = re.compile(
     rf"Completed eval after train step (?P<step>[0-9]{{1,{STEP_DIGITS}}}), loss=(?P<loss>[-+\w.]+),"
 )
@@ -244,16 +237,12 @@ def step_metrics(line: str) -> StepMetrics | None:
 
 
 # ------------------------------------------------------------------ Ray Train's own text
-# The only facts read from Ray's text rather than from an event: which budget each retry was
-# charged to. Ray Train writes no structured record of it that a job's log carries, so it is read
-# from its controller's decision (ray/train/v2/_internal/execution/failure_handling/default.py,
-# Ray 2.60: domain/ray/ray_version.py), one field per line, each prefixed by Ray with the controller
-# actor's name. tests/test_job_log.py holds this to the text the installed Ray writes.
+# Which budget a retry was charged to is logged by Ray Train only as text, one field per line
+# (docs/training.md, "The trainer"); tests/test_job_log.py holds this to the installed Ray's.
 RAY_TRAIN_CONTROLLER = "(TrainController"
 _RAY_TRAIN_SOURCE = re.compile(r"^\s*Source: (?P<source>[a-z ]+?)\s*$")
 # A count of more than nine digits is not Ray's.
 _RAY_TRAIN_COUNT = re.compile(r"^\s*Error count: (?P<count>[0-9]{1,9}) \(max allowed: (?P<allowed>[^)]+)\)")
-# The sources Ray Train names: the budgets this project sets (maxPreemptions, maxFailures).
 PREEMPTION_SOURCE, FAILURE_SOURCE = "preemption", "worker group"
 
 
