@@ -9,7 +9,6 @@ Pulumi.yaml's `config:` block and the README's settings table are generated from
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from typing import Any
 from domain.gcp import dcn, gcp_names, gke, k8s_names, resource_names
 from domain.gcp.images import IMAGE_RULE, WORKER_IMAGE_NAME, image_reference_problems, is_worker_image, ray_version_of
 from domain.gcp.machine_types import machine_size
-from domain.perf.capacity import HOURS_PER_DAY, StackCost, stack_cost
+from domain.perf.capacity import StackCost, price_problem, stack_cost
 from domain.problems import ProblemsError
 from domain.ray import ray_head
 from domain.ray.ray_version import MIN_RAY_VERSION_FOR_TOKEN_AUTH, RAY_VERSION, version_key
@@ -699,18 +698,11 @@ def _image_and_machine_problems(reading: Reading[StackSettings], settings: Stack
 
 
 def _price_problems(reading: Reading[StackSettings], settings: StackSettings) -> list[str]:
-    price = settings.price_per_chip_hour
-    shape = _shape(settings)
+    price, shape = settings.price_per_chip_hour, _shape(settings)
     if price is None or shape is None:
         return []
-    chips = shape[2] * shape[1].chips
-    if math.isfinite(price * chips * HOURS_PER_DAY):
-        return []
-    return [
-        f"{reading.stated(_F.price_per_chip_hour)} is out of range: times the stack's {chips} "
-        f"chips and {HOURS_PER_DAY} hours it is more dollars per day than a number holds; use a price in US "
-        "dollars, for example 2.70"
-    ]
+    problem = price_problem(price, shape[2] * shape[1].chips)
+    return [] if problem is None else [f"{reading.stated(_F.price_per_chip_hour)} {problem}"]
 
 
 def _protection_problems(reading: Reading[StackSettings], settings: StackSettings) -> list[str]:

@@ -333,6 +333,18 @@ def _dollars(chips: int, price: ChipHourPrice | None, *, hours: int = 1) -> floa
     return round(chips * price.usd * hours, 2)
 
 
+def price_problem(price: float, chips: int) -> str | None:
+    """Why a chip-hour price cannot price `chips` chips (a day of them is more dollars than a float
+    holds), as the rest of `pricePerChipHour = VALUE ...`; None when it can. The infra settings
+    refuse such a price with this (domain/config/settings.py), before `stack_cost` is asked."""
+    if math.isfinite(price * chips * HOURS_PER_DAY):
+        return None
+    return (
+        f"is out of range: times the stack's {chips} chips and {HOURS_PER_DAY} hours it is more dollars per day "
+        "than a number holds; use a price in US dollars, for example 2.70"
+    )
+
+
 def stack_cost(
     *,
     accelerator: Accelerator,
@@ -349,12 +361,9 @@ def stack_cost(
     if not 0 <= min_slices <= slices:
         raise ValueError(f"min_slices = {min_slices} must be within 0..slices ({slices})")
     price: ChipHourPrice | None
-    if price_override is not None and not math.isfinite(price_override * slices * chips_per_slice * HOURS_PER_DAY):
-        raise ValueError(
-            f"pricePerChipHour = {price_override:g} is out of range: times the stack's {slices * chips_per_slice} "
-            f"chips and {HOURS_PER_DAY} hours it is more dollars per day than a number holds; use a price in US "
-            "dollars, for example 2.70"
-        )
+    out_of_range = None if price_override is None else price_problem(price_override, slices * chips_per_slice)
+    if out_of_range is not None:
+        raise ValueError(f"pricePerChipHour = {price_override:g} {out_of_range}")
     if price_override is not None:
         price = ChipHourPrice(
             usd=price_override, capacity=capacity, region=region, source="the pricePerChipHour setting"
