@@ -53,8 +53,7 @@ REACH_TIMEOUT_SECONDS = 10
 # LOG_TAIL_MAX_BYTES, whatever the log's size (see `log_tail`).
 LOG_TAIL_LINES = 500
 LOG_TAIL_MAX_BYTES = 512 * 1024
-# The most nodes a node list asks for (Ray's state API answers at most this many): far more than
-# the hosts of any stack's slices.
+# Ray's state API answers at most this many: far more than the hosts of any stack's slices.
 NODE_LIST_LIMIT = 10_000
 # The longest line a whole-log read keeps (the rest of a longer line is dropped).
 LOG_LINE_MAX_BYTES = 64 * 1024
@@ -111,9 +110,7 @@ def kind_of_status(status: int, body: str = "") -> ErrorKind:
     return ErrorKind.REJECTED
 
 
-# The Ray Jobs SDK (ray 2.60.0, ray/dashboard/modules/dashboard_sdk.py) gives an answer other
-# than 200 only as the text of a RuntimeError: `_raise_error`'s "Request failed with status code
-# N: BODY." and the version check's "Version check returned 404. ...".
+# The Ray Jobs SDK (2.60) gives an answer other than 200 only as the text of a RuntimeError.
 _RAY_SDK_FAILED = re.compile(r"Request failed with status code (\d{3}): (.*)\.", re.DOTALL)
 _RAY_SDK_NO_JOBS_API = "Version check returned 404."
 
@@ -308,9 +305,8 @@ def local_ray_token() -> str | None:
     return token or None
 
 
-# Ray's dashboard answers this path without a token (ray/dashboard/http_server_head.py's public
-# paths): {"authentication_mode": "token"} or "disabled". Until a server has answered so, it is not
-# known to be Ray, and no token found in the environment is sent to it.
+# Answered without a token. Until a server has answered it, it is not known to be Ray, and no
+# token found in the environment is sent to it.
 AUTHENTICATION_MODE_PATH = "/api/authentication_mode"
 
 
@@ -574,10 +570,8 @@ class JobsApi:
         if line:
             yield line.decode("utf-8", errors="replace")
 
-    # Ray's state SDK (ray.util.state, 2.60) cannot make these two requests: StateApiClient takes
-    # headers but no CA (`verify`), and reports an answer other than 200 or a non-JSON 500 only as
-    # text (the status, which classify() needs, is lost; a Kubernetes Status answer raises KeyError);
-    # get_log sends only this process's own Ray token, with no client-side timeout and no status.
+    # Not Ray's state SDK (2.60): it takes no CA, loses the status classify() needs, and get_log
+    # sends only this process's own token, with no timeout.
     def nodes(self) -> list[dict[str, Any]]:
         """The cluster's alive nodes as Ray's state API lists them (GET /api/v0/nodes, what
         `ray list nodes` asks; each with its `resources_total` and `labels`), through the same
