@@ -47,11 +47,8 @@ def maxtext_argv(job: JobSpec, base_config: Path | None = None) -> list[str]:
     return ["maxtext", str(base_config or base_config_path()), *job.maxtext_args(package)]
 
 
-# Ray Train v2's config classes come from ray.train.v2.api.config, where they are declared, like
-# JaxTrainer from ray.train.v2.jax: `ray.train` exports the same classes (v2 is on by default), but
-# binds v1's first and rebinds v2's under `if is_v2_enabled()`, so a type checker reading
-# `ray.train` sees v1's, without use_tpu, topology or the preemption budget.
-# tests/test_trainer_scaling.py checks both names give the same class.
+# Imported from ray.train.v2 where declared: `ray.train` rebinds v2's classes only at run time, so
+# a type checker sees v1's (tests/test_trainer_scaling.py checks both are the same class).
 
 
 def scaling_config(job: JobSpec):
@@ -86,12 +83,8 @@ def run_config(job: JobSpec):
         name=job.run_name,
         # Ray Train's own run state next to MaxText's checkpoints: shared by every host on GKE.
         storage_path=f"{job.checkpoint_root.rstrip('/')}/ray-train",
-        # Two budgets: worker errors use up max_failures; a node drained for preemption (a Spot
-        # slice reclaimed) uses up max_preemption_failures instead, so preemptions cannot exhaust
-        # the retries meant for real errors.
-        # After a preemption, the restart comes shortly before the drain's deadline, so it is
-        # charged to the preemption budget while the preempted node is still there; an elastic
-        # job then goes on with the slices that remain (domain/ray/preemption.py says at what cost).
+        # Preemptions have a budget of their own, so they cannot exhaust the retries meant for
+        # errors; the restart lead is domain/ray/preemption.py's.
         failure_config=FailureConfig(
             max_failures=job.max_failures,
             max_preemption_failures=job.max_preemptions,
@@ -224,9 +217,7 @@ def mark_absl_flags_parsed() -> None:
         flags.FLAGS.mark_as_parsed()
 
 
-# MaxText ends its training loop, and returns as if the run were done, when fetching a batch
-# raises anything but StopIteration: it logs this line and nothing fails (maxtext/common/
-# data_loader.py raises StopTraining, which maxtext/trainers/pre_train/train.py logs).
+# MaxText logs this and returns as if done when fetching a batch raises (not StopIteration).
 DATA_STOP = "Training stopped: `next(self.data_iterator)` failed with "
 # ... and when the pipeline runs out of data (StopIteration): the run ends early, as if done.
 OUT_OF_DATA = "Training stopped: You may have run out of training data."
