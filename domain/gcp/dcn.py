@@ -16,16 +16,11 @@ DCN_MTU = 8896
 # The procedure's tpu-subnet-1 and tpu-subnet-2.
 DEFAULT_SUBNET_RANGES = ("10.50.0.0/16", "10.60.0.0/16")
 
-# Google Cloud's rules for a subnet's primary IPv4 range ("Subnets", https://cloud.google.com/vpc/docs/subnets,
-# sections "IPv4 subnet ranges", "Valid IPv4 ranges" and "Unusable addresses in IPv4 subnet
-# ranges"). The stored copies of that page the search tool returned on 2026-12-04 showed its
-# opening, not these tables: the rows below are the documentation as known then; check them there.
-# - The smallest primary range is a /29.
+# Google Cloud's rules for a subnet's primary IPv4 range (sources: docs/deploying.md, "DCN ranges").
 MIN_PREFIX_LENGTH = 29
-# - Four addresses of every primary range are Google Cloud's: the network, the default gateway,
-#   the second-to-last (reserved) and the broadcast address.
+# The network, the default gateway, the second-to-last and the broadcast address.
 RESERVED_ADDRESSES_PER_SUBNET = 4
-# - Ranges a subnet may use, besides privately used public ranges (see `subnet_range_problems`).
+# Besides privately used public ranges, which `subnet_range_problems` refuses on purpose.
 VALID_PRIVATE_RANGES: Mapping[str, str] = MappingProxyType(
     {
         "10.0.0.0/8": "RFC 1918",
@@ -41,7 +36,6 @@ VALID_PRIVATE_RANGES: Mapping[str, str] = MappingProxyType(
         "240.0.0.0/4": "RFC 5735 and RFC 1112 reserved for future use (class E)",
     }
 )
-# - Ranges no subnet may use.
 UNUSABLE_RANGES: Mapping[str, str] = MappingProxyType(
     {
         "0.0.0.0/8": "'this network' (RFC 1122)",
@@ -52,13 +46,8 @@ UNUSABLE_RANGES: Mapping[str, str] = MappingProxyType(
     }
 )
 
-# Google Cloud's "Auto mode IPv4 ranges" table (https://cloud.google.com/vpc/docs/subnets#ip-ranges):
-# the primary range of each region's subnet in an auto mode network, such as a project's `default`
-# network. The search tool's stored copies of the page (searched 2026-12-04) did not show the
-# table itself; these rows are as a Google-authored Terraform mapping of the same table (Apache
-# 2.0, "Copyright 2024 Google LLC") states them, and agree with `gcloud compute networks subnets
-# list` output for an auto mode network found the same day. Regions added to the table since are
-# treated as unknown (see `primary_overlap_problems`).
+# Each region's subnet in an auto mode network (source: docs/deploying.md, "DCN ranges"); a region
+# added since is treated as unknown (`primary_overlap_problems`).
 AUTO_MODE_BLOCK = "10.128.0.0/9"  # every auto mode subnet is carved from this block
 AUTO_MODE_NETWORK = "default"  # the auto mode network every project starts with
 AUTO_MODE_SUBNETS: Mapping[str, str] = MappingProxyType(

@@ -20,15 +20,12 @@ from domain.tpu.tpu_catalog import SliceSettings
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 DRANET_NODE_LABEL = {DRANET_LABEL: "true"}
 CHECKPOINT_ROLE = "roles/storage.objectUser"
-# The dataset bucket (datasetBucket) is only read: list and get objects, nothing else. GKE's Cloud
-# Storage FUSE CSI driver mounts read-only with this role:
-# https://cloud.google.com/kubernetes-engine/docs/how-to/cloud-storage-fuse-csi-driver-setup
+# The dataset bucket is only read (docs/deploying.md, "The RayCluster, in detail").
 DATASET_ROLE = "roles/storage.objectViewer"
 HEAD_POOL_NAME = "ray-head-pool"
 
-# APIs the stack calls: GKE, Compute (VPCs, VMs), Cloud Storage (checkpoints), IAM (the node
-# service account), Resource Manager (project number lookup), Artifact Registry and Cloud Build
-# (the worker image, and the nodes pulling it).
+# Beyond the obvious: Resource Manager looks up the project number; Artifact Registry and Cloud
+# Build make the worker image.
 REQUIRED_APIS = (
     "container.googleapis.com",
     "compute.googleapis.com",
@@ -234,15 +231,8 @@ def tpu_pool_name(settings: ResourceSettings, index: int) -> str:
     return resource_names.tpu_pool_name(settings.accelerator.slice_type(settings.topology), index)
 
 
-# Flex-start TPU node pools, as GKE builds them (Dynamic Workload Scheduler; TPUs need GKE
-# 1.33.0-gke.1712000 or later, v6e in asia-northeast1-b, us-east5-a and us-east5-b:
-# https://cloud.google.com/kubernetes-engine/docs/concepts/dws). Google's own xpk creates them
-# with `--flex-start --enable-autoscaling --location-policy=ANY --reservation-affinity=none
-# --no-enable-autorepair --num-nodes=0 --max-nodes=<VMs>` (src/xpk/core/capacity.py and
-# nodepool.py in github.com/AI-Hypercomputer/xpk): nodes come only through the cluster
-# autoscaler (which provisions the slice's VMs together once capacity is there), from any zone
-# that has it, never from a reservation, and without auto-repair.
-# tests/test_gcloud_node_pool_requests.py compares these args with what gcloud sends.
+# Flex-start TPU pools as GKE and xpk build them: nodes only through the autoscaler, from any zone
+# that has capacity, never a reservation (docs/deploying.md; tests/test_gcloud_node_pool_requests.py).
 FLEX_START_LOCATION_POLICY = "ANY"
 FLEX_START_RESERVATION_AFFINITY = {"consume_reservation_type": "NO_RESERVATION"}
 
