@@ -134,6 +134,10 @@ class KubeRaySettings(preemption.PreemptionSettings, SliceSettings, Protocol):
     def dataset_prefix(self) -> str | None: ...
     @property
     def dataset_file_cache_mib(self) -> int | None: ...
+    @property
+    def dcn_networks(self) -> int:
+        """The DCN networks the stack's TPU node pools attach (Standard; none on Autopilot)."""
+        ...
 
 
 def head_service_name(cluster_name: str = RAY_CLUSTER_NAME) -> str:
@@ -167,7 +171,7 @@ def resource_claim_template(settings: KubeRaySettings) -> dict[str, Any]:
     if settings.is_autopilot:
         allocation = {"allocationMode": "All"}
     else:
-        allocation = {"allocationMode": "ExactCount", "count": settings.accelerator.dcn_networks}
+        allocation = {"allocationMode": "ExactCount", "count": settings.dcn_networks}
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
