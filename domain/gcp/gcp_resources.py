@@ -245,11 +245,8 @@ def tpu_pool_autoscales(settings: ResourceSettings, index: int) -> bool:
 def tpu_pool_autoscaling(settings: ResourceSettings) -> dict[str, Any]:
     """GKE node-pool autoscaling for one whole slice: 0 or every VM of its topology.
 
-    The hosts of a multi-host TPU slice node pool are one atomic unit: if GKE cannot create one
-    of them, it creates none (https://cloud.google.com/tpu/docs/tpus-in-gke), and it scales such
-    pools as a whole, not node by node (KubeRay's TPU guide,
-    https://docs.ray.io/en/latest/cluster/kubernetes/user-guides/tpu.html). Any other bound
-    would be a partial slice, billed and never ready. The `total_*` counts are the pool's, not
+    GKE creates and scales a multi-host TPU slice pool as one unit (docs/deploying.md, "How
+    slices come and go"): any other bound would be a partial slice, billed and never ready. The `total_*` counts are the pool's, not
     per zone; the pool has one zone, so both read the same.
     """
     autoscaling: dict[str, Any] = {"total_min_node_count": 0, "total_max_node_count": settings.slice_shape.vms}

@@ -3,8 +3,7 @@
 The grammar is the one Docker, containerd and Artifact Registry parse (the distribution
 project's `reference` package): `[REGISTRY[:PORT]/]PATH[:TAG][@DIGEST]`, where PATH components are
 lowercase letters and digits joined by '.', '_', '__' or '-', a tag is up to 128 word characters,
-'.' or '-' (not starting with '.' or '-'), and a digest is `ALGORITHM:HEX`.
-Source: https://github.com/distribution/reference/blob/main/reference.go
+'.' or '-' (not starting with '.' or '-'), and a digest is `ALGORITHM:HEX` (source: docs/deploying.md, "The image").
 
 On top of the grammar, the stack wants an image that cannot change under it: a version tag or a
 sha256 digest. A moving tag (`latest`, `nightly`, ...) would let nodes pulling at different times

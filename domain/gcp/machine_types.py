@@ -2,11 +2,8 @@
 family fixes it per vCPU. Used to check that the Ray head's node can hold the head pod before
 anything is created.
 
-Sources: https://cloud.google.com/compute/docs/machine-resource (predefined types are
-SERIES-FAMILY-VCPUS; the memory per vCPU of each family below is from its series' page under
-https://cloud.google.com/compute/docs/general-purpose-machines and compute-optimized-machines),
-https://cloud.google.com/compute/docs/instances/creating-instance-with-custom-machine-type
-(custom types are [SERIES-]custom-VCPUS-MEMORY_MB). Compute Engine's "GB" of memory are GiB.
+Predefined types are SERIES-FAMILY-VCPUS, custom ones [SERIES-]custom-VCPUS-MEMORY_MB (sources:
+docs/deploying.md, "The head's node"). Compute Engine's "GB" of memory are GiB.
 
 What the name cannot say is left unknown (None), and not checked: the vCPUs of accelerator
 types (a2-highgpu-1g counts GPUs, ct6e-standard-4t TPU chips) and the memory of families not in

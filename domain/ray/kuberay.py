@@ -199,8 +199,7 @@ def uses_compute_class(settings: KubeRaySettings) -> bool:
 
 
 def _capacity_priority(choice: str, reservation: str | None) -> dict[str, Any]:
-    """A priority's provisioning model (GKE's ComputeClass reference:
-    https://cloud.google.com/kubernetes-engine/docs/reference/crds/computeclass). Spot VMs cannot
+    """A priority's provisioning model (GKE's ComputeClass reference). Spot VMs cannot
     consume reservations and the CRD refuses flexStart with spot, so each priority has one."""
     if choice == RESERVATION:
         return {"reservations": {"affinity": "Specific", "specific": [{"name": reservation}]}}
