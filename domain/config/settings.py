@@ -880,14 +880,14 @@ def _flex_start_zone_problems(accelerator: str, mode: str, region: str, zone: st
         return []  # no list for this generation: not checked (domain/tpu/tpu_catalog.py)
     if mode == "standard" and zone not in zones:
         return [
-            f"gcp:zone = {zone!r} with capacity = flex-start: GKE offers flex-start TPU {accelerator} only in "
+            f"{_key(_F.zone)} = {zone!r} with capacity = flex-start: GKE offers flex-start TPU {accelerator} only in "
             f"{', '.join(zones)}, so the node pools would never get a slice; use one of those zones, or another "
             f"capacity choice. Zones as listed by {FLEX_START_ZONES_SOURCE}"
         ]
     regions = sorted({zone_region(candidate) for candidate in zones})
     if mode == "autopilot" and region not in regions:
         return [
-            f"gcp:region = {region!r} with capacity including flex-start: GKE offers flex-start TPU {accelerator} "
+            f"{_key(_F.region)} = {region!r} with capacity including flex-start: GKE offers flex-start TPU {accelerator} "
             f"only in {', '.join(zones)}, none of them in this region; use {' or '.join(regions)}, or drop "
             f"flex-start from capacity. Zones as listed by {FLEX_START_ZONES_SOURCE}"
         ]
@@ -959,9 +959,9 @@ def _single_tenant_problems(
     single_tenant = single_tenant_zones(accelerator.name)
     in_region = [candidate for candidate in accelerator.zones if zone_region(candidate) == region]
     if mode == "standard" and zone in single_tenant:
-        where, what = f"gcp:zone = {zone!r}", "is"
+        where, what = f"{_key(_F.zone)} = {zone!r}", "is"
     elif mode == "autopilot" and in_region and set(in_region) <= set(single_tenant):
-        where, what = f"gcp:region = {region!r}", f"has only zones ({', '.join(in_region)}) that are"
+        where, what = f"{_key(_F.region)} = {region!r}", f"has only zones ({', '.join(in_region)}) that are"
     else:
         return []
     shared = [candidate for candidate in accelerator.zones if candidate not in single_tenant]
@@ -983,15 +983,15 @@ def _availability_problems(accelerator: Accelerator, mode: str, region: str, zon
         hint = (
             f"in {region}: {', '.join(in_region)}"
             if in_region
-            else f"(set gcp:region to match): {', '.join(accelerator.zones)}"
+            else f"(set {_key(_F.region)} to match): {', '.join(accelerator.zones)}"
         )
         return [
-            f"gcp:zone = {zone!r} does not offer TPU {accelerator.name}; use a zone that does {hint}. "
+            f"{_key(_F.zone)} = {zone!r} does not offer TPU {accelerator.name}; use a zone that does {hint}. "
             f"Zones as listed by {TPU_ZONES_SOURCE}"
         ]
     if mode == "autopilot" and region not in accelerator.regions:
         return [
-            f"gcp:region = {region!r} has no zone offering TPU {accelerator.name}; use one of: "
+            f"{_key(_F.region)} = {region!r} has no zone offering TPU {accelerator.name}; use one of: "
             f"{', '.join(accelerator.regions)}. Zones as listed by {TPU_ZONES_SOURCE}"
         ]
     return []

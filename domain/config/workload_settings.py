@@ -306,10 +306,12 @@ def _dataset_problems(
     """The data settings on their own and together (what needs MaxText's or the infra stack's view
     of the job is checked when the job is resolved: workloads/job_inputs.py)."""
     files, hf = settings.dataset_files, settings.hugging_face_dataset
+    files_key, hf_key = reading.key(_F.dataset_files), reading.key(_F.hugging_face_dataset)
+    evals_key, interval_key = reading.key(_F.eval_files), reading.key(_F.eval_interval)
     problems = []
     if files is not None and hf is not None:
         problems.append(
-            "set one of datasetFiles (files read by Grain, resumable) or huggingFaceDataset (a stream that restarts "
+            f"set one of {files_key} (files read by Grain, resumable) or {hf_key} (a stream that restarts "
             "from its beginning after every restart), not both"
         )
     for field in (_F.dataset_files, _F.eval_files):
@@ -334,11 +336,11 @@ def _dataset_problems(
                 "stack's dataset bucket (its datasetRoot output), for example corpus/data-*-of-00008.array_record"
             )
     if settings.eval_files is not None and files is None:
-        problems.append("evalFiles is set without datasetFiles: evaluation reads files only beside training files")
+        problems.append(f"{evals_key} is set without {files_key}: evaluation reads files only beside training files")
     if (settings.eval_files is None) != (settings.eval_interval is None):
         problems.append(
-            "set evalFiles and evalInterval together: evalFiles says what to evaluate on, evalInterval how many "
-            "steps apart (`pulumi config set evalInterval 100`)"
+            f"set {evals_key} and {interval_key} together: {evals_key} says what to evaluate on, {interval_key} how "
+            f"many steps apart (`pulumi config set {interval_key} 100`)"
         )
     tokenizer = settings.tokenizer
     if tokenizer is not None and tokenizer_type(tokenizer) is None:
@@ -348,15 +350,16 @@ def _dataset_problems(
         )
     if settings.epochs is not None and files is None:
         problems.append(
-            f"{reading.stated(_F.epochs)} does nothing on this stack: it counts passes over datasetFiles; "
-            "unset it (`pulumi config rm epochs`)"
+            f"{reading.stated(_F.epochs)} does nothing on this stack: it counts passes over {files_key}; "
+            f"unset it (`pulumi config rm {reading.key(_F.epochs)}`)"
         )
     if hf is not None and settings.elastic and not settings.hugging_face_not_resumable:
         problems.append(
             f"{reading.stated(_F.hugging_face_dataset)} with elastic = true: the elastic trainer "
             "restarts after failures and resizes, and a Hugging Face stream starts again from its beginning at every "
             "restart, repeating examples; prepare the corpus as files (python -m trainer.prepare_data) and set "
-            "datasetFiles, or acknowledge it with `pulumi config set huggingFaceNotResumable true`"
+            f"{files_key}, or acknowledge it with `pulumi config set {reading.key(_F.hugging_face_not_resumable)} "
+            "true`"
         )
     return problems
 
@@ -473,10 +476,11 @@ def parse_workload_settings(
     # Where the job runs decides which presets fit; with both or neither set, that is the problem.
     local = reading.is_set(_F.address) and infra_stack is None
     on_infra = infra_stack is not None and not reading.is_set(_F.address)
+    infra_key, address_key = reading.key(_F.infra_stack), reading.key(_F.address)
     if reading.is_set(_F.infra_stack) == reading.is_set(_F.address):
         problems.append(
-            "set exactly one of infraStack (the infra stack to train on, e.g. "
-            "organization/maxtext-tpu-infra/dev) or address (a Ray dashboard URL such as "
+            f"set exactly one of {infra_key} (the infra stack to train on, e.g. "
+            f"organization/maxtext-tpu-infra/dev) or {address_key} (a Ray dashboard URL such as "
             "http://127.0.0.1:8265)"
         )
     preset = settings.preset
@@ -485,19 +489,20 @@ def parse_workload_settings(
     cpu_presets = ", ".join(p.name for p in PRESETS.values() if not p.runs_on_tpu)
     if local and not reading.is_set(_F.preset):
         problems.append(
-            f"preset is required with address (the infra stack's preset is used otherwise); use {cpu_presets}"
+            f"{reading.key(_F.preset)} is required with {address_key} (the infra stack's preset is used otherwise); "
+            f"use {cpu_presets}"
         )
     if chosen is not None and local and chosen.runs_on_tpu:
         problems.append(
-            f"{reading.stated(_F.preset)} trains on TPU {chosen.accelerator_name} slices, but address is a "
-            f"Ray head on this machine, which has CPUs only; use {cpu_presets} with address, or set "
-            "infraStack (instead of address) to train on the infra stack's TPU cluster"
+            f"{reading.stated(_F.preset)} trains on TPU {chosen.accelerator_name} slices, but {address_key} is a "
+            f"Ray head on this machine, which has CPUs only; use {cpu_presets} with {address_key}, or set "
+            f"{infra_key} (instead of {address_key}) to train on the infra stack's TPU cluster"
         )
     if chosen is not None and on_infra and not chosen.runs_on_tpu:
         problems.append(
             f"{reading.stated(_F.preset)} runs on CPU through a local Ray head, not on the infra stack's "
-            f"GKE TPU cluster; unset preset (the infra stack's is used) or choose a TPU preset: "
-            f"{tpu_presets} (or set address instead of infraStack for a local run)"
+            f"GKE TPU cluster; unset {reading.key(_F.preset)} (the infra stack's is used) or choose a TPU preset: "
+            f"{tpu_presets} (or set {address_key} instead of {infra_key} for a local run)"
         )
 
     overrides = settings.maxtext_overrides or {}
@@ -516,17 +521,28 @@ def parse_workload_settings(
     accelerators = [p.accelerator for p in candidates if p.runs_on_tpu]
     problems += _libtpu_problems(runtime_env, accelerators, secret=secret_env)
     if settings.allow_runtime_install and not _installs(runtime_env):
+        allow_key = reading.key(_F.allow_runtime_install)
         problems.append(
-            "allowRuntimeInstall = true does nothing on this stack: runtimeEnv installs nothing (no pip, uv, conda, "
-            "py_modules, container, image_uri, java_jars or remote working_dir); unset it (`pulumi config rm "
-            "allowRuntimeInstall`)"
+            f"{allow_key} = true does nothing on this stack: {reading.key(_F.runtime_env)} installs nothing (no pip, "
+            "uv, conda, py_modules, container, image_uri, java_jars or remote working_dir); unset it (`pulumi config "
+            f"rm {allow_key}`)"
         )
     problems += _dataset_problems(reading, settings, local=local, on_infra=on_infra)
     owned = sorted(key for key in overrides if key in DATA_KEYS)
     if owned:
+        data = (
+            _F.dataset_files,
+            _F.eval_files,
+            _F.eval_interval,
+            _F.tokenizer,
+            _F.shuffle_seed,
+            _F.packing,
+            _F.epochs,
+            _F.hugging_face_dataset,
+        )
         problems.append(
-            f"maxtextOverrides sets {', '.join(owned)}, which the data settings own (datasetFiles, evalFiles, "
-            "evalInterval, tokenizer, shuffleSeed, packing, epochs, huggingFaceDataset), where they are checked; "
+            f"{reading.key(_F.maxtext_overrides)} sets {', '.join(owned)}, which the data settings own "
+            f"({', '.join(map(reading.key, data))}), where they are checked; "
             'set those instead (docs/training.md, "Training on your data")'
         )
     where = {"local" if local else "infra" if on_infra else "neither"}
