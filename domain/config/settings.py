@@ -32,7 +32,7 @@ from domain.tpu.tpu_catalog import (
     single_tenant_zones,
     zone_region,
 )
-from domain.training.job import PRESET, SLICES, JobError, resolve_job, topology_problem
+from domain.training.job import PRESET, SLICES, JobError, preset_names, resolve_job, topology_problem
 from domain.training.presets import PRESETS, Preset
 
 MAX_SLICES = 64
@@ -112,8 +112,7 @@ def _kubernetes_name(
 def _tpu_preset(name: str) -> str | None:
     if PRESETS[name].runs_on_tpu:
         return None
-    tpu = ", ".join(p.name for p in PRESETS.values() if p.runs_on_tpu)
-    return f"runs on CPU through a local Ray cluster, not on GKE; choose a TPU preset: {tpu}"
+    return f"runs on CPU through a local Ray cluster, not on GKE; choose a TPU preset: {preset_names(on_tpu=True)}"
 
 
 def _region(value: str) -> str | None:

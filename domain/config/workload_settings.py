@@ -34,7 +34,15 @@ from domain.training.dataset import (
     file_type,
     tokenizer_type,
 )
-from domain.training.job import MAX_FAILURES, MAX_PREEMPTIONS, MIN_SLICES, PRESET, RUN_NAME, default_run_name
+from domain.training.job import (
+    MAX_FAILURES,
+    MAX_PREEMPTIONS,
+    MIN_SLICES,
+    PRESET,
+    RUN_NAME,
+    default_run_name,
+    preset_names,
+)
 from domain.training.presets import PRESETS
 
 # Runtime env fields that make Ray download or install something on every worker at every job
@@ -485,8 +493,7 @@ def parse_workload_settings(
         )
     preset = settings.preset
     chosen = PRESETS.get(preset) if preset is not None else None
-    tpu_presets = ", ".join(p.name for p in PRESETS.values() if p.runs_on_tpu)
-    cpu_presets = ", ".join(p.name for p in PRESETS.values() if not p.runs_on_tpu)
+    tpu_presets, cpu_presets = preset_names(on_tpu=True), preset_names(on_tpu=False)
     if local and not reading.is_set(_F.preset):
         problems.append(
             f"{reading.key(_F.preset)} is required with {address_key} (the infra stack's preset is used otherwise); "

@@ -75,6 +75,14 @@ def min_slices_rule(slices: int | None) -> str:
 # resolve_job checks its arguments with them too: the fit check and the benchmarks call it with
 # values that no settings reader has seen.
 PRESET = Setting("string", "Training preset.", choices=tuple(PRESETS), field="preset")
+
+
+def preset_names(*, on_tpu: bool) -> str:
+    """The presets that train on TPU slices (or, `on_tpu` false, on a CPU-only Ray cluster), as
+    messages list them: what a GKE stack (or a local one) may choose."""
+    return ", ".join(preset.name for preset in PRESETS.values() if preset.runs_on_tpu == on_tpu)
+
+
 RUN_NAME = Setting("string", "MaxText run name (its checkpoint directory).", check=_run_name_problem, field="run_name")
 SLICES = Setting("integer", "TPU slices the job trains on.", minimum=1, field="slices")
 MIN_SLICES = Setting(
