@@ -2,8 +2,10 @@
 at job start are refused here, in the product's words, before anything is registered.
 
 The real check runs once for the whole table (one process in the trainer environment, a cache
-of its own), each row's answer is asserted exactly; then the cache answers without a process,
-and the workloads program and the smoke refuse before registering or starting anything.
+of its own), each row's answer is asserted on the parts that carry its meaning (the override, its
+value, what would be valid, the kind of refusal) and one answer of each kind word for word; then
+the cache answers without a process, and the workloads program and the smoke refuse with those
+same answers before registering or starting anything.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import pytest
 from domain.config.workload_settings import parse_workload_settings
 from domain.perf import maxtext_check, maxtext_validation
 from domain.training.job import JobError, JobSpec, resolve_job
-from tests.support.refusals import Bad, refused_by_workloads
+from tests.support.refusals import Bad, assert_names, refused_by_workloads
 from tests.support.workloads_program import INFRA_OUTPUTS
 from workloads import smoke
 from workloads.job_inputs import local_checkpoint_root
@@ -33,10 +35,22 @@ LOCAL_ROOT = local_checkpoint_root(
 
 
 @dataclass(frozen=True)
+class Said:
+    """What one refusal must name (tests/support/refusals.py `assert_names`): the override, its
+    value as shown, what would be valid (MaxText's own reason, for its cross-field checks), and
+    the phrase that tells the kind of refusal."""
+
+    setting: str
+    value: str
+    fix: str
+    phrase: str = REFUSED
+
+
+@dataclass(frozen=True)
 class Case:
     id: str
     overrides: dict[str, Any]
-    problems: list[str]  # exactly, in order
+    said: list[Said]  # one per problem, in order
     preset: str = "llama3-8b"
     job: dict[str, Any] = field(default_factory=dict)  # resolve_job's other arguments
 
@@ -45,87 +59,74 @@ class Case:
         return GKE_ROOT if self.preset != "tiny-cpu" else LOCAL_ROOT
 
 
+DATASET_TYPES = "use 'synthetic', 'hf', 'grain', 'tfds', 'c4_mlperf' or 'olmo_grain'"
+OPT_TYPES = "use 'adamw', 'adam_pax', 'sgd' or 'muon'"
+WEIGHT_DTYPES = "use 'bfloat16', 'float32', 'float16', 'float8_e4m3fn' or 'float8_e5m2'"
+ON_32_CHIPS = f"{REFUSED} on 2 x v6e-16: "
+EMPTY_BATCH = "gives a training batch of 0 sequences on"
+
 CASES = [
     # Field types and bounds of MaxText's pydantic config model: refused at config time.
-    Case(
-        "dataset-type", {"dataset_type": "parquet"},
-        [f"maxtextOverrides.dataset_type = 'parquet' {REFUSED}; use 'synthetic', 'hf', 'grain', 'tfds', "
-         "'c4_mlperf' or 'olmo_grain'"],
-    ),
-    Case(
-        "opt-type", {"opt_type": "adafactor"},
-        [f"maxtextOverrides.opt_type = 'adafactor' {REFUSED}; use 'adamw', 'adam_pax', 'sgd' or 'muon'"],
-    ),
-    Case(
-        "weight-dtype", {"weight_dtype": "bf16"},
-        [f"maxtextOverrides.weight_dtype = 'bf16' {REFUSED}; use 'bfloat16', 'float32', 'float16', "
-         "'float8_e4m3fn' or 'float8_e5m2'"],
-    ),
+    Case("dataset-type", {"dataset_type": "parquet"}, [Said("maxtextOverrides.dataset_type", "'parquet'", DATASET_TYPES)]),
+    Case("opt-type", {"opt_type": "adafactor"}, [Said("maxtextOverrides.opt_type", "'adafactor'", OPT_TYPES)]),
+    Case("weight-dtype", {"weight_dtype": "bf16"}, [Said("maxtextOverrides.weight_dtype", "'bf16'", WEIGHT_DTYPES)]),
     Case(
         "model-name", {"model_name": "llama3-8"},
-        [f"maxtextOverrides.model_name = 'llama3-8' {REFUSED}; use one of the 87 values MaxText accepts for it; "
-         "the closest: 'llama3-8b', 'llama3.1-8b', 'llama3-70b'"],
+        [Said("maxtextOverrides.model_name", "'llama3-8'",
+              "use one of the 87 values MaxText accepts for it; the closest: 'llama3-8b', 'llama3.1-8b', 'llama3-70b'")],
     ),
     Case(
         "warmup-above-one", {"warmup_steps_fraction": 1.5},
-        [f"maxtextOverrides.warmup_steps_fraction = 1.5 {REFUSED}; use a value less than or equal to 1"],
+        [Said("maxtextOverrides.warmup_steps_fraction", "1.5", "use a value less than or equal to 1")],
     ),
     Case(
         "clipping-negative", {"gradient_clipping_threshold": -1},
-        [f"maxtextOverrides.gradient_clipping_threshold = -1 {REFUSED}; use a value greater than or equal to 0"],
+        [Said("maxtextOverrides.gradient_clipping_threshold", "-1", "use a value greater than or equal to 0")],
     ),
     Case(
         "null-default-typed", {"weight_sparsity_n": "anything"},
-        [f"maxtextOverrides.weight_sparsity_n = 'anything' {REFUSED}; use a valid integer, unable to parse string "
-         "as an integer"],
+        [Said("maxtextOverrides.weight_sparsity_n", "'anything'", "use a valid integer")],
     ),
     Case(
         "several-at-once", {"opt_type": "lion", "dataset_type": "csv"},
         [
-            f"maxtextOverrides.dataset_type = 'csv' {REFUSED}; use 'synthetic', 'hf', 'grain', 'tfds', "
-            "'c4_mlperf' or 'olmo_grain'",
-            f"maxtextOverrides.opt_type = 'lion' {REFUSED}; use 'adamw', 'adam_pax', 'sgd' or 'muon'",
+            Said("maxtextOverrides.dataset_type", "'csv'", DATASET_TYPES),
+            Said("maxtextOverrides.opt_type", "'lion'", OPT_TYPES),
         ],
     ),
     # MaxText's cross-field checks (its model validator, and pyconfig before it): the override is
-    # the one MaxText accepts the job without.
+    # the one MaxText accepts the job without, on the target MaxText was asked about.
     Case(
         "fractional-batch-vocab-tiles", {"per_device_batch_size": 0.3},
-        [f"maxtextOverrides.per_device_batch_size = 0.3 {REFUSED} on 2 x v6e-16: Per device batch size times "
-         "sequence length should be divisible by the number of vocab tiles."],
+        [Said("maxtextOverrides.per_device_batch_size", "0.3",
+              "should be divisible by the number of vocab tiles", ON_32_CHIPS)],
     ),
     Case(
         "model-config-overridden", {"base_emb_dim": 2048},
-        [f"maxtextOverrides.base_emb_dim = 2048 {REFUSED} on 2 x v6e-16: Keys ['base_emb_dim'] are overridden by "
-         "both model config and CLI/kwargs with different values.This is not allowed, unless setting "
-         "`override_model_config=True`."],
+        [Said("maxtextOverrides.base_emb_dim", "2048", "unless setting `override_model_config=True`", ON_32_CHIPS)],
     ),
     Case(
         "zero-1-with-fsdp", {"shard_optimizer_over_data": True},
-        [f"maxtextOverrides.shard_optimizer_over_data = true {REFUSED} on 2 x v6e-16: `shard_optimizer_over_data` "
-         "(Zero-1) cannot be combined with FSDP: the resolved fsdp/fsdp_transpose mesh axes have a combined size of "
-         "16. Set `ici_fsdp_parallelism` and `ici_fsdp_transpose_parallelism` (and their `dcn_` counterparts) to 1, "
-         "or turn off `shard_optimizer_over_data`."],
+        [Said("maxtextOverrides.shard_optimizer_over_data", "true",
+              "Set `ici_fsdp_parallelism` and `ici_fsdp_transpose_parallelism` (and their `dcn_` counterparts) to 1, "
+              "or turn off `shard_optimizer_over_data`", ON_32_CHIPS)],
     ),
     # A fractional batch MaxText accepts but trains nothing with, on the job's real device count.
     Case(
         "empty-batch-on-cpu", {"per_device_batch_size": 0.5},
-        ["maxtextOverrides.per_device_batch_size = 0.5 gives a training batch of 0 sequences on 1 CPU worker "
-         "(1 device x per_device_batch_size, rounded down, as MaxText computes it): every step would train on "
-         "nothing; use at least 1 (one sequence per step)"],
+        [Said("maxtextOverrides.per_device_batch_size", "0.5", "use at least 1 (one sequence per step)",
+              f"{EMPTY_BATCH} 1 CPU worker (1 device x per_device_batch_size")],
         preset="tiny-cpu",
     ),
     Case(
         "empty-batch-on-one-slice-of-an-elastic-job", {"per_device_batch_size": 0.03125},
-        ["maxtextOverrides.per_device_batch_size = 0.03125 gives a training batch of 0 sequences on 1 x v6e-16 "
-         "(16 devices x per_device_batch_size, rounded down, as MaxText computes it): every step would train on "
-         "nothing; use at least 0.0625 (one sequence per step)"],
+        [Said("maxtextOverrides.per_device_batch_size", "0.03125", "use at least 0.0625 (one sequence per step)",
+              f"{EMPTY_BATCH} 1 x v6e-16 (16 devices x per_device_batch_size")],
         job={"elastic": True, "min_slices": 1},
     ),
     Case(
         "weight-dtype-on-cpu", {"weight_dtype": "bf16"},
-        [f"maxtextOverrides.weight_dtype = 'bf16' {REFUSED}; use 'bfloat16', 'float32', 'float16', "
-         "'float8_e4m3fn' or 'float8_e5m2'"],
+        [Said("maxtextOverrides.weight_dtype", "'bf16'", WEIGHT_DTYPES)],
         preset="tiny-cpu",
     ),
     # Accepted: the presets as shipped, and fractional batches the target's devices fill.
@@ -136,9 +137,28 @@ CASES = [
     Case("tiny-cpu-override-model-config", {"base_emb_dim": 32}, [], preset="tiny-cpu"),
 ]  # fmt: skip
 
+# The product's own wording in full, once per kind of refusal (the rows above name the parts).
+WORDING = {
+    "opt-type": [f"maxtextOverrides.opt_type = 'adafactor' {REFUSED}; {OPT_TYPES}"],
+    "fractional-batch-vocab-tiles": [
+        f"maxtextOverrides.per_device_batch_size = 0.3 {ON_32_CHIPS}Per device batch size times sequence length "
+        "should be divisible by the number of vocab tiles."
+    ],
+    "empty-batch-on-one-slice-of-an-elastic-job": [
+        f"maxtextOverrides.per_device_batch_size = 0.03125 {EMPTY_BATCH} 1 x v6e-16 (16 devices x "
+        "per_device_batch_size, rounded down, as MaxText computes it): every step would train on nothing; use at "
+        "least 0.0625 (one sequence per step)"
+    ],
+}
+
 
 def case(case_id: str) -> Case:
     return next(case for case in CASES if case.id == case_id)
+
+
+def answer(answered: Answered, case: Case) -> list[str]:
+    """The problems the table's run of MaxText gives the case, in the product's words."""
+    return maxtext_validation.problems(answered.asked[case.id], answered.answers[case.id], case.overrides)
 
 
 def job_of(case: Case) -> JobSpec:
@@ -174,8 +194,15 @@ def answered(tmp_path_factory) -> Any:
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
 def test_maxtext_refuses_in_the_products_words(answered: Answered, case: Case):
-    problems = maxtext_validation.problems(answered.asked[case.id], answered.answers[case.id], case.overrides)
-    assert problems == case.problems
+    problems = answer(answered, case)
+    assert len(problems) == len(case.said), problems
+    for problem, said in zip(problems, case.said, strict=True):
+        assert_names(problem, setting=said.setting, value=said.value, fix=said.fix, phrase=said.phrase)
+
+
+@pytest.mark.parametrize("case_id", WORDING)
+def test_each_kind_of_maxtext_refusal_reads_as_written(answered: Answered, case_id: str):
+    assert answer(answered, case(case_id)) == WORDING[case_id]
 
 
 def test_each_target_the_job_can_run_on_is_asked(answered: Answered):
@@ -211,7 +238,7 @@ def test_a_second_ask_is_answered_by_the_cache_without_maxtext(answered: Answere
     assert again == [answer for requests in answered.answers.values() for answer in requests]
     # The same answers, asked job by job (each request has an answer of its own).
     first = CASES[0]
-    assert maxtext_check.maxtext_problems(job_of(first), first.overrides) == first.problems
+    assert maxtext_check.maxtext_problems(job_of(first), first.overrides) == answer(answered, first)
 
 
 def test_maxtext_that_cannot_be_asked_refuses_the_job(tmp_path, monkeypatch):
@@ -237,7 +264,7 @@ def test_maxtext_that_cannot_be_asked_refuses_the_job(tmp_path, monkeypatch):
     ids=["gke-field", "gke-whole-config", "local-empty-batch"],
 )
 def test_the_workloads_program_registers_nothing_when_maxtext_refuses(answered, stack, overrides, case_id):
-    (problem,) = case(case_id).problems
+    (problem,) = answer(answered, case(case_id))
     error, monitor = refused_by_workloads(
         Bad("maxtext", {"maxtextOverrides": overrides}, problem, ("", "", ""), stack=stack)
     )
@@ -253,7 +280,7 @@ def test_the_smoke_refuses_a_set_maxtext_refuses_before_starting_ray(answered, m
     monkeypatch.setattr(smoke, "JobsApi", no_ray)
     monkeypatch.setattr(smoke, "LocalRayHead", no_ray)
     assert smoke.main(["--set", "weight_dtype=bf16"]) == 2
-    (problem,) = case("weight-dtype-on-cpu").problems
+    (problem,) = answer(answered, case("weight-dtype-on-cpu"))
     assert f"invalid training job:\n  - {problem}" in capsys.readouterr().err
 
 

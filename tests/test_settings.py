@@ -4,7 +4,10 @@ import pytest
 
 from domain.config.settings import MAX_SLICES, SettingsError, StackSettings, settings_cost
 from domain.setting import read
+from domain.tpu.tpu_catalog import accelerator
 from tests.support.cli_settings import infra_settings
+from tests.support.presets import ALL_PRESETS, TPU_PRESETS
+from tests.support.refusals import assert_one_problem
 
 PROJECT = "maxtext-tpu-infra"
 VALID = {"gcp:project": "my-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b"}
@@ -47,73 +50,85 @@ def test_engine_strings_are_parsed():
     assert (settings.slices, settings.spot, settings.dcn_subnets) == (4, True, ("10.1.0.0/16", "10.2.0.0/16"))
 
 
+V6E_TOPOLOGIES = ", ".join(accelerator("v6e").shapes)
+SUBNET_RULE = "use non-overlapping ranges of /29 or larger"
+
+
 @pytest.mark.parametrize(
-    "overrides, expected",
+    "overrides, setting, shown, phrase, fix",
     [
+        ({"preset": "llama3-405b"}, "preset", "'llama3-405b'", "is not valid", f"choose one of: {ALL_PRESETS}"),
         (
-            {"preset": "llama3-405b"},
-            "preset = 'llama3-405b' is not valid; choose one of: llama3-8b, llama3-70b, tiny-cpu",
+            {"preset": "tiny-cpu"}, "preset", "'tiny-cpu'", "runs on CPU through a local Ray cluster, not on GKE",
+            f"choose a TPU preset: {TPU_PRESETS}",
+        ),
+        ({"mode": "serverless"}, "mode", "'serverless'", "is not valid", "choose one of: standard, autopilot"),
+        (
+            {"topology": "3x3"}, "topology", "'3x3'", "is not a topology of TPU v6e",
+            f"valid topologies: {V6E_TOPOLOGIES}",
+        ),
+        ({"slices": "0"}, "slices", "0", "is out of range", f"use 1 to {MAX_SLICES}"),
+        ({"slices": "65"}, "slices", "65", "is out of range", f"use 1 to {MAX_SLICES}"),
+        ({"slices": "two"}, "slices", "'two'", "is not a whole number", f"use 1 to {MAX_SLICES}"),
+        (
+            {"zone": "us-central1-a"}, "gcp:zone", "'us-central1-a'", "is not a zone of region 'us-east5'",
+            "use us-east5-a",
         ),
         (
-            {"preset": "tiny-cpu"},
-            "preset = 'tiny-cpu' runs on CPU through a local Ray cluster, not on GKE; choose a TPU preset: llama3-8b, llama3-70b",
+            {"region": "eastus"}, "gcp:region", "'eastus'", "is not a Google Cloud region",
+            "run `pulumi config set gcp:region <region>`",
         ),
-        ({"mode": "serverless"}, "mode = 'serverless' is not valid; choose one of: standard, autopilot"),
+        ({"project": None}, "gcp:project", None, "is not set", "run `pulumi config set gcp:project <project-id>`"),
         (
-            {"topology": "3x3"},
-            "topology = '3x3' is not a topology of TPU v6e; valid topologies: 1x1, 2x2, 2x4, 4x4, 4x8, 8x8, 8x16, 16x16",
-        ),
-        ({"slices": "0"}, f"slices = 0 is out of range; use 1 to {MAX_SLICES}"),
-        ({"slices": "65"}, f"slices = 65 is out of range; use 1 to {MAX_SLICES}"),
-        ({"slices": "two"}, "slices = 'two' is not a whole number"),
-        ({"zone": "us-central1-a"}, "gcp:zone = 'us-central1-a' is not a zone of region 'us-east5'; use us-east5-a"),
-        ({"region": "eastus"}, "gcp:region = 'eastus' is not a Google Cloud region"),
-        ({"project": None}, "gcp:project is not set; run `pulumi config set gcp:project <project-id>`"),
-        (
-            {"dcnSubnets": '["10.50.0.0/16", "10.50.128.0/17"]'},
-            "dcnSubnets: 10.50.0.0/16 overlaps 10.50.128.0/17; use non-overlapping ranges of /29 or larger",
+            {"dcnSubnets": '["10.50.0.0/16", "10.50.128.0/17"]'}, "dcnSubnets", "10.50.0.0/16",
+            "overlaps 10.50.128.0/17", SUBNET_RULE,
         ),
         (
-            {"dcnSubnets": '["10.50.0.0/16"]'},
-            "dcnSubnets has 1 ranges but TPU v6e needs 2 DCN networks; give exactly 2",
+            {"dcnSubnets": '["10.50.0.0/16"]'}, "dcnSubnets", "has 1 ranges", "TPU v6e needs 2 DCN networks",
+            "give exactly 2",
         ),
         (
-            {"dcnSubnets": '["8.8.0.0/16", "10.60.0.0/16"]'},
-            "dcnSubnets: 8.8.0.0/16 is a public range: used privately, it would hide the internet hosts",
+            {"dcnSubnets": '["8.8.0.0/16", "10.60.0.0/16"]'}, "dcnSubnets", "8.8.0.0/16",
+            "is a public range: used privately, it would hide the internet hosts", SUBNET_RULE,
         ),
         (
-            {"dcnSubnets": '["10.50.0.1/16", "10.60.0.0/16"]'},
-            "dcnSubnets: '10.50.0.1/16' is not an IPv4 network in CIDR form",
+            {"dcnSubnets": '["10.50.0.1/16", "10.60.0.0/16"]'}, "dcnSubnets", "'10.50.0.1/16'",
+            "is not an IPv4 network in CIDR form", SUBNET_RULE,
         ),
         (
-            {"mode": "autopilot", "gkeVersion": "1.34.1-gke.1829001"},
-            "gkeVersion = '1.34.1-gke.1829001' is below the managed DRANET minimum for autopilot clusters; use 1.35.2-gke.1842000 or later",
+            {"mode": "autopilot", "gkeVersion": "1.34.1-gke.1829001"}, "gkeVersion", "'1.34.1-gke.1829001'",
+            "is below the managed DRANET minimum for autopilot clusters", "use 1.35.2-gke.1842000 or later",
         ),
         (
-            {"gkeVersion": "1.33.5-gke.1000"},
-            "gkeVersion = '1.33.5-gke.1000' is below the managed DRANET minimum for standard clusters; use 1.34.1-gke.1829001 or later",
-        ),
-        ({"gkeVersion": "latest"}, "gkeVersion: GKE version 'latest' is not of the form MAJOR.MINOR.PATCH-gke.BUILD"),
-        (
-            {"releaseChannel": "BETA"},
-            "releaseChannel = 'BETA' is not valid; choose one of: RAPID, REGULAR, STABLE, EXTENDED",
-        ),
-        ({"deletionProtection": "yes"}, "deletionProtection = 'yes' is not a boolean; use true or false"),
-        ({"clusterName": "My_Cluster"}, "clusterName = 'My_Cluster' is not valid; use lowercase letters"),
-        (
-            {"rayImage": "rayproject/ray"},
-            "rayImage = 'rayproject/ray' is not a pinned container image: it has no tag (pin a version)",
+            {"gkeVersion": "1.33.5-gke.1000"}, "gkeVersion", "'1.33.5-gke.1000'",
+            "is below the managed DRANET minimum for standard clusters", "use 1.34.1-gke.1829001 or later",
         ),
         (
-            {"pricePerChipHour": "free"},
-            "pricePerChipHour = 'free' is not a number; use a positive number of US dollars",
+            {"gkeVersion": "latest"}, "gkeVersion", "'latest'", "is not of the form MAJOR.MINOR.PATCH-gke.BUILD",
+            "for example 1.35.2-gke.1842000",
         ),
-        ({"slicse": "4"}, "maxtext-tpu-infra:slicse is not a setting of this project; valid settings: preset, mode"),
+        (
+            {"releaseChannel": "BETA"}, "releaseChannel", "'BETA'", "is not valid",
+            "choose one of: RAPID, REGULAR, STABLE, EXTENDED",
+        ),
+        ({"deletionProtection": "yes"}, "deletionProtection", "'yes'", "is not a boolean", "use true or false"),
+        ({"clusterName": "My_Cluster"}, "clusterName", "'My_Cluster'", "is not valid", "use lowercase letters"),
+        (
+            {"rayImage": "rayproject/ray"}, "rayImage", "'rayproject/ray'",
+            "is not a pinned container image: it has no tag", "use REGISTRY/PATH/maxtext-ray:VERSION",
+        ),
+        (
+            {"pricePerChipHour": "free"}, "pricePerChipHour", "'free'", "is not a number",
+            "use a positive number of US dollars",
+        ),
+        (
+            {"slicse": "4"}, "maxtext-tpu-infra:slicse", None, "is not a setting of this project",
+            "valid settings: preset, mode",
+        ),
     ],
-)
-def test_bad_input_names_setting_value_and_fix(overrides, expected):
-    problems = problems_of(**overrides)
-    assert any(expected in problem for problem in problems), problems
+)  # fmt: skip
+def test_bad_input_names_setting_value_and_fix(overrides, setting, shown, phrase, fix):
+    assert_one_problem(problems_of(**overrides), setting=setting, value=shown, phrase=phrase, fix=fix)
 
 
 def test_chip_hour_price_defaults_to_the_catalog_and_can_be_overridden():

@@ -22,18 +22,19 @@ from domain.config.workload_settings import WorkloadSettingsError
 from domain.problems import ProblemsError
 from domain.ray.resource_types import RAY_JOB, RAY_JOB_GUARD
 from domain.training.job import JobError
+from tests.support.presets import ALL_PRESETS, CPU_PRESETS, TPU_PRESETS, presets_for
 from tests.support.pulumi_harness import PROJECT_ROOT, RecordingMonitor, cli_engine_config, stack_config
 from tests.support.refusals import (
     UNSET,
     Bad,
     assert_distinct_cases,
+    assert_names,
     assert_refused,
     refused_by_workloads,
 )
 from tests.support.workloads_program import INFRA_OUTPUTS, INFRA_STACK, PROJECT, WORKLOADS_DIR, run_workloads
 from workloads.ray_job import legacy_submission_id, submission_id
 
-TPU_PRESETS = "llama3-8b, llama3-70b"
 SETTINGS = (
     "infraStack, address, preset, runName, elastic, minSlices, maxFailures, maxPreemptions, maxtextOverrides, "
     "runtimeEnv, allowRuntimeInstall, queueTimeoutSeconds, timeoutSeconds, checkpointRoot, assumedMfu, datasetFiles, "
@@ -360,16 +361,16 @@ ROWS = [
     Bad(
         "tpu-preset-on-local-head", {"preset": "llama3-8b"},
         "preset = 'llama3-8b' trains on TPU v6e slices, but address is a Ray head on this machine, which has CPUs "
-        "only; use tiny-cpu with address, or set infraStack (instead of address) to train on the infra stack's "
+        f"only; use {CPU_PRESETS} with address, or set infraStack (instead of address) to train on the infra stack's "
         "TPU cluster",
-        ("preset", "'llama3-8b'", "use tiny-cpu with address"), stack="local",
+        ("preset", "'llama3-8b'", f"use {CPU_PRESETS} with address"), stack="local",
     ),
     Bad(
         "70b-preset-on-local-head", {"preset": "llama3-70b"},
         "preset = 'llama3-70b' trains on TPU v6e slices, but address is a Ray head on this machine, which has CPUs "
-        "only; use tiny-cpu with address, or set infraStack (instead of address) to train on the infra stack's "
+        f"only; use {CPU_PRESETS} with address, or set infraStack (instead of address) to train on the infra stack's "
         "TPU cluster",
-        ("preset", "'llama3-70b'", "use tiny-cpu with address"), stack="local",
+        ("preset", "'llama3-70b'", f"use {CPU_PRESETS} with address"), stack="local",
     ),
     Bad(
         "cpu-preset-on-gke", {"preset": "tiny-cpu"},
@@ -379,16 +380,16 @@ ROWS = [
         ("preset", "'tiny-cpu'", f"choose a TPU preset: {TPU_PRESETS}"),
     ),
     Bad("unknown-preset", {"preset": "gpt"},
-        "preset = 'gpt' is not valid; choose one of: llama3-8b, llama3-70b, tiny-cpu",
-        ("preset", "'gpt'", "choose one of: llama3-8b, llama3-70b, tiny-cpu")),
+        f"preset = 'gpt' is not valid; choose one of: {ALL_PRESETS}",
+        ("preset", "'gpt'", f"choose one of: {ALL_PRESETS}")),
     Bad("no-preset-with-address", {"preset": UNSET},
-        "preset is required with address (the infra stack's preset is used otherwise); use tiny-cpu",
-        ("preset", "address", "use tiny-cpu"), stack="local"),
+        f"preset is required with address (the infra stack's preset is used otherwise); use {CPU_PRESETS}",
+        ("preset", "address", f"use {CPU_PRESETS}"), stack="local"),
     Bad(
         "unknown-infra-preset", {},
         f"preset = 'gpt' (the infra stack {INFRA_STACK}'s preset output) is not a preset of this checkout; set "
-        f"preset in this stack: use one for v6e: {TPU_PRESETS}",
-        ("preset", "'gpt'", f"use one for v6e: {TPU_PRESETS}"),
+        f"preset in this stack: use one for v6e: {presets_for('v6e')}",
+        ("preset", "'gpt'", f"use one for v6e: {presets_for('v6e')}"),
         infra={**INFRA_OUTPUTS, "preset": "gpt"}, error=JobError,
     ),
     Bad(
@@ -560,20 +561,25 @@ def test_every_problem_of_the_stack_file_is_reported_at_once():
     )
     error, monitor = refused_by_workloads(bad)
     assert type(error) is WorkloadSettingsError
-    assert error.problems == [
-        "runName is set as a secret, but it is exported as the runName output and names the checkpoint "
-        f"directory, {IN_CLEAR.format(key='runName')}",
-        f"minSlices = 0 is out of range; {MIN_SLICES}",
-        f"maxFailures = -1 is out of range; {MAX_FAILURES}",
-        f"timeoutSeconds = 0 is out of range; {TIMEOUT}",
-        "preset = 'tiny-cpu' runs on CPU through a local Ray head, not on the infra stack's GKE TPU cluster; "
-        f"unset preset (the infra stack's is used) or choose a TPU preset: {TPU_PRESETS} (or set address instead "
-        "of infraStack for a local run)",
-        "maxtextOverrides: 'lerning_rate' is not a MaxText setting (not in base.yml); did you mean 'learning_rate'?",
-        f"maxtextOverrides.steps = 'abc' is not an integer {base('steps', '150001')}",
-        "maxtextOverrides.learning_rate = 0 is out of range; use a number above 0, for example 3e-5",
-        f"runtimeEnv.pip = ['torch'] installs Python packages with pip {OPT_IN}",
-    ]
+    said = [  # in the order the stack file's settings are checked
+        {"setting": "runName", "fix": IN_CLEAR.format(key="runName"),
+         "phrase": "is set as a secret, but it is exported as the runName output and names the checkpoint directory"},
+        {"setting": "minSlices", "value": "0", "fix": MIN_SLICES, "phrase": "is out of range"},
+        {"setting": "maxFailures", "value": "-1", "fix": MAX_FAILURES, "phrase": "is out of range"},
+        {"setting": "timeoutSeconds", "value": "0", "fix": TIMEOUT, "phrase": "is out of range"},
+        {"setting": "preset", "value": "'tiny-cpu'", "fix": f"choose a TPU preset: {TPU_PRESETS}",
+         "phrase": "not on the infra stack's GKE TPU cluster"},
+        {"setting": "maxtextOverrides", "value": "'lerning_rate'", "fix": "did you mean 'learning_rate'?",
+         "phrase": "is not a MaxText setting"},
+        {"setting": "maxtextOverrides.steps", "value": "'abc'", "fix": base("steps", "150001"),
+         "phrase": "is not an integer"},
+        {"setting": "maxtextOverrides.learning_rate", "value": "0", "fix": "use a number above 0",
+         "phrase": "is out of range"},
+        {"setting": "runtimeEnv.pip", "value": "['torch']", "fix": OPT_IN, "phrase": "installs Python packages"},
+    ]  # fmt: skip
+    assert len(error.problems) == len(said), error.problems
+    for problem, parts in zip(error.problems, said, strict=True):
+        assert_names(problem, **parts)
     assert not monitor.registrations
 
 

@@ -112,3 +112,34 @@ def refused_by_workloads(bad: Bad) -> tuple[ProblemsError, RecordingMonitor]:
         project_dir=WORKLOADS_DIR,
         stack_outputs={INFRA_STACK: infra},
     )
+
+
+def assert_names(
+    message: str,
+    *,
+    setting: str,
+    value: str | None = None,
+    fix: str | None = None,
+    phrase: str | None = None,
+) -> None:
+    """A refusal's message names the parts that carry its meaning, whatever the wording around
+    them: the setting, the bad value as the message shows it (right after the setting where the
+    message opens `setting = value`), what would be valid or what to run, and one phrase that
+    tells this refusal from the others. A refusal whose exact wording matters (the README quotes
+    it) keeps an exact test of its own."""
+    assert setting in message, (setting, message)
+    if value is not None:
+        assert value in message, (value, message)
+        if message.startswith(f"{setting} = "):
+            assert message.startswith(f"{setting} = {value}"), (setting, value, message)
+    if fix is not None:
+        assert fix in message, (fix, message)
+    if phrase is not None:
+        assert phrase in message, (phrase, message)
+
+
+def assert_one_problem(problems: Sequence[str], **parts: Any) -> str:
+    """Exactly one problem, naming `parts` (see `assert_names`); returns it."""
+    assert len(problems) == 1, problems
+    assert_names(problems[0], **parts)
+    return problems[0]

@@ -1,0 +1,16 @@
+"""The preset names as the refusals list them, read from domain/training/presets.py's PRESETS:
+a test of a message that names the valid presets checks the names PRESETS holds, so adding a
+preset changes no test that is not about it."""
+
+from __future__ import annotations
+
+from domain.training.presets import PRESETS
+
+ALL_PRESETS = ", ".join(PRESETS)  # every preset, in PRESETS' order
+TPU_PRESETS = ", ".join(name for name, preset in PRESETS.items() if preset.runs_on_tpu)
+CPU_PRESETS = ", ".join(name for name, preset in PRESETS.items() if not preset.runs_on_tpu)
+
+
+def presets_for(accelerator_name: str) -> str:
+    """The presets of one TPU accelerator, as a refusal that asks for one of them lists them."""
+    return ", ".join(name for name, preset in PRESETS.items() if preset.accelerator_name == accelerator_name)
