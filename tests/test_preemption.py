@@ -20,6 +20,7 @@ from domain.gcp import gke
 from domain.ray import preemption
 from domain.training.job_events import NOTICE_SAVED_EVENT, parse_event
 from tests.support.cli_settings import infra_settings
+from tests.support.refusals import assert_one_problem
 from trainer import maxtext_trainer
 
 BASE = {"gcp:project": "my-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b"}
@@ -93,11 +94,13 @@ def test_spot_on_standard_needs_the_version_that_takes_the_grace_period():
     # Below Standard's DRANET minimum too: one message, naming the version that satisfies both.
     with pytest.raises(SettingsError) as caught:
         settings(capacity="spot", gkeVersion="1.33.5-gke.1000")
-    assert caught.value.problems == [
-        "gkeVersion = '1.33.5-gke.1000' with capacity = spot: the Spot TPU node pools extend the kubelet's "
-        "shutdown grace period so the Ray workers can checkpoint before the node goes (docs/spot.md), which "
-        "GKE takes from 1.35.0-gke.1171000; use 1.35.0-gke.1171000 or later, or another capacity choice"
-    ]
+    assert_one_problem(
+        caught.value.problems,
+        setting="gkeVersion",
+        value="'1.33.5-gke.1000' with capacity = spot",
+        phrase="the Spot TPU node pools extend the kubelet's shutdown grace period",
+        fix="use 1.35.0-gke.1171000 or later, or another capacity choice",
+    )
 
 
 # ---------------------------------------------------------------- the installed Ray (2.60)
