@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from domain.config.stack_outputs import ClusterOutputs
-from domain.config.workload_settings import WorkloadSettings
+from domain.config.workload_settings import NAMES, WorkloadSettings
+from domain.config.workload_settings import key as setting_key
 from domain.paths import PROJECT_ROOT
 from domain.perf.capacity import job_cost
 from domain.perf.fit_results import FitResult, configuration, libtpu_flags
@@ -51,7 +52,7 @@ def _presets_for(accelerator_name: str) -> str:
 def resolve_for_cluster(settings: WorkloadSettings, cluster: ClusterOutputs) -> JobSpec:
     """Resolves the job for the shape the infra stack built (its outputs in `cluster`). Raises
     JobError listing every problem."""
-    infra_stack = settings.infra_stack or "infraStack"
+    infra_stack = settings.infra_stack or setting_key(NAMES.infra_stack)
     preset = settings.preset or cluster.preset
     accelerator = cluster.accelerator
     chosen = PRESETS.get(preset)
@@ -90,21 +91,23 @@ PREEMPTIBLE_CAPACITY = (SPOT,)
 def _cluster_data_problems(settings: WorkloadSettings, cluster: ClusterOutputs) -> list[str]:
     """The data settings against what the infra stack has: a dataset bucket for datasetFiles,
     and capacity that cannot be preempted for a stream that cannot resume."""
-    infra_stack = settings.infra_stack or "infraStack"
+    infra_stack = settings.infra_stack or setting_key(NAMES.infra_stack)
+    files_key = setting_key(NAMES.dataset_files)
     problems = []
     if settings.dataset_files is not None and not cluster.dataset_root:
         problems.append(
-            f"datasetFiles = {settings.dataset_files!r}, but the infra stack {infra_stack} mounts no dataset bucket "
+            f"{files_key} = {settings.dataset_files!r}, but the infra stack {infra_stack} mounts no dataset bucket "
             "(no datasetRoot output); set datasetBucket on the infra stack (`pulumi config set datasetBucket BUCKET` "
             "in the project root) and run pulumi up there"
         )
     preemptible = [choice for choice in cluster.capacity or [] if choice in PREEMPTIBLE_CAPACITY]
     if settings.hugging_face_dataset is not None and preemptible and not settings.hugging_face_not_resumable:
         problems.append(
-            f"huggingFaceDataset = {settings.hugging_face_dataset!r} on the infra stack's {preemptible[0]} capacity: "
-            "a preempted job resumes from its checkpoint, but a Hugging Face stream starts again from its beginning, "
-            "repeating examples; prepare the corpus as files (python -m trainer.prepare_data) and set datasetFiles, or "
-            "acknowledge it with `pulumi config set huggingFaceNotResumable true`"
+            f"{setting_key(NAMES.hugging_face_dataset)} = {settings.hugging_face_dataset!r} on the infra stack's "
+            f"{preemptible[0]} capacity: a preempted job resumes from its checkpoint, but a Hugging Face stream starts "
+            "again from its beginning, repeating examples; prepare the corpus as files (python -m "
+            f"trainer.prepare_data) and set {files_key}, or acknowledge it with `pulumi config set "
+            f"{setting_key(NAMES.hugging_face_not_resumable)} true`"
         )
     return problems
 
@@ -171,7 +174,7 @@ def checked_by_maxtext(job: JobSpec, settings: WorkloadSettings) -> JobSpec:
     """`job`, once MaxText's own config layer has accepted it on the job's device target (see
     domain/perf/maxtext_check.py: cached, so only a new configuration waits for MaxText). Raises
     JobError with MaxText's reasons otherwise, or when MaxText could not be asked."""
-    problems = maxtext_problems(job, settings.maxtext_overrides, secret="maxtextOverrides" in settings.secrets)
+    problems = maxtext_problems(job, settings.maxtext_overrides, secret=settings.is_secret(NAMES.maxtext_overrides))
     if problems:
         raise JobError(problems)
     return job
@@ -254,13 +257,13 @@ def fit_check_result(job: JobSpec, settings: WorkloadSettings) -> FitResult | No
     must be this configuration's), else this checkout's fit-check cache, else None."""
     if settings.fit_check_result is None:
         return recorded_result(job)
-    path = PROJECT_ROOT / settings.fit_check_result
+    path, result_key = PROJECT_ROOT / settings.fit_check_result, setting_key(NAMES.fit_check_result)
     try:
         result = FitResult.from_json(path.read_text())
     except (OSError, ValueError, TypeError) as error:
         raise JobError(
             [
-                f"fitCheckResult = {settings.fit_check_result!r} cannot be read as a fit check's result ({error}); "
+                f"{result_key} = {settings.fit_check_result!r} cannot be read as a fit check's result ({error}); "
                 "write one with `python -m trainer.fit_check --preset PRESET ... --output FILE`, or unset it"
             ]
         ) from None
@@ -273,10 +276,10 @@ def fit_check_result(job: JobSpec, settings: WorkloadSettings) -> FitResult | No
     if different:
         raise JobError(
             [
-                f"fitCheckResult = {settings.fit_check_result!r} was compiled for another configuration than this "
+                f"{result_key} = {settings.fit_check_result!r} was compiled for another configuration than this "
                 f"job's (they differ in {', '.join(different)}); rerun `python -m trainer.fit_check --preset "
                 f"{job.preset} --topology {job.topology} --slices {job.slices} KEY=VALUE ... --output FILE` with "
-                "this job's maxtextOverrides, or unset fitCheckResult"
+                f"this job's {setting_key(NAMES.maxtext_overrides)}, or unset {result_key}"
             ]
         )
     return result

@@ -16,7 +16,7 @@ from typing import Any
 import pulumi
 
 from domain.config.stack_outputs import ClusterOutputs
-from domain.config.workload_settings import WorkloadSettings
+from domain.config.workload_settings import NAMES, WorkloadSettings, key
 from domain.training.job import JobError, JobSpec
 from workloads import job_inputs
 from workloads.infra_outputs import OUTPUT_NAMES, gke_inputs, read_infra_outputs
@@ -68,7 +68,7 @@ async def build(settings: WorkloadSettings) -> dict[str, Any]:
     `settings.secrets` names the settings set as secrets: a secret runtime env keeps the job's
     runtime env secret; any other secret setting (it reaches the command) keeps the whole job
     description secret, in the resource's inputs, outputs and the exports derived from it."""
-    secret_job = bool(settings.secrets - {"runtimeEnv"})
+    secret_job = bool(settings.secrets - {key(NAMES.runtime_env)})
     if settings.infra_stack:
         infra_stack = settings.infra_stack
         infra = pulumi.StackReference(infra_stack)
@@ -103,7 +103,7 @@ async def build(settings: WorkloadSettings) -> dict[str, Any]:
         target = {"address": pulumi.Output.from_input(settings.address)}
         cost = pulumi.Output.from_input(job_inputs.cost_estimate(resolved, settings, 0.0))
     props: dict[str, pulumi.Input[Any]] = {name: inputs[name] for name in JOB_INPUTS}
-    if "runtimeEnv" in settings.secrets:
+    if settings.is_secret(NAMES.runtime_env):
         props["runtime_env"] = pulumi.Output.secret(props["runtime_env"])
     props.update(target)
     props.update(settings.identity.as_inputs())

@@ -285,17 +285,27 @@ class WorkloadSettings:
             hf_path=self.hugging_face_dataset,
         )
 
+    def is_secret(self, field: object) -> bool:
+        """Whether the setting of `field` (a name of `NAMES`) is set with `pulumi config set --secret`."""
+        return key_of(WorkloadSettings, field) in self.secrets
+
     def run_name_for(self, preset: str) -> str:
         """`runName` as set, else the stack's own default (domain/training/job.py)."""
         return self.run_name or default_run_name(preset, self.identity)
 
 
 # The settings' fields by name, for checks and messages to name a setting by (mypy knows each).
-_F = field_names(WorkloadSettings)
+NAMES = _F = field_names(WorkloadSettings)
+
+
+def key(field: object) -> str:
+    """A field's setting as the user types it (`datasetFiles`), as messages name it."""
+    return key_of(WorkloadSettings, field)
+
 
 # Settings that do nothing on some stacks: (field, when it does nothing, why). Set there to anything
 # but the default, they are refused: a setting that is set and does nothing is a mistake.
-_DATA = f"set {key_of(WorkloadSettings, _F.dataset_files)} or {key_of(WorkloadSettings, _F.hugging_face_dataset)}"
+_DATA = f"set {key(_F.dataset_files)} or {key(_F.hugging_face_dataset)}"
 IGNORED_WHEN: tuple[tuple[object, str, str], ...] = (
     (_F.checkpoint_root, "infra", "a GKE job writes to the infra stack's checkpointRoot output (its bucket)"),
     (_F.fit_check_result, "local", "a CPU job on a local Ray head has no TPU cost estimate to drive"),
