@@ -48,14 +48,6 @@ SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
 STACK_LABEL = "maxtext-tpu-stack"
 _STATE = "stored unencrypted in the stack's state"
 
-# Settings that only a Standard cluster uses, and what an Autopilot cluster does instead: set (to
-# anything but the default) on an Autopilot stack, they would do nothing, which is a mistake.
-STANDARD_ONLY = {  # by field
-    "head_machine_type": "Autopilot chooses the Ray head's node from the head pod's own requests",
-    "dcn_subnets": "Autopilot gives the TPU pods their DCN interfaces itself (DRANET through the ComputeClass)",
-}
-
-
 # Settings of earlier releases, and what says the same now: the stack stops on them rather than
 # running with the setting silently gone.
 RETIRED = {
@@ -498,6 +490,14 @@ _SETTINGS = {entry.field: entry for entry in settings_of(StackSettings)}
 _F = field_names(StackSettings)
 
 
+# Settings that only a Standard cluster uses, and what an Autopilot cluster does instead: set (to
+# anything but the default) on an Autopilot stack, they would do nothing, which is a mistake.
+STANDARD_ONLY: dict[object, str] = {  # by field
+    _F.head_machine_type: "Autopilot chooses the Ray head's node from the head pod's own requests",
+    _F.dcn_subnets: "Autopilot gives the TPU pods their DCN interfaces itself (DRANET through the ComputeClass)",
+}
+
+
 def _key(field: object) -> str:
     """A field's setting as the user types it (`minSlices`, `gcp:zone`), as messages name it."""
     return key_of(StackSettings, field)
@@ -647,7 +647,7 @@ def _standard_only_problems(reading: Reading[StackSettings], settings: StackSett
     other checks are skipped)."""
     problems = []
     for field, instead in STANDARD_ONLY.items():
-        value = getattr(settings, field)
+        value = reading.value(field)
         if settings.mode == "autopilot" and reading.changed(field):
             problems.append(
                 f"{reading.stated(field, list(value) if isinstance(value, tuple) else None)} does "
