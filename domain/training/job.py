@@ -300,10 +300,10 @@ def resolve_job(
         resolved.update(dataset.maxtext_overrides())
         if elastic and dataset.resumable and min_slices < slices:
             problems.append(
-                f"minSlices = {min_slices} with elastic = true and datasetFiles: MaxText restores the data position "
-                f"only onto as many hosts as saved it (one file per host), so a restart onto fewer than {slices} "
-                f"slices would lose it; set minSlices = {slices} (`pulumi config set minSlices {slices}`: the job "
-                "then resumes only on all slices), or train without elastic"
+                f"{MIN_SLICES.key} = {min_slices} with elastic = true and datasetFiles: MaxText restores the data "
+                f"position only onto as many hosts as saved it (one file per host), so a restart onto fewer than "
+                f"{slices} slices would lose it; set {MIN_SLICES.key} = {slices} (`pulumi config set {MIN_SLICES.key} "
+                f"{slices}`: the job then resumes only on all slices), or train without elastic"
             )
     user = {str(key): str(value) for key, value in (overrides or {}).items()}
     resolved.update(user)
