@@ -17,12 +17,11 @@ from typing import Any
 
 from domain.config.workload_settings import TIMEOUT_SECONDS
 from domain.ray.queueing import Node, slices_up
-from domain.stack_identity import integral
 from domain.training.job_log import JobLog, StepCollector
 from workloads.job_progress import PROGRESS_EVERY_SECONDS, ProgressReporter, read_tail, shown
 from workloads.job_teardown import stop_and_confirm
 from workloads.jobs_api import LOST_CONTACT_KINDS, JobsApi, JobsApiError
-from workloads.ray_job_record import TERMINAL, RayJobError, iso
+from workloads.ray_job_record import TERMINAL, JobRequest, RayJobError, iso, request
 
 POLL_SECONDS = 2.0
 # How long the Jobs API may stay unreachable during a wait before the job is reported lost.
@@ -77,12 +76,13 @@ class Deadlines:
     worker_group: Mapping[str, Any] | None = None
 
     @classmethod
-    def of(cls, props: Mapping[str, Any]) -> Deadlines:
-        queue = props.get("queue_timeout_seconds")
+    def of(cls, inputs: JobRequest | Mapping[str, Any]) -> Deadlines:
+        job = request(inputs)
+        queue = job.queue_timeout_seconds
         return cls(
-            run=float(props.get("timeout_seconds") or TIMEOUT_SECONDS),
+            run=float(job.timeout_seconds or TIMEOUT_SECONDS),
             queue=float(queue) if queue is not None else None,
-            worker_group=integral(props.get("worker_group")) or None,
+            worker_group=job.worker_group or None,
         )
 
 

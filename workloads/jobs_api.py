@@ -353,10 +353,10 @@ class JobsApi:
     """One target's Jobs API for the length of one provider operation (use it in `with`): hands
     out a JobSubmissionClient, re-authenticating when due."""
 
-    def __init__(self, address: str | None = None, gke: Mapping[str, Any] | None = None):
+    def __init__(self, address: str | None = None, gke: GkeTarget | Mapping[str, Any] | None = None):
         if (address is None) == (gke is None):
             raise ValueError("give exactly one of address (a Ray dashboard URL) or gke (an infra stack's cluster)")
-        self.gke = GkeTarget.from_inputs(gke) if gke is not None else None
+        self.gke = gke if isinstance(gke, GkeTarget) or gke is None else GkeTarget.from_inputs(gke)
         self.address = address.rstrip("/") if address else self.gke.proxy_url  # type: ignore[union-attr]
         self._client: JobSubmissionClient | None = None
         self._headers: dict[str, str] = {}

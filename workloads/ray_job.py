@@ -37,11 +37,9 @@ from pulumi.dynamic import (
     ResourceProvider,
     UpdateResult,
 )
-from pulumi.runtime import rpc
 
 from domain.ray.queueing import WORKER_GROUP_START_TIMEOUT_ENV
 from domain.ray.resource_types import MODULE, RAY_JOB_GUARD_NAME, RAY_JOB_NAME
-from domain.stack_identity import integral
 from domain.training.job_log import StepCollector, tensorboard_directory
 from workloads import ray_job_guard
 from workloads.job_progress import ProgressReporter, read_tail, read_whole_log, shown
@@ -60,43 +58,46 @@ from workloads.ray_job_record import (
     EXPORTED,
     IDENTITY,
     JOB_DEFINING,
-    KEPT_INPUTS,
     OUTPUTS,
     UPDATABLE,
+    JobRequest,
     RayJobError,
     attempt_number,
     export_name,
     info_outputs,
-    input_digests,
     latest_attempt,
     next_attempt,
-    submission_id,
+    request,
 )
+from workloads.ray_job_record import INPUTS as INPUTS
 from workloads.ray_job_record import JOB_INPUTS as JOB_INPUTS
+from workloads.ray_job_record import input_digests as input_digests
+from workloads.ray_job_record import submission_id as submission_id
 
-# JOB_INPUTS and legacy_submission_id (`as` themselves) are imported from here by the program,
-# workloads/program.py.
+# JOB_INPUTS, LEGACY_JOB_ID, legacy_submission_id and submission_id (`as` themselves) are imported
+# from here by the program, workloads/program.py.
 
-# The RayJob's inputs: whose job it is (IDENTITY, this stack's), what defines the job, what may
-# change without a new run, and the earlier id its guard may have recorded.
-INPUTS = JOB_DEFINING + UPDATABLE + (LEGACY_JOB_ID,)
+# The RayJob's inputs (INPUTS, JobRequest's fields): whose job it is (IDENTITY, this stack's),
+# what defines the job, what may change without a new run, and the earlier id its guard may have
+# recorded.
 AGENT_WAIT_SECONDS = 60.0
 
 
-def submitted_runtime_env(props: Mapping[str, Any]) -> dict[str, Any] | None:
+def submitted_runtime_env(inputs: JobRequest | Mapping[str, Any]) -> dict[str, Any] | None:
     """The runtime env the job is submitted with: the stack's, plus Ray Train's worker-group
     start timeout set to the queue deadline (domain/ray/queueing.py says why). Added at submission
     only, so the deadline stays a setting that changes without a new run (it is not part of the
     submission id); a job adopted after a change keeps the value it was submitted with."""
-    runtime_env = dict(props.get("runtime_env") or {})
-    queue = integral(props.get("queue_timeout_seconds"))
+    job = request(inputs)
+    runtime_env = dict(job.runtime_env or {})
+    queue = job.queue_timeout_seconds
     if queue is not None:
         runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), WORKER_GROUP_START_TIMEOUT_ENV: str(queue)}
     return runtime_env or None
 
 
-def _api(props: Mapping[str, Any]) -> JobsApi:
-    return JobsApi(props.get("address"), props.get("gke"))
+def _api(job: JobRequest) -> JobsApi:
+    return JobsApi(job.address, job.gke)
 
 
 class RayJobProvider(ResourceProvider):
@@ -104,10 +105,10 @@ class RayJobProvider(ResourceProvider):
 
     def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> CheckResult:
         failures = []
-        entrypoint = news.get("entrypoint")
-        if isinstance(entrypoint, str) and not entrypoint.strip():
+        job = JobRequest.from_props(news)
+        if isinstance(job.entrypoint, str) and not job.entrypoint.strip():
             failures.append(CheckFailure("entrypoint", "entrypoint is empty; give the command to run"))
-        has_address, has_gke = news.get("address") is not None, news.get("gke") is not None
+        has_address, has_gke = job.address is not None, job.gke is not None or "gke" in job.unknown
         if has_address == has_gke:
             failures.append(
                 CheckFailure(
@@ -115,18 +116,18 @@ class RayJobProvider(ResourceProvider):
                 )
             )
         for deadline in ("timeout_seconds", "queue_timeout_seconds"):
-            seconds = news.get(deadline)
+            seconds = getattr(job, deadline)
             if isinstance(seconds, (int, float)) and seconds <= 0:
                 failures.append(CheckFailure(deadline, f"{deadline} = {seconds} must be positive"))
         return CheckResult(news, failures)
 
-    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+    def diff(self, _id: str, old_props: dict[str, Any], new_props: dict[str, Any]) -> DiffResult:
         # `__provider` is deliberately ignored: a new version of this code is not a new job.
-        digests = olds.get("input_digests")
-        new_digests = input_digests(news)
+        olds, news = JobRequest.from_props(old_props), JobRequest.from_props(new_props)
+        digests, new_digests = olds.input_digests, news.digests()
 
         def changed(key: str) -> bool:
-            if news.get(key) == rpc.UNKNOWN:
+            if key in news.unknown:
                 return True  # preview cannot tell yet: show the replacement it may be
             if identity_unrecorded(key, olds):
                 return False
@@ -138,21 +139,22 @@ class RayJobProvider(ResourceProvider):
         updates = [
             key
             for key in UPDATABLE
-            if integral(olds.get(key)) != integral(news.get(key)) and not updatable_unrecorded(key, olds)
+            if (key in news.unknown or getattr(olds, key) != getattr(news, key)) and not updatable_unrecorded(key, olds)
         ]
         return DiffResult(changes=bool(replaces or updates), replaces=replaces)
 
     def create(self, props: dict[str, Any]) -> CreateResult:
-        with _api(props) as api:
-            outs = self._run(api, submission_id(props), props)
+        job = JobRequest.from_props(props)
+        with _api(job) as api:
+            outs = self._run(api, job.submission_id(), job)
         return CreateResult(id_=outs["submission_id"], outs=outs)
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
         # Only settings that do not define the job changed: keep every output of the run.
-        return UpdateResult(outs={**olds, **{key: news.get(key) for key in UPDATABLE}})
+        return UpdateResult(outs={**olds, **JobRequest.from_props(news).props(UPDATABLE)})
 
     def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
-        with _api(props) as api:
+        with _api(JobRequest.from_props(props)) as api:
             try:
                 info = api.call(f"reading RayJob {id_}", lambda client: client.get_job_info(id_))
             except JobsApiError as error:
@@ -166,7 +168,7 @@ class RayJobProvider(ResourceProvider):
         return ReadResult(id_=id_, outs={**props, **info_outputs(info)})
 
     def delete(self, id_: str, props: dict[str, Any]) -> None:
-        with _api(props) as api:
+        with _api(JobRequest.from_props(props)) as api:
 
             def stop_then_delete() -> None:
                 stop_and_confirm(api, id_)
@@ -179,13 +181,13 @@ class RayJobProvider(ResourceProvider):
     # The wait for the job to end, within its deadlines (workloads/job_wait.py).
     _wait = staticmethod(until_ended)
 
-    def _run(self, api: JobsApi, job_id: str, props: dict[str, Any]) -> dict[str, Any]:
+    def _run(self, api: JobsApi, job_id: str, job: JobRequest) -> dict[str, Any]:
         clock = RunClock(api.check_reachable())
         jobs = api.call("listing jobs", lambda client: client.list_jobs())
         latest_id, existing = latest_attempt(jobs, job_id)
-        if existing is None and (legacy := legacy_run(jobs, props)) is not None:
+        if existing is None and (legacy := legacy_run(jobs, job)) is not None:
             latest_id, existing = legacy
-        total_steps = integral(props.get("total_steps"))
+        total_steps = job.total_steps
         if existing in ("FAILED", "STOPPED"):
             # A new attempt under a new id: Ray may still be finalizing the old one, and reusing
             # its id races with that (its supervisor actor has the same name). The failed
@@ -198,12 +200,12 @@ class RayJobProvider(ResourceProvider):
             job_id = latest_id
             progress = ProgressReporter(job_id, total_steps)
         if existing is None:
-            self._submit(api, job_id, props)
+            self._submit(api, job_id, job)
             progress.status(f"submitted to {api.describe()}")
         else:
             progress.status(f"adopting the existing {existing} job with this id")
         steps = StepCollector()
-        info = self._wait(api, job_id, Deadlines.of(props), progress, steps, clock)
+        info = self._wait(api, job_id, Deadlines.of(job), progress, steps, clock)
         status = str(info.status)
         if status != "SUCCEEDED":
             # Ray's message repeats the log; its first line is the reason. The trainer says which
@@ -222,32 +224,29 @@ class RayJobProvider(ResourceProvider):
         else:
             progress.status("SUCCEEDED")
         return {
-            **{key: props.get(key) for key in KEPT_INPUTS},
-            "input_digests": input_digests(props),
+            **job.to_props(),
             **info_outputs(info),
             **summary,
             **goodput,
             # MaxText writes TensorBoard logs on TPU workers only: the CPU workers of a local head
             # run it without Google Cloud (DECOUPLE_GCLOUD), where its writer is a no-op.
-            "tensorboard_dir": tensorboard_directory(props["checkpoint_dir"])
-            if props.get("gke") and props.get("checkpoint_dir")
-            else None,
-            "dashboard_url": None if props.get("gke") else api.address,
+            "tensorboard_dir": tensorboard_directory(job.checkpoint_dir) if job.gke and job.checkpoint_dir else None,
+            "dashboard_url": None if job.gke else api.address,
         }
 
     @staticmethod
-    def _submit(api: JobsApi, job_id: str, props: dict[str, Any]) -> None:
+    def _submit(api: JobsApi, job_id: str, job: JobRequest) -> None:
         """Submits; a head that has just started answers "No available agent" for a few
         seconds until its job agent registers, so that one answer is retried briefly."""
         deadline = time.monotonic() + AGENT_WAIT_SECONDS
-        metadata = {str(k): str(v) for k, v in integral(props.get("metadata") or {}).items()} or None
-        runtime_env = submitted_runtime_env(props)
+        metadata = {str(k): str(v) for k, v in (job.metadata or {}).items()} or None
+        runtime_env = submitted_runtime_env(job)
         while True:
             try:
                 api.call(
                     f"submitting {job_id}",
                     lambda client: client.submit_job(
-                        entrypoint=props["entrypoint"],
+                        entrypoint=job.entrypoint,
                         submission_id=job_id,
                         runtime_env=runtime_env,
                         metadata=metadata,

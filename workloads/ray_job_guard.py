@@ -21,44 +21,48 @@ from typing import Any
 
 from pulumi.dynamic import CreateResult, DiffResult, UpdateResult
 
-from domain.stack_identity import integral
 from workloads.job_teardown import stop_and_confirm, teardown
 from workloads.jobs_api import JobsApi
-from workloads.ray_job_migration import LEGACY_JOB_ID, adopts_earlier_id, guard_legacy_id
-from workloads.ray_job_record import TARGET_INPUTS, TERMINAL, attempt_number, defining
-
-KEYS = ("job_id", LEGACY_JOB_ID, *TARGET_INPUTS)
+from workloads.ray_job_migration import adopts_earlier_id, guard_legacy_id
+from workloads.ray_job_record import TARGET_INPUTS, TERMINAL, GuardRecord, attempt_number
 
 
 def create(props: dict[str, Any]) -> CreateResult:
-    outs = {**{key: props.get(key) for key in KEYS}, LEGACY_JOB_ID: None}
-    return CreateResult(id_=f"{props['job_id']}-guard", outs=outs)
+    guard = GuardRecord.from_props(props)
+    outs = GuardRecord(job_id=guard.job_id, address=guard.address, gke=guard.gke).to_props()
+    return CreateResult(id_=f"{guard.job_id}-guard", outs=outs)
 
 
-def diff(olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+def diff(old_props: dict[str, Any], new_props: dict[str, Any]) -> DiffResult:
+    olds, news = GuardRecord.from_props(old_props), GuardRecord.from_props(new_props)
     migrating = adopts_earlier_id(olds, news)
     replaces = [
         key
         for key in ("job_id", *TARGET_INPUTS)
-        if defining(olds, key) != defining(news, key) and not (key == "job_id" and migrating)
+        if olds.defining(key) != news.defining(key) and not (key == "job_id" and migrating)
     ]
     changes = (
         bool(replaces)
         or migrating
-        or any(integral(olds.get(key)) != integral(news.get(key)) for key in ("job_id", *TARGET_INPUTS))
+        or any(getattr(olds, key) != getattr(news, key) for key in ("job_id", *TARGET_INPUTS))
     )
     return DiffResult(changes=changes, replaces=replaces)
 
 
-def update(olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+def update(old_props: dict[str, Any], new_props: dict[str, Any]) -> UpdateResult:
     # Only how to reach the cluster changed (e.g. the infra stack now exports its id), or the
     # job's id changed form (see the module).
-    return UpdateResult(outs={**{key: news.get(key) for key in KEYS}, LEGACY_JOB_ID: guard_legacy_id(olds, news)})
+    olds, news = GuardRecord.from_props(old_props), GuardRecord.from_props(new_props)
+    kept = GuardRecord(
+        job_id=news.job_id, legacy_job_id=guard_legacy_id(olds, news), address=news.address, gke=news.gke
+    )
+    return UpdateResult(outs=kept.to_props())
 
 
 def delete(props: dict[str, Any]) -> None:
-    base_ids = [base for base in (props["job_id"], props.get(LEGACY_JOB_ID)) if base]
-    with JobsApi(props.get("address"), props.get("gke")) as api:
+    guard = GuardRecord.from_props(props)
+    base_ids = [base for base in (guard.job_id, guard.legacy_job_id) if base]
+    with JobsApi(guard.address, guard.gke) as api:
 
         def stop_every_attempt() -> None:
             jobs = api.call("listing jobs", lambda client: client.list_jobs())

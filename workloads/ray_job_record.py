@@ -1,40 +1,206 @@
-"""What a RayJob records: the names of its inputs and outputs, the job's submission id, and the
-outputs a job's record at Ray gives.
+"""What a RayJob records: its inputs as one typed record (JobRequest), the names of its outputs,
+the job's submission id, and the outputs a job's record at Ray gives.
 
-Written once: the program, the smoke run and the provider all derive from these names. The
-submission id is derived from the stack's organization, project and name and the job-defining
-inputs, so an interrupted `pulumi up` resumes the same run instead of starting a second one, and
-two stacks of the same name in other projects or organizations never share one. What state
-written by earlier versions records instead is in workloads/ray_job_migration.py.
+Written once: each input is a field of JobRequest, which declares its role (whose job it is,
+whether it defines the job or may change without a new run, where the job runs, whether state
+keeps it); the program, the smoke run and the provider derive the names from those fields. The
+provider parses the engine's props into a JobRequest once (`from_props`) and reads attributes.
+The submission id is derived from the stack's organization, project and name and the
+job-defining inputs, so an interrupted `pulumi up` resumes the same run instead of starting a
+second one, and two stacks of the same name in other projects or organizations never share one.
+What state written by earlier versions records instead is in workloads/ray_job_migration.py.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
+
+from pulumi.runtime import rpc
 
 from domain.stack_identity import digest, integral
 from domain.training.goodput import OUTPUTS as GOODPUT_OUTPUTS
 from domain.training.job_log import DATA_OUTPUTS
+from workloads.jobs_api import GkeTarget
 
+# The roles an input of the RayJob has (declared on JobRequest's fields).
 # Whose job it is: the stack, named in full (RayJob adds these from the running program).
-IDENTITY = ("organization", "project", "stack")
-# Inputs that define the job: changing one means another run (a new submission id). A failed
-# run's retry is a new attempt of the same job: `<id>-2`, `<id>-3`, ...
-JOB_DEFINING = (*IDENTITY, "entrypoint", "runtime_env", "metadata", "address", "gke")
-# Inputs that change without a new run. The two deadlines (see workloads/job_wait.py), and what
-# the job's worker group asks for (`slices`, `min_slices`, `hosts_per_slice`,
-# `resources_per_worker`: counted while the job waits for them).
-UPDATABLE = ("queue_timeout_seconds", "timeout_seconds", "worker_group", "total_steps", "checkpoint_dir")
-# Where the job runs (one of the two), and what the program derives from the job description.
-TARGET_INPUTS = ("address", "gke")
+IDENTITY_ROLE = "identity"
+# Defines the job: changing one means another run (a new submission id). A failed run's retry is
+# a new attempt of the same job: `<id>-2`, `<id>-3`, ...
+DEFINING_ROLE = "defining"
+# Changes without a new run.
+UPDATABLE_ROLE = "updatable"
+# Where the job runs (one of the two).
+TARGET_ROLE = "target"
+# Copied into the outputs: whose job it is, where it runs (refresh and destroy need it) and the
+# updatable settings. The command, runtime env and metadata may carry secrets (`pulumi config set
+# --secret`); state keeps only a digest of each, which is all `diff` needs.
+KEPT_ROLE = "kept"
+
+
+def _input(*roles: str) -> dict[str, Any]:
+    """A field's metadata: it is an input, with these roles."""
+    return {"input": True, "roles": frozenset(roles)}
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """The RayJob's inputs (or, parsed from its state, what state keeps of them), one field per
+    input: its name is the input's name on the wire and in state, its metadata its roles.
+
+    Numbers are whole where the engine sent whole floats (8265.0 is 8265); `gke` is parsed into
+    a GkeTarget. A value preview cannot tell yet (the engine's unknown) is kept as that
+    sentinel and named in `unknown` (a `gke` that is, or holds, one is None here)."""
+
+    organization: str | None = field(default=None, metadata=_input(IDENTITY_ROLE, DEFINING_ROLE, KEPT_ROLE))
+    project: str | None = field(default=None, metadata=_input(IDENTITY_ROLE, DEFINING_ROLE, KEPT_ROLE))
+    stack: str | None = field(default=None, metadata=_input(IDENTITY_ROLE, DEFINING_ROLE, KEPT_ROLE))
+    entrypoint: str | None = field(default=None, metadata=_input(DEFINING_ROLE))
+    runtime_env: Mapping[str, Any] | None = field(default=None, metadata=_input(DEFINING_ROLE))
+    metadata: Mapping[str, Any] | None = field(default=None, metadata=_input(DEFINING_ROLE))
+    address: str | None = field(default=None, metadata=_input(DEFINING_ROLE, TARGET_ROLE, KEPT_ROLE))
+    gke: GkeTarget | None = field(default=None, metadata=_input(DEFINING_ROLE, TARGET_ROLE, KEPT_ROLE))
+    # The two deadlines (see workloads/job_wait.py), and what the job's worker group asks for
+    # (`slices`, `min_slices`, `hosts_per_slice`, `resources_per_worker`: counted while the job
+    # waits for them).
+    queue_timeout_seconds: float | None = field(default=None, metadata=_input(UPDATABLE_ROLE, KEPT_ROLE))
+    timeout_seconds: float | None = field(default=None, metadata=_input(UPDATABLE_ROLE, KEPT_ROLE))
+    worker_group: Mapping[str, Any] | None = field(default=None, metadata=_input(UPDATABLE_ROLE, KEPT_ROLE))
+    total_steps: int | None = field(default=None, metadata=_input(UPDATABLE_ROLE, KEPT_ROLE))
+    checkpoint_dir: str | None = field(default=None, metadata=_input(UPDATABLE_ROLE, KEPT_ROLE))
+    # The job's submission id under the earlier scheme, when the stack's guard recorded one (see
+    # workloads/ray_job_migration.py): create adopts a run still going (or finished) under it.
+    legacy_job_id: str | None = field(default=None, metadata=_input())
+
+    # Not inputs. What state recorded of the job-defining inputs (one digest each; None in state
+    # written before digests were kept, and in the inputs).
+    input_digests: Mapping[str, str] | None = None
+    # Which inputs the props named at all (state written by earlier versions lacks some), and
+    # which of them preview cannot tell yet.
+    recorded: frozenset[str] = field(default=frozenset(), compare=False)
+    unknown: frozenset[str] = field(default=frozenset(), compare=False)
+
+    @classmethod
+    def from_props(cls, props: Mapping[str, Any]) -> JobRequest:
+        """The record of the engine's props (a create's inputs, a diff's olds or news, state):
+        the names of other props (the outputs) are left out."""
+        values, unknown = _parsed(props, INPUTS)
+        digests = props.get("input_digests")
+        return cls(
+            **values,
+            input_digests=dict(digests) if isinstance(digests, Mapping) else None,
+            recorded=frozenset(name for name in INPUTS if name in props),
+            unknown=frozenset(unknown),
+        )
+
+    def props(self, names: Iterable[str]) -> dict[str, Any]:
+        """These inputs as the wire and state hold them (the GKE target as a mapping)."""
+        return {name: _wire(getattr(self, name)) for name in names}
+
+    def to_props(self) -> dict[str, Any]:
+        """What state keeps of the inputs: the kept ones, and a digest of each job-defining one."""
+        return {**self.props(KEPT_INPUTS), "input_digests": self.digests()}
+
+    def defining(self, name: str) -> Any:
+        """The value of a job-defining input, as far as it defines the job."""
+        return _defining(getattr(self, name))
+
+    def digests(self) -> dict[str, str]:
+        """One digest per job-defining input: what `diff` compares, without the values in state."""
+        return {name: digest(self.defining(name)) for name in JOB_DEFINING}
+
+    def submission_id(self) -> str:
+        """Deterministic: the same stack (organization, project and name) and job-defining inputs
+        always name the same job, `pulumi-<organization>-<project>-<stack>-<digest>`; a name the
+        program cannot know (the organization under mocks) is left out of the readable part."""
+        name = "-".join(str(getattr(self, key)) for key in IDENTITY if getattr(self, key))
+        name = _NOT_IN_ID.sub("-", name)[:ID_NAME_MAX].strip("-.") or "stack"
+        return f"pulumi-{name}-{digest({key: self.defining(key) for key in JOB_DEFINING})}"
+
+
+@dataclass(frozen=True)
+class GuardRecord:
+    """The RayJobGuard's inputs and state (workloads/ray_job_guard.py): the job's base submission
+    id, where the job runs, and the ids of the same job in the first releases' form (see
+    workloads/ray_job_migration.py): `previous_job_id`, an input, and `legacy_job_id`, what state
+    keeps of it."""
+
+    job_id: str | None = None
+    previous_job_id: str | None = None
+    legacy_job_id: str | None = None
+    address: str | None = None
+    gke: GkeTarget | None = None
+
+    @classmethod
+    def from_props(cls, props: Mapping[str, Any]) -> GuardRecord:
+        values, _ = _parsed(props, GUARD_PROPS)
+        return cls(**values)
+
+    def to_props(self) -> dict[str, Any]:
+        """What state keeps: the id, the earlier one, where the job runs."""
+        return {name: _wire(getattr(self, name)) for name in GUARD_KEPT}
+
+    def defining(self, name: str) -> Any:
+        """The value of the id or of a target input, as far as it defines what is guarded."""
+        return _defining(getattr(self, name))
+
+
+GUARD_PROPS = tuple(f.name for f in fields(GuardRecord))
+GUARD_KEPT = tuple(name for name in GUARD_PROPS if name != "previous_job_id")
+
+
+def _parsed(props: Mapping[str, Any], names: tuple[str, ...]) -> tuple[dict[str, Any], set[str]]:
+    """The values of `names` in the engine's props (absent ones None, whole floats whole, `gke` a
+    GkeTarget), and which of them preview cannot tell yet."""
+    values: dict[str, Any] = {name: integral(props.get(name)) for name in names}
+    unknown = {name for name in names if values[name] == rpc.UNKNOWN}
+    gke = values["gke"]
+    if isinstance(gke, Mapping) and rpc.UNKNOWN not in gke.values():
+        values["gke"] = GkeTarget.from_inputs(gke)
+    else:
+        values["gke"] = None
+        if gke is not None:
+            unknown.add("gke")
+    return values, unknown
+
+
+def _wire(value: Any) -> Any:
+    """A value as the wire and state hold it: a GKE target without the fields it has no value for."""
+    if isinstance(value, GkeTarget):
+        return {key: item for key, item in dataclasses.asdict(value).items() if item is not None}
+    return value
+
+
+def _defining(value: Any) -> Any:
+    """A value as far as it defines the job: a GKE target's location only."""
+    if isinstance(value, GkeTarget):
+        return {key: getattr(value, key) for key in GKE_LOCATION_KEYS}
+    return value
+
+
+def _named(role: str) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(JobRequest) if role in f.metadata.get("roles", ()))
+
+
+def request(inputs: JobRequest | Mapping[str, Any]) -> JobRequest:
+    return inputs if isinstance(inputs, JobRequest) else JobRequest.from_props(inputs)
+
+
+# The names, derived from JobRequest's fields.
+INPUTS = tuple(f.name for f in fields(JobRequest) if f.metadata.get("input"))
+IDENTITY = _named(IDENTITY_ROLE)
+JOB_DEFINING = _named(DEFINING_ROLE)
+UPDATABLE = _named(UPDATABLE_ROLE)
+TARGET_INPUTS = _named(TARGET_ROLE)
+KEPT_INPUTS = _named(KEPT_ROLE)
+# What the program derives from the job description.
 JOB_INPUTS = tuple(name for name in JOB_DEFINING + UPDATABLE if name not in (*TARGET_INPUTS, *IDENTITY))
-# Inputs copied into the outputs: whose job it is, where it runs (refresh and destroy need it)
-# and the updatable settings. The command, runtime env and metadata may carry secrets (`pulumi
-# config set --secret`); state keeps only a digest of each, which is all `diff` needs.
-KEPT_INPUTS = (*IDENTITY, *TARGET_INPUTS, *UPDATABLE)
+
 # Outputs, and whether the workloads stack exports them (under their camelCase name).
 OUTPUTS = (
     "submission_id",
@@ -76,14 +242,6 @@ def export_name(name: str) -> str:
 GKE_LOCATION_KEYS = ("endpoint", "ca_certificate", "namespace", "service", "port")
 
 
-def defining(inputs: Mapping[str, Any], key: str) -> Any:
-    """The value of a job-defining input, as far as it defines the job."""
-    value = integral(inputs.get(key))
-    if key == "gke" and isinstance(value, Mapping):
-        return {name: value.get(name) for name in GKE_LOCATION_KEYS}
-    return value
-
-
 # The readable part of a submission id is cut to this many characters (the digest covers the full
 # names). Ray sets no limit of its own, but names the job's log file `job-driver-<id>.log`, which
 # must fit the 255 bytes of a file name: ids stay far below that, attempt suffixes included.
@@ -91,18 +249,14 @@ ID_NAME_MAX = 100
 _NOT_IN_ID = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-def submission_id(inputs: Mapping[str, Any]) -> str:
-    """Deterministic: the same stack (organization, project and name) and job-defining inputs
-    always name the same job, `pulumi-<organization>-<project>-<stack>-<digest>`; a name the
-    program cannot know (the organization under mocks) is left out of the readable part."""
-    name = "-".join(str(inputs[key]) for key in IDENTITY if inputs.get(key))
-    name = _NOT_IN_ID.sub("-", name)[:ID_NAME_MAX].strip("-.") or "stack"
-    return f"pulumi-{name}-{digest({key: defining(inputs, key) for key in JOB_DEFINING})}"
+def submission_id(inputs: JobRequest | Mapping[str, Any]) -> str:
+    """The job's submission id (JobRequest.submission_id), from its record or its props."""
+    return request(inputs).submission_id()
 
 
-def input_digests(inputs: Mapping[str, Any]) -> dict[str, str]:
-    """One digest per job-defining input: what `diff` compares, without the values in state."""
-    return {key: digest(defining(inputs, key)) for key in JOB_DEFINING}
+def input_digests(inputs: JobRequest | Mapping[str, Any]) -> dict[str, str]:
+    """One digest per job-defining input (JobRequest.digests), from its record or its props."""
+    return request(inputs).digests()
 
 
 def attempt_number(base_id: str, job_id: str) -> int:
