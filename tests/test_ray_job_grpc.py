@@ -10,11 +10,7 @@ values, the Diff and Read encodings. This test goes through it against a real lo
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import select
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,49 +19,30 @@ from typing import Any
 import dill
 import grpc
 import pytest
-from google.protobuf import struct_pb2
-from pulumi.dynamic.dynamic import serialize_provider
-from pulumi.runtime import rpc
 from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
 
-from domain.paths import PROJECT_ROOT
-from tests.support.ray_job_harness import FIRST_RELEASE_ID, NOW, first_release_state
-from workloads import ray_job_migration
-from workloads.ray_job import RayJobGuardProvider, RayJobProvider, submission_id
+from tests.support.provider_plugin import (
+    GUARD_PROVIDER,
+    GUARD_TYPE,
+    GUARD_URN,
+    PROVIDER,
+    TYPE,
+    URN,
+    Plugin,
+    from_struct,
+    running_plugin,
+    to_struct,
+    with_provider,
+)
+from workloads.ray_job import RayJobProvider, submission_id
 
 pytestmark = pytest.mark.slow
 
-URN = "urn:pulumi:grpc-test::maxtext-tpu-workloads::pulumi-python:dynamic/ray:RayJob::grpc-job"
-TYPE = "pulumi-python:dynamic/ray:RayJob"
-PROVIDER = serialize_provider(RayJobProvider())
-GUARD_URN = "urn:pulumi:grpc-test::maxtext-tpu-workloads::pulumi-python:dynamic/ray:RayJobGuard::grpc-job-guard"
-GUARD_TYPE = "pulumi-python:dynamic/ray:RayJobGuard"
-GUARD_PROVIDER = serialize_provider(RayJobGuardProvider())
 # One MaxText-style step line: the job ends within seconds and still has metrics to parse.
 STEP_ENTRYPOINT = (
     "python -c \"print('completed step: 0, seconds: 0.1, TFLOP/s/device: 1.0, "
     "Tokens/s/device: 100.0, total_weights: 64, loss: 2.5')\""
 )
-PLUGIN_START_SECONDS = 30
-
-
-def to_struct(props: dict[str, Any]) -> struct_pb2.Struct:
-    """Serializes a property bag as the engine receives it from the program (async in the SDK).
-    On a loop of its own, not asyncio.run(), which leaves the thread without a current loop and
-    so breaks the Pulumi mocks of every later test in this process."""
-    loop = asyncio.new_event_loop()
-    try:
-        return loop.run_until_complete(rpc.serialize_properties(props, {}))
-    finally:
-        loop.close()
-
-
-def from_struct(struct: struct_pb2.Struct) -> dict[str, Any]:
-    return rpc.deserialize_properties(struct)
-
-
-def with_provider(props: dict[str, Any], provider: str = PROVIDER) -> dict[str, Any]:
-    return {**props, "__provider": provider}
 
 
 def job_inputs(address: str, **changes: Any) -> dict[str, Any]:
@@ -92,58 +69,10 @@ def check(stub, news: dict[str, Any]) -> provider_pb2.CheckResponse:
     )
 
 
-class Plugin:
-    """The dynamic-provider plugin as the engine runs it: in the program's directory
-    (workloads/, so `workloads.ray_job` must unpickle through the installed project, not the
-    working directory), port read from its stdout, configured once with no config. Its stderr
-    (which the engine shows as info lines) goes to a file; the process is stopped by its pid."""
-
-    def __init__(self, stderr_path: Path):
-        self.stderr_path = stderr_path
-        with open(stderr_path, "ab") as stderr:
-            self.process = subprocess.Popen(
-                [sys.executable, "-u", "-m", "pulumi.dynamic"],
-                cwd=PROJECT_ROOT / "workloads",
-                stdout=subprocess.PIPE,
-                stderr=stderr,
-            )
-        self.channel = None
-        try:
-            ready, _, _ = select.select([self.process.stdout], [], [], PLUGIN_START_SECONDS)
-            assert ready, f"the plugin printed no port within {PLUGIN_START_SECONDS} s:\n{stderr_path.read_text()}"
-            port = int(self.process.stdout.readline())
-            self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-            grpc.channel_ready_future(self.channel).result(timeout=PLUGIN_START_SECONDS)
-            self.stub = provider_pb2_grpc.ResourceProviderStub(self.channel)
-            configured = self.stub.Configure(provider_pb2.ConfigureRequest(args=to_struct({})))
-            assert not configured.acceptSecrets
-        except BaseException:
-            self.stop()
-            raise
-
-    def stop(self, kill: bool = False) -> None:
-        if self.channel is not None:
-            self.channel.close()
-        if kill:
-            self.process.kill()
-        else:
-            self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
-        self.process.stdout.close()
-
-
 @pytest.fixture(scope="module")
 def plugin(tmp_path_factory, local_ray_head) -> Iterator[tuple[provider_pb2_grpc.ResourceProviderStub, Path]]:
     """A plugin started after the local head, so it inherits the head's token location."""
-    started = Plugin(tmp_path_factory.mktemp("plugin") / "stderr.log")
-    try:
-        yield started.stub, started.stderr_path
-    finally:
-        started.stop()
+    yield from running_plugin(tmp_path_factory)
 
 
 def test_provider_is_pickled_by_reference():
@@ -339,55 +268,3 @@ def test_a_secret_env_var_stays_out_of_outputs_and_log_lines(plugin, local_ray_h
     assert outputs["status"] == "SUCCEEDED"
     assert secret not in created.properties.SerializeToString().decode("utf-8", "replace")
     assert secret not in stderr_path.read_text()
-
-
-def test_state_of_the_first_releases_keeps_its_job_through_the_plugin(plugin):
-    """The first `pulumi up` after the submission id gained the organization and project, as the
-    engine sends it: a finished job's state (no organization or project recorded, the id in its
-    earlier form) is the same job, and its guard is updated in place, keeping the earlier id."""
-    stub, _ = plugin
-    now = {**NOW, "address": "http://127.0.0.1:8265"}
-    same = stub.Diff(
-        provider_pb2.DiffRequest(
-            id=FIRST_RELEASE_ID,
-            urn=URN,
-            name="grpc-job",
-            type=TYPE,
-            olds=to_struct(with_provider(first_release_state())),
-            news=to_struct(with_provider(now)),
-        )
-    )
-    assert same.changes == provider_pb2.DiffResponse.DIFF_NONE and list(same.replaces) == []
-
-    old_guard = with_provider({"job_id": FIRST_RELEASE_ID, "address": now["address"]}, GUARD_PROVIDER)
-    new_guard = with_provider(
-        {
-            "job_id": submission_id(now),
-            "previous_job_id": ray_job_migration.legacy_submission_id(now),
-            "address": now["address"],
-        },
-        GUARD_PROVIDER,
-    )
-    guard_diff = stub.Diff(
-        provider_pb2.DiffRequest(
-            id=f"{FIRST_RELEASE_ID}-guard",
-            urn=GUARD_URN,
-            name="grpc-job-guard",
-            type=GUARD_TYPE,
-            olds=to_struct(old_guard),
-            news=to_struct(new_guard),
-        )
-    )
-    assert guard_diff.changes == provider_pb2.DiffResponse.DIFF_SOME and list(guard_diff.replaces) == []
-    updated = stub.Update(
-        provider_pb2.UpdateRequest(
-            id=f"{FIRST_RELEASE_ID}-guard",
-            urn=GUARD_URN,
-            name="grpc-job-guard",
-            type=GUARD_TYPE,
-            olds=to_struct(old_guard),
-            news=to_struct(new_guard),
-        )
-    )
-    outputs = from_struct(updated.properties)
-    assert outputs["job_id"] == submission_id(now) and outputs["legacy_job_id"] == FIRST_RELEASE_ID
