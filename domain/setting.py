@@ -12,7 +12,10 @@ derives from that declaration:
   tests/test_settings_table.py fails when they drift).
 
 Checks that involve several settings (a zone of the region, Spot with a reservation) stay in the
-project's parse function, which reads the typed values from here.
+project's parse function. They read the values as the settings class itself holds them
+(`Reading.partial`: an instance of the class, None where a value is unset or refused) and name a
+setting by its field (`field_names`), never by a key typed as text, so a renamed field renames
+every check and message.
 """
 
 from __future__ import annotations
