@@ -224,7 +224,7 @@ def test_the_job_id_names_the_organization_project_and_stack(monkeypatch, organi
     assert guard.inputs["job_id"].startswith(f"pulumi-{named}-")
     assert guard.inputs["job_id"] != submission_id({**inputs, "project": "another-project"})
     assert guard.inputs["job_id"] != submission_id({**inputs, "organization": "another-org"})
-    # The earlier form, for a guard written by the first releases (see test_ray_job.py).
+    # The earlier form, for a guard written by the first releases (see test_ray_job_migration.py).
     assert guard.inputs["previous_job_id"] == legacy_submission_id(inputs)
     assert guard.inputs["previous_job_id"].startswith("pulumi-dev-")
 
