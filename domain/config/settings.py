@@ -226,7 +226,7 @@ class StackSettings:
     )
     preset: Preset = setting(
         PRESET,
-        "Training preset: llama3-8b or llama3-70b (the tiny-cpu preset runs locally, not on GKE).",
+        f"Training preset: {preset_names(on_tpu=True)} ({preset_names(on_tpu=False)} runs locally, not on GKE).",
         default="llama3-8b",
         check=_tpu_preset,
         in_clear="it is exported as the preset output",

@@ -133,7 +133,7 @@ class WorkloadSettings:
     )
     preset: str | None = setting(
         PRESET,
-        "Training preset: llama3-8b, llama3-70b or tiny-cpu; defaults to the infra stack's.",
+        f"Training preset: {', '.join(PRESETS)}; defaults to the infra stack's.",
         unset="the infra stack's",
         in_clear="it is exported as the preset output and names the default run (<preset>-<stack>-<digest>)",
     )
