@@ -1,4 +1,5 @@
-"""Shared fixtures: the infra program run under Pulumi mocks with a stack's config."""
+"""Shared fixtures: the infra program run under Pulumi mocks with a stack's config, and a RayJob
+provider that polls fast."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from domain.paths import INFRA_PROJECT
 from tests.support.infra_program import run_infra
 from tests.support.pulumi_harness import ProgramRun, stack_config
+from workloads import job_wait
 
 
 @pytest.fixture
@@ -48,3 +50,10 @@ def local_ray_head():
 
     with LocalRayHead() as head, head.client_environment():
         yield head
+
+
+@pytest.fixture
+def fast_polling(monkeypatch):
+    """The RayJob provider's wait, polling every 0.2 s and giving up on a silent API after 3 s."""
+    monkeypatch.setattr(job_wait, "POLL_SECONDS", 0.2)
+    monkeypatch.setattr(job_wait, "LOST_CONTACT_SECONDS", 3.0)

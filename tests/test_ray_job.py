@@ -41,10 +41,7 @@ from workloads.ray_job import (
 slow = pytest.mark.slow
 
 
-@pytest.fixture(autouse=True)
-def fast_polling(monkeypatch):
-    monkeypatch.setattr(job_wait, "POLL_SECONDS", 0.2)
-    monkeypatch.setattr(job_wait, "LOST_CONTACT_SECONDS", 3.0)
+pytestmark = pytest.mark.usefixtures("fast_polling")
 
 
 @slow

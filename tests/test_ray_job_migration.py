@@ -36,16 +36,13 @@ from tests.support.ray_job_harness import (
     inputs,
     wait_for,
 )
-from workloads import job_wait, ray_job, ray_job_migration, ray_job_record
+from workloads import ray_job, ray_job_migration, ray_job_record
 from workloads.ray_job import RayJobError, RayJobGuardProvider, RayJobProvider, submission_id
 
 slow = pytest.mark.slow
 
 
-@pytest.fixture(autouse=True)
-def fast_polling(monkeypatch):
-    monkeypatch.setattr(job_wait, "POLL_SECONDS", 0.2)
-    monkeypatch.setattr(job_wait, "LOST_CONTACT_SECONDS", 3.0)
+pytestmark = pytest.mark.usefixtures("fast_polling")
 
 
 def test_the_earlier_id_form_is_the_one_the_first_releases_computed():
