@@ -4,7 +4,6 @@ required), which the rest of the project reads by attribute."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -78,5 +77,5 @@ def gke_target(cluster: ClusterOutputs) -> GkeTarget:
 
 
 def gke_inputs(cluster: ClusterOutputs) -> dict[str, Any]:
-    """The RayJob's `gke` input: the target, without the fields the infra stack has no value for."""
-    return {key: value for key, value in dataclasses.asdict(gke_target(cluster)).items() if value is not None}
+    """The RayJob's `gke` input."""
+    return gke_target(cluster).as_inputs()

@@ -32,7 +32,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlparse
@@ -209,6 +209,11 @@ class GkeTarget:
             cluster_id=values.get("cluster_id") or None,
             auth_secret=values.get("auth_secret") or None,
         )
+
+    def as_inputs(self) -> dict[str, Any]:
+        """The target as a RayJob's `gke` input holds it (from_inputs' inverse): without the
+        fields it has no value for."""
+        return {key: value for key, value in asdict(self).items() if value is not None}
 
 
 def kube_configuration(target: GkeTarget) -> Any:

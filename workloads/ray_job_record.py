@@ -13,7 +13,6 @@ What state written by earlier versions records instead is in workloads/ray_job_m
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
@@ -171,9 +170,7 @@ def _parsed(props: Mapping[str, Any], names: tuple[str, ...]) -> tuple[dict[str,
 
 def _wire(value: Any) -> Any:
     """A value as the wire and state hold it: a GKE target without the fields it has no value for."""
-    if isinstance(value, GkeTarget):
-        return {key: item for key, item in dataclasses.asdict(value).items() if item is not None}
-    return value
+    return value.as_inputs() if isinstance(value, GkeTarget) else value
 
 
 def _defining(value: Any) -> Any:
