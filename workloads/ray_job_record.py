@@ -27,7 +27,7 @@ from domain.training.job_log import DATA_OUTPUTS
 from workloads.jobs_api import GkeTarget
 
 # The roles an input of the RayJob has (declared on JobRequest's fields).
-# Whose job it is: the stack, named in full (RayJob adds these from the running program).
+# Whose job it is: the stack, named in full (the workloads program adds these to the inputs).
 IDENTITY_ROLE = "identity"
 # Defines the job: changing one means another run (a new submission id). A failed run's retry is
 # a new attempt of the same job: `<id>-2`, `<id>-3`, ...
