@@ -44,6 +44,7 @@ from pulumi_policy.deserialize import deserialize_properties
 from pulumi_policy.policy import _NotApplicableError  # what `args.not_applicable()` raises
 from pulumi_policy.proxy import UnknownValueError, unknown_checking_proxy
 
+from domain.stack_identity import integral
 from policies.rules import ALL
 
 # PolicyPack's level for a policy that sets none (every policy here sets its own).
@@ -151,7 +152,7 @@ def _entry(name: str, value: Any, policy: Policy | None) -> tuple[EnforcementLev
         ok = wanted not in _JSON_TYPES or (
             isinstance(item, _JSON_TYPES[wanted])
             and (wanted == "boolean" or not isinstance(item, bool))
-            and (wanted != "integer" or isinstance(item, int) or (isinstance(item, float) and item.is_integer()))
+            and (wanted != "integer" or isinstance(integral(item), int))
         )
         if not ok:
             raise ValueError(f"policy {name!r}: config property {key} = {item!r} is not of type {wanted}")

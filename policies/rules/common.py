@@ -33,6 +33,7 @@ from pulumi_policy.proxy import (
     UnknownValueError,
 )
 
+from domain.stack_identity import integral
 from domain.tpu.gke_labels import TPU_ACCELERATOR_LABEL, TPU_RESOURCE, TPU_TOPOLOGY_LABEL
 from domain.tpu.tpu_catalog import ACCELERATORS, Accelerator, SliceShape
 
@@ -122,17 +123,14 @@ def known(*values: Any) -> bool:
 
 
 def whole_number(value: Any) -> Any:
-    """An integer from what the engine sends (numbers arrive as floats, Kubernetes quantities as
-    strings), or UNKNOWN when it is not one."""
+    """An integer from what the engine sends (a whole float is one, as `integral` reads it;
+    Kubernetes quantities arrive as strings), or UNKNOWN when it is not one."""
     if isinstance(value, bool) or not known(value):
         return UNKNOWN
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
     if isinstance(value, str) and value.strip().isdigit():
         return int(value.strip())
-    return UNKNOWN
+    number = integral(value)
+    return number if isinstance(number, int) else UNKNOWN
 
 
 def described(kind: str, name: str, props: dict[str, Any]) -> str:
