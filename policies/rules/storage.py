@@ -21,7 +21,7 @@ from pulumi_policy import (
 )
 
 from domain.gcp.gcp_resources import DATASET_ROLE
-from policies.rules.common import BUCKET, RAY_CLUSTER, UNKNOWN, StackView, at, described, known, plain
+from policies.rules.common import BUCKET, RAY_CLUSTER, UNKNOWN, StackView, at, described, known, on, plain
 from policies.rules.raycluster import dataset_buckets
 
 # Resources that grant IAM roles on a bucket (or a managed folder in one), by how they hold
@@ -117,26 +117,28 @@ def _bucket(args: ResourceValidationArgs) -> tuple[dict[str, Any], str] | None:
     return props, described("Bucket", args.name, props)
 
 
-def uniform_access(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+@on(_bucket)
+def uniform_access(
+    props: dict[str, Any], label: str, args: ResourceValidationArgs, report_violation: ReportViolation
+) -> None:
     """Per-object ACLs are how objects of a private bucket end up public."""
-    bucket = _bucket(args)
-    if bucket is not None and at(bucket[0], "uniformBucketLevelAccess") is False:
+    if at(props, "uniformBucketLevelAccess") is False:
         report_violation(
-            f"{bucket[1]} allows per-object ACLs (uniform bucket-level access is off), so a "
+            f"{label} allows per-object ACLs (uniform bucket-level access is off), so a "
             "single object can be made public. Set uniform_bucket_level_access=True.",
             args.urn,
         )
 
 
-def public_access_prevention(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+@on(_bucket)
+def public_access_prevention(
+    props: dict[str, Any], label: str, args: ResourceValidationArgs, report_violation: ReportViolation
+) -> None:
     """Public access prevention blocks allUsers grants even when someone adds one later."""
-    bucket = _bucket(args)
-    if bucket is None:
-        return
-    prevention = at(bucket[0], "publicAccessPrevention")
+    prevention = at(props, "publicAccessPrevention")
     if known(prevention) and prevention != "enforced":
         report_violation(
-            f"{bucket[1]} has public access prevention {prevention!r}: any later allUsers grant "
+            f"{label} has public access prevention {prevention!r}: any later allUsers grant "
             "would publish the checkpoints. Set public_access_prevention='enforced'.",
             args.urn,
         )
@@ -161,38 +163,45 @@ def no_public_members(args: ResourceValidationArgs, report_violation: ReportViol
         )
 
 
-def no_admin_roles(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
-    """An admin role can re-grant access or delete the bucket and every checkpoint in it."""
+def _iam_grants(args: ResourceValidationArgs) -> tuple[str, list[tuple[Any, Any]]] | None:
+    """(label, (role, member) pairs) of a storage IAM resource."""
     kind = IAM_KINDS.get(args.resource_type)
     if kind is None:
-        return
+        return None
     props = plain(args.props)
-    for role in sorted({r for r, _ in _grants(args.resource_type, props) if r in ADMIN_ROLES}):
+    return described(kind, args.name, props), _grants(args.resource_type, props)
+
+
+@on(_iam_grants)
+def no_admin_roles(
+    label: str, grants: list[tuple[Any, Any]], args: ResourceValidationArgs, report_violation: ReportViolation
+) -> None:
+    """An admin role can re-grant access or delete the bucket and every checkpoint in it."""
+    for role in sorted({r for r, _ in grants if r in ADMIN_ROLES}):
         report_violation(
-            f"{described(kind, args.name, props)} grants {role}, which can change "
+            f"{label} grants {role}, which can change "
             "access to the bucket or delete it with every checkpoint. "
             f"{CHECKPOINT_ROLE_HINT}, which reads and writes objects only.",
             args.urn,
         )
 
 
-def workload_identity_members(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+@on(_iam_grants)
+def workload_identity_members(
+    label: str, grants: list[tuple[Any, Any]], args: ResourceValidationArgs, report_violation: ReportViolation
+) -> None:
     """Access goes to pods through Workload Identity: no user, group or key-holding account."""
-    kind = IAM_KINDS.get(args.resource_type)
-    if kind is None:
-        return
-    props = plain(args.props)
     for member in sorted(
         {
             m
-            for _, m in _grants(args.resource_type, props)
+            for _, m in grants
             if isinstance(m, str)
             and m not in PUBLIC_PRINCIPALS  # reported by storage-no-public-members
             and not (m.startswith(WORKLOAD_IDENTITY_PREFIXES) and "/workloadIdentityPools/" in m)
         }
     ):
         report_violation(
-            f"{described(kind, args.name, props)} grants access to {member!r}, "
+            f"{label} grants access to {member!r}, "
             "which is not a Workload Identity principal: its credentials live outside the "
             f"cluster (a user, a group, or a service account and its keys). {CHECKPOINT_ROLE_HINT}.",
             args.urn,
