@@ -85,6 +85,14 @@ def _container_name(container: dict[str, Any]) -> str:
     return f"container '{name}'" if isinstance(name, str) else "a container"
 
 
+def _every_container(props: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(`container 'x' of the head` / `... of worker group 'y'`, container) for every container
+    of every pod template of the cluster."""
+    for where, pod_spec in _pod_specs(props):
+        for container in _containers(pod_spec):
+            yield f"{_container_name(container)} of {where}", container
+
+
 # The head's environment variable that turns Ray autoscaler v2 on without autoscalerOptions.version
 # (KubeRay before 1.4; v1.7.0 still honours it and sets it itself for version v2).
 AUTOSCALER_V2_ENV = "RAY_enable_autoscaler_v2"
@@ -266,17 +274,15 @@ def images_pinned(
 ) -> None:
     """A moving tag can give hosts of one slice different Ray or JAX builds, and a rerun a
     different program than the one that was tested."""
-    for where, pod_spec in _pod_specs(props):
-        for container in _containers(pod_spec):
-            image = at(container, "image")
-            problem = _image_problem(image) if isinstance(image, str) else None
-            if problem:
-                report_violation(
-                    f"{label}: {_container_name(container)} of {where} runs image {image!r}, "
-                    f"which {problem}. Pin a version tag or an @sha256 digest (or leave rayImage "
-                    "unset so the stack builds its own, content-tagged image).",
-                    args.urn,
-                )
+    for named, container in _every_container(props):
+        image = at(container, "image")
+        problem = _image_problem(image) if isinstance(image, str) else None
+        if problem:
+            report_violation(
+                f"{label}: {named} runs image {image!r}, which {problem}. Pin a version tag or an "
+                "@sha256 digest (or leave rayImage unset so the stack builds its own, content-tagged image).",
+                args.urn,
+            )
 
 
 @on(_ray_cluster)
@@ -284,16 +290,14 @@ def privileged_only_for_tpu(
     props: dict[str, Any], label: str, args: ResourceValidationArgs, report_violation: ReportViolation
 ) -> None:
     """Privileged is needed for TPU device access on Standard pools, and nowhere else."""
-    for where, pod_spec in _pod_specs(props):
-        for container in _containers(pod_spec):
-            privileged = at(container, "securityContext", "privileged") is True
-            if privileged and requests_tpu(container) is False:
-                report_violation(
-                    f"{label}: {_container_name(container)} of {where} runs privileged but uses "
-                    "no TPU chips, so it gets full access to its node for nothing. Remove "
-                    "securityContext.privileged from it.",
-                    args.urn,
-                )
+    for named, container in _every_container(props):
+        privileged = at(container, "securityContext", "privileged") is True
+        if privileged and requests_tpu(container) is False:
+            report_violation(
+                f"{label}: {named} runs privileged but uses no TPU chips, so it gets full access "
+                "to its node for nothing. Remove securityContext.privileged from it.",
+                args.urn,
+            )
 
 
 def _unbounded_file_cache(attributes: Any) -> str | None:
