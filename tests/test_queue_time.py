@@ -340,9 +340,11 @@ def test_an_adopted_job_gets_only_the_run_time_left_since_its_first_worker_group
     assert ray.get_job_status(job_id) == JobStatus.STOPPED
 
 
-# Longer than Ray Train's own wait for a worker group's placement (60 s in Ray 2.60), so the test
-# shows the trainer still waiting with one placement request, not retrying, when it is stopped.
-REAL_QUEUE_SECONDS = 85
+# Ray Train's own wait for a worker group's placement, as the stack finds it set (Ray 2.60's
+# default is 60 s; a shorter one keeps the test short), and a queue deadline well past it: the
+# test shows the trainer still waiting with one placement request, not retrying, when it is stopped.
+RAY_PLACEMENT_WAIT_SECONDS = 10
+REAL_QUEUE_SECONDS = 40
 
 
 @slow
@@ -350,10 +352,10 @@ def test_the_trainer_whose_workers_cannot_be_placed_waits_its_whole_queue_deadli
     local_ray_head, tmp_path, capsys
 ):
     """The real trainer asks for one more CPU worker (one per node) than the head has CPUs: Ray
-    Train cannot place its worker group. Submitted with Ray Train's start timeout at the queue
-    deadline, it keeps one placement request for the whole wait (without it, Ray Train gives up
-    on the placement after 60 s, logs the timeout and asks again); the stack stops it at the
-    deadline and says it could not get capacity."""
+    Train cannot place its worker group. The stack's runtime env sets Ray Train's start timeout
+    shorter than the queue deadline; submitted with it at the deadline instead, the trainer keeps
+    one placement request for the whole wait (else Ray Train gives up on the placement, logs the
+    timeout and asks again); the stack stops it at the deadline and says it could not get capacity."""
     with JobsApi(local_ray_head.address) as api:
         deadline = time.monotonic() + 30
         while not (nodes := api.nodes()):  # a head lists itself a few seconds after it starts
@@ -372,6 +374,7 @@ def test_the_trainer_whose_workers_cannot_be_placed_waits_its_whole_queue_deadli
         local_ray_head,
         entrypoint=job.entrypoint(),
         queue_timeout_seconds=REAL_QUEUE_SECONDS,
+        runtime_env={"env_vars": {WORKER_GROUP_START_TIMEOUT_ENV: str(RAY_PLACEMENT_WAIT_SECONDS)}},
         timeout_seconds=1,
         worker_group=group,
         total_steps=job.total_steps,
