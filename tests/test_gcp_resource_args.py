@@ -38,8 +38,8 @@ def all_resource_args(s):
         yield gcp.container.NodePoolArgs, gcp_resources.tpu_pool_args(s, index, "cluster", EMAIL, NETWORKS)
     for index in range(len(s.dcn_subnets)):
         yield gcp.compute.NetworkArgs, gcp_resources.dcn_network_args(s, index)
-        yield gcp.compute.SubnetworkArgs, gcp_resources.dcn_subnet_args(s, index, "net-id")
-        yield gcp.compute.FirewallArgs, gcp_resources.dcn_firewall_args(s, index, "net-id")
+        yield gcp.compute.SubnetworkArgs, {**gcp_resources.dcn_subnet_args(s, index), "network": "net-id"}
+        yield gcp.compute.FirewallArgs, {**gcp_resources.dcn_firewall_args(s, index), "network": "net-id"}
     yield gcp.storage.BucketArgs, gcp_resources.bucket_args(s)
     dataset_access = gcp_resources.dataset_access_args(s)
     if dataset_access is not None:

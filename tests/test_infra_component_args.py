@@ -99,8 +99,9 @@ def test_storage_and_networks_take_the_settings_values():
     assert with_dataset.dataset_access == {"bucket": "acme-corpus", "role": "roles/storage.objectViewer"}
     networks = DcnNetworksArgs.from_settings(stack).networks
     assert [n.network["name"] for n in networks] == ["maxtext-tpu-net-1", "maxtext-tpu-net-2"]
-    assert [n.subnet("id")["ip_cidr_range"] for n in networks] == list(stack.dcn_subnets)
-    assert [n.firewall("id")["network"] for n in networks] == ["id", "id"]
+    assert [n.subnet["ip_cidr_range"] for n in networks] == list(stack.dcn_subnets)
+    # The network's id is the component's to add: it exists only once the network does.
+    assert not any("network" in n.subnet or "network" in n.firewall for n in networks)
 
 
 def test_the_apis_and_the_image(tmp_path):
@@ -138,13 +139,8 @@ def test_components_need_only_their_args_and_wait_through_depends_on():
                 (
                     DcnNetworkArgs(
                         network={"name": "n1", "project": "p"},
-                        subnet=lambda network: {
-                            "name": "s1",
-                            "project": "p",
-                            "network": network,
-                            "ip_cidr_range": "10.0.0.0/16",
-                        },
-                        firewall=lambda network: {"name": "f1", "project": "p", "network": network, "allows": []},
+                        subnet={"name": "s1", "project": "p", "ip_cidr_range": "10.0.0.0/16"},
+                        firewall={"name": "f1", "project": "p", "allows": []},
                     ),
                 )
             ),
@@ -179,6 +175,7 @@ def test_components_need_only_their_args_and_wait_through_depends_on():
     service = _by_name(run, "apis-compute").urn
     network = _by_name(run, "dcn-net-1")
     assert _by_name(run, "dcn-subnet-1").inputs["network"] == f"{network.name}-id"
+    assert _by_name(run, "dcn-net-1-allow-internal").inputs["network"] == f"{network.name}-id"
     for child in ("dcn-net-1", "dcn-subnet-1", "dcn-net-1-allow-internal", "img-repository", "img-build"):
         assert service in _by_name(run, child).dependencies, child
     assert _by_name(run, "img-repository").urn in _by_name(run, "img-build").dependencies

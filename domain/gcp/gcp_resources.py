@@ -118,23 +118,23 @@ def dcn_network_args(settings: ResourceSettings, index: int) -> dict[str, Any]:
     }
 
 
-def dcn_subnet_args(settings: ResourceSettings, index: int, network_id: Any) -> dict[str, Any]:
+def dcn_subnet_args(settings: ResourceSettings, index: int) -> dict[str, Any]:
+    """The component adds its `network` (the network's id, known once the network exists)."""
     return {
         "name": f"tpu-subnet-{index + 1}",
         "project": settings.project,
         "region": settings.region,
-        "network": network_id,
         "ip_cidr_range": settings.dcn_subnets[index],
         "private_ip_google_access": True,
     }
 
 
-def dcn_firewall_args(settings: ResourceSettings, index: int, network_id: Any) -> dict[str, Any]:
-    """New custom VPCs deny all ingress: without this rule slices cannot reach each other."""
+def dcn_firewall_args(settings: ResourceSettings, index: int) -> dict[str, Any]:
+    """New custom VPCs deny all ingress: without this rule slices cannot reach each other. The
+    component adds its `network` (the network's id), as for the subnet."""
     return {
         "name": resource_names.dcn_firewall_name(settings.cluster_name, index),
         "project": settings.project,
-        "network": network_id,
         "direction": "INGRESS",
         "priority": 1000,
         "source_ranges": [settings.dcn_subnets[index]],

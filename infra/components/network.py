@@ -3,8 +3,7 @@ the intra-network firewall rule the manual procedure forgets."""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,15 +14,14 @@ from domain.config.settings import StackSettings
 from domain.gcp import gcp_resources
 from infra.components import child_options
 
-# A resource's arguments given its network's id (known once the network exists).
-OnNetwork = Callable[[pulumi.Input[str]], dict[str, Any]]
-
 
 @dataclass(frozen=True)
 class DcnNetworkArgs:
     network: Mapping[str, Any]
-    subnet: OnNetwork
-    firewall: OnNetwork
+    # The subnet's and the firewall rule's arguments but their `network`: the component adds the
+    # network's id, known once the network exists.
+    subnet: Mapping[str, Any]
+    firewall: Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -37,8 +35,8 @@ class DcnNetworksArgs:
             tuple(
                 DcnNetworkArgs(
                     network=gcp_resources.dcn_network_args(settings, index),
-                    subnet=functools.partial(gcp_resources.dcn_subnet_args, settings, index),
-                    firewall=functools.partial(gcp_resources.dcn_firewall_args, settings, index),
+                    subnet=gcp_resources.dcn_subnet_args(settings, index),
+                    firewall=gcp_resources.dcn_firewall_args(settings, index),
                 )
                 for index in range(len(settings.dcn_subnets))
             )
@@ -59,8 +57,8 @@ class DcnNetworks(pulumi.ComponentResource):
         networks = []
         for number, dcn in enumerate(args.networks, start=1):
             network = gcp.compute.Network(f"{name}-net-{number}", **dcn.network, opts=child)
-            subnet = gcp.compute.Subnetwork(f"{name}-subnet-{number}", **dcn.subnet(network.id), opts=child)
-            gcp.compute.Firewall(f"{name}-net-{number}-allow-internal", **dcn.firewall(network.id), opts=child)
+            subnet = gcp.compute.Subnetwork(f"{name}-subnet-{number}", **dcn.subnet, network=network.id, opts=child)
+            gcp.compute.Firewall(f"{name}-net-{number}-allow-internal", **dcn.firewall, network=network.id, opts=child)
             networks.append(network)
             subnets.append(subnet)
             self.attachments.append((network.name, subnet.name))
