@@ -31,9 +31,13 @@ VARIANTS = {
 PRINCIPAL = "principal://iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/p.svc.id.goog/subject/ns/default/sa/maxtext-ray"
 
 
+def with_email(args):
+    return gcp_resources.fill(args, gcp_resources.NODE_SERVICE_ACCOUNT, EMAIL)
+
+
 def all_resource_args(s):
-    yield gcp.container.ClusterArgs, gcp_resources.cluster_args(s, EMAIL)
-    yield gcp.container.NodePoolArgs, gcp_resources.head_pool_args(s, "cluster", EMAIL)
+    yield gcp.container.ClusterArgs, with_email(gcp_resources.cluster_args(s))
+    yield gcp.container.NodePoolArgs, {**with_email(gcp_resources.head_pool_args(s)), "cluster": "cluster"}
     for index in range(s.slices):
         yield gcp.container.NodePoolArgs, gcp_resources.tpu_pool_args(s, index, "cluster", EMAIL, NETWORKS)
     for index in range(len(s.dcn_subnets)):
@@ -97,7 +101,7 @@ def test_repository_docker_config_reaches_its_typed_args():
 
 
 def test_misspelt_cluster_addon_fails():
-    args = gcp_resources.cluster_args(VARIANTS["standard"], EMAIL)
+    args = gcp_resources.cluster_args(VARIANTS["standard"])
     args["addons_config"]["ray_operator_config"] = [{"enabled": True}]  # the singular is wrong
     with pytest.raises(TypeError, match="ray_operator_config"):
         to_typed_args(gcp.container.ClusterArgs, args)
@@ -115,7 +119,23 @@ def test_spot_pools_extend_the_kubelets_shutdown_grace_period():
     for on_demand in ("standard", "standard-reserved"):
         args = gcp_resources.tpu_pool_args(VARIANTS[on_demand], 0, "c", EMAIL, NETWORKS)
         assert "kubelet_config" not in args["node_config"]
-    assert "kubelet_config" not in gcp_resources.head_pool_args(VARIANTS["standard-spot"], "c", EMAIL)["node_config"]
+    assert "kubelet_config" not in gcp_resources.head_pool_args(VARIANTS["standard-spot"])["node_config"]
+
+
+def test_the_nodes_service_account_has_a_slot_where_it_goes_and_fill_puts_it_there():
+    """The account exists only once created: the args hold its place, the component fills it."""
+    slot = gcp_resources.NODE_SERVICE_ACCOUNT
+    head_pool = gcp_resources.head_pool_args(VARIANTS["standard"])
+    assert head_pool["node_config"]["service_account"] is slot
+    autopilot = gcp_resources.cluster_args(VARIANTS["autopilot-spot"])
+    assert autopilot["cluster_autoscaling"] == {"auto_provisioning_defaults": {"service_account": slot}}
+    # Standard's own nodes are its pools'.
+    standard = gcp_resources.cluster_args(VARIANTS["standard"])
+    assert "cluster_autoscaling" not in standard and with_email(standard) == standard
+    filled = with_email(head_pool)
+    assert filled["node_config"]["service_account"] == EMAIL
+    assert head_pool["node_config"]["service_account"] is slot, "fill copies; the args stay as they were"
+    assert with_email({"a": [{"b": slot}, slot, "c"]}) == {"a": [{"b": EMAIL}, EMAIL, "c"]}
 
 
 # Every capacity choice a Standard stack can take, held (minSlices = slices) and scaling from zero

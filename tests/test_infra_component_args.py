@@ -13,7 +13,7 @@ import pytest
 from domain.gcp import gcp_resources, worker_image
 from domain.ray import kuberay
 from infra.components.apis import ProjectApis, ProjectApisArgs
-from infra.components.cluster import GkeClusterArgs
+from infra.components.cluster import GkeCluster, GkeClusterArgs
 from infra.components.kuberay import KubeRayArgs
 from infra.components.network import DcnNetworkArgs, DcnNetworks, DcnNetworksArgs
 from infra.components.storage import CheckpointStorageArgs
@@ -39,14 +39,18 @@ def settings(**overrides):
 
 def test_the_head_pool_is_standards_only():
     standard = GkeClusterArgs.from_settings(settings())
-    assert standard.head_pool is not None
-    assert standard.head_pool("c", EMAIL)["node_config"]["service_account"] == EMAIL
+    assert standard.head_pool == gcp_resources.head_pool_args(settings())
     assert GkeClusterArgs.from_settings(settings(mode="autopilot")).head_pool is None
 
 
-def test_the_autopilot_cluster_runs_its_nodes_as_the_node_account():
-    cluster = GkeClusterArgs.from_settings(settings(mode="autopilot")).cluster(EMAIL)
-    assert cluster["cluster_autoscaling"] == {"auto_provisioning_defaults": {"service_account": EMAIL}}
+def test_the_cluster_args_leave_the_node_account_and_the_cluster_name_to_the_component():
+    for mode in ("standard", "autopilot"):
+        assert GkeClusterArgs.from_settings(settings(mode=mode)).cluster == gcp_resources.cluster_args(
+            settings(mode=mode)
+        )
+    head_pool = GkeClusterArgs.from_settings(settings()).head_pool
+    assert head_pool is not None and "cluster" not in head_pool
+    assert head_pool["node_config"]["service_account"] is gcp_resources.NODE_SERVICE_ACCOUNT
 
 
 def test_standard_has_one_pool_per_slice_held_up_to_min_slices():
@@ -121,6 +125,40 @@ def test_the_apis_and_the_image(tmp_path):
 
 def _by_name(run, name):
     return next(r for r in run.registrations if r.name == name)
+
+
+def test_the_cluster_component_fills_in_its_node_account_and_its_name():
+    """The account and the cluster exist only inside the component: the args hold the account's
+    slot (in the cluster's autoscaling defaults, in the pool's node_config), and no cluster name."""
+    slot = gcp_resources.NODE_SERVICE_ACCOUNT
+
+    def program():
+        cluster = GkeCluster(
+            "c",
+            GkeClusterArgs(
+                project="p",
+                node_account={"account_id": "c-nodes", "project": "p"},
+                cluster={
+                    "name": "c",
+                    "project": "p",
+                    "location": "l",
+                    "cluster_autoscaling": {"auto_provisioning_defaults": {"service_account": slot}},
+                },
+                head_pool={"name": "head", "project": "p", "node_config": {"service_account": slot, "spot": False}},
+            ),
+        )
+        return {"email": cluster.node_service_account_email}
+
+    run = run_program(program, {})
+    email = run.outputs["email"]
+    account = _by_name(run, "c-nodes")
+    cluster = run.one("gcp:container/cluster:Cluster")
+    assert cluster.inputs["clusterAutoscaling"] == {"autoProvisioningDefaults": {"serviceAccount": email}}
+    assert account.urn in cluster.dependencies
+    pool = _by_name(run, "c-ray-head-pool")
+    assert pool.inputs["nodeConfig"] == {"serviceAccount": email, "spot": False}
+    assert pool.inputs["cluster"] == "c"
+    assert {account.urn, cluster.urn} <= set(pool.dependencies)
 
 
 def test_components_need_only_their_args_and_wait_through_depends_on():

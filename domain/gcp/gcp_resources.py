@@ -3,12 +3,17 @@
 Components pass these straight to pulumi-gcp (`gcp.container.NodePool(name, **args)`). Keeping
 them pure makes each flag of the manual procedure testable without Pulumi, and lets the tests
 convert every nested dict into the SDK's typed `*Args` classes, where a misspelt key fails (the
-engine would otherwise drop it silently). Values that only exist at deploy time (network ids,
-the cluster name) are passed in and used as opaque values.
+engine would otherwise drop it silently). A value that exists only once another resource of the
+same component does (a network's id, the cluster's name, the nodes' service account) is left out:
+the component adds it at the call site, as a keyword at the top level, or with `fill` into the
+`Slot` these args hold where it is nested. The TPU pools' builder takes such values, which its
+component is given, as parameters; all are used as opaque values.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from domain.gcp import resource_names
@@ -45,6 +50,33 @@ NODE_SERVICE_ACCOUNT_ROLES = (
     "roles/stackdriver.resourceMetadata.writer",
     "roles/artifactregistry.reader",
 )
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where a nested value goes that exists only once another resource does; the component puts
+    it there (`fill`). Pulumi refuses to serialize one left unfilled."""
+
+    what: str
+
+
+# The nodes' least-privilege service account, which the cluster's component creates.
+NODE_SERVICE_ACCOUNT = Slot("the email of the nodes' service account")
+
+
+def fill(args: Mapping[str, Any], slot: Slot, value: Any) -> dict[str, Any]:
+    """A copy of `args` with `value` wherever `slot` stands, in nested dicts and lists too."""
+
+    def filled(node: Any) -> Any:
+        if node is slot:
+            return value
+        if isinstance(node, Mapping):
+            return {key: filled(item) for key, item in node.items()}
+        if isinstance(node, list):
+            return [filled(item) for item in node]
+        return node
+
+    return filled(args)
 
 
 class ResourceSettings(preemption.PreemptionSettings, SliceSettings, Protocol):
@@ -156,8 +188,9 @@ def node_service_account_args(settings: ResourceSettings) -> dict[str, Any]:
     }
 
 
-def cluster_args(settings: ResourceSettings, node_service_account_email: Any) -> dict[str, Any]:
-    """The GKE cluster with the procedure's settings, in Standard or Autopilot mode."""
+def cluster_args(settings: ResourceSettings) -> dict[str, Any]:
+    """The GKE cluster with the procedure's settings, in Standard or Autopilot mode; on Autopilot
+    with the NODE_SERVICE_ACCOUNT slot."""
     args: dict[str, Any] = {
         "name": settings.cluster_name,
         "project": settings.project,
@@ -182,7 +215,7 @@ def cluster_args(settings: ResourceSettings, node_service_account_email: Any) ->
         # Autopilot always runs Dataplane V2 and Workload Identity and manages its own nodes;
         # the nodes it creates run as the least-privilege account.
         args["enable_autopilot"] = True
-        args["cluster_autoscaling"] = {"auto_provisioning_defaults": {"service_account": node_service_account_email}}
+        args["cluster_autoscaling"] = {"auto_provisioning_defaults": {"service_account": NODE_SERVICE_ACCOUNT}}
         return args
     args.update(
         {
@@ -208,17 +241,17 @@ def _node_config(service_account_email: Any, machine_type: str) -> dict[str, Any
     }
 
 
-def head_pool_args(settings: ResourceSettings, cluster_name: Any, service_account_email: Any) -> dict[str, Any]:
-    """On-demand CPU nodes for the Ray head (the procedure's default pool, n1-standard-16).
+def head_pool_args(settings: ResourceSettings) -> dict[str, Any]:
+    """On-demand CPU nodes for the Ray head (the procedure's default pool, n1-standard-16), with
+    the NODE_SERVICE_ACCOUNT slot; the component adds the `cluster` (its name, an output).
 
     Never Spot: losing the head ends the job and every worker's progress since the checkpoint.
     """
-    node_config = _node_config(service_account_email, settings.head_machine_type)
+    node_config = _node_config(NODE_SERVICE_ACCOUNT, settings.head_machine_type)
     node_config["spot"] = False
     return {
         "name": HEAD_POOL_NAME,
         "project": settings.project,
-        "cluster": cluster_name,
         "location": settings.zone,
         "node_count": 1,
         "node_config": node_config,

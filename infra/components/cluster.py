@@ -3,9 +3,8 @@ on-demand CPU pool for the Ray head, and an explicit Kubernetes provider for it.
 
 from __future__ import annotations
 
-import functools
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,19 +22,19 @@ from infra.components import child_options
 class GkeClusterArgs:
     project: str
     node_account: Mapping[str, Any]
-    # The cluster's arguments, given its nodes' service account email (known once the account exists).
-    cluster: Callable[[pulumi.Input[str]], dict[str, Any]]
-    # The Ray head's pool, given the cluster's name and the nodes' email; None on Autopilot, which
-    # has no node pools.
-    head_pool: Callable[[pulumi.Input[str], pulumi.Input[str]], dict[str, Any]] | None
+    # The cluster's and the Ray head pool's arguments (the pool None on Autopilot, which has no
+    # node pools). The component fills in the nodes' service account (the
+    # gcp_resources.NODE_SERVICE_ACCOUNT slot) and the pool's `cluster`, known once those exist.
+    cluster: Mapping[str, Any]
+    head_pool: Mapping[str, Any] | None
 
     @classmethod
     def from_settings(cls, settings: StackSettings) -> GkeClusterArgs:
         return cls(
             project=settings.project,
             node_account=gcp_resources.node_service_account_args(settings),
-            cluster=functools.partial(gcp_resources.cluster_args, settings),
-            head_pool=None if settings.is_autopilot else functools.partial(gcp_resources.head_pool_args, settings),
+            cluster=gcp_resources.cluster_args(settings),
+            head_pool=None if settings.is_autopilot else gcp_resources.head_pool_args(settings),
         )
 
 
@@ -65,15 +64,17 @@ class GkeCluster(pulumi.ComponentResource):
             )
             for role in gcp_resources.NODE_SERVICE_ACCOUNT_ROLES
         ]
+        # The nodes run as the account just created: its email fills the slot the args hold for it.
         cluster = gcp.container.Cluster(
             name,
-            **args.cluster(node_account.email),
+            **gcp_resources.fill(args.cluster, gcp_resources.NODE_SERVICE_ACCOUNT, node_account.email),
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=node_roles)),
         )
         if args.head_pool is not None:
             gcp.container.NodePool(
                 f"{name}-{gcp_resources.HEAD_POOL_NAME}",
-                **args.head_pool(cluster.name, node_account.email),
+                **gcp_resources.fill(args.head_pool, gcp_resources.NODE_SERVICE_ACCOUNT, node_account.email),
+                cluster=cluster.name,
                 opts=child,
             )
 
