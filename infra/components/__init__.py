@@ -8,7 +8,11 @@ another through `opts=pulumi.ResourceOptions(depends_on=[other])`: the SDK expan
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import pulumi
+import pulumi_kubernetes as k8s
 
 
 def child_options(component: pulumi.ComponentResource, opts: pulumi.ResourceOptions | None) -> pulumi.ResourceOptions:
@@ -20,3 +24,17 @@ def child_options(component: pulumi.ComponentResource, opts: pulumi.ResourceOpti
     so each child carries them itself.
     """
     return pulumi.ResourceOptions(parent=component, depends_on=opts.depends_on if opts else None)
+
+
+def manifest_resource(
+    name: str, manifest: Mapping[str, Any], opts: pulumi.ResourceOptions
+) -> k8s.apiextensions.CustomResource:
+    """Any manifest (built-in kinds too) as a resource; its type token comes from apiVersion/kind."""
+    return k8s.apiextensions.CustomResource(
+        name,
+        api_version=manifest["apiVersion"],
+        kind=manifest["kind"],
+        metadata=manifest["metadata"],
+        spec=manifest["spec"],
+        opts=opts,
+    )

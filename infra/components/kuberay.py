@@ -12,7 +12,7 @@ import pulumi_kubernetes as k8s
 
 from domain.config.settings import StackSettings
 from domain.ray import kuberay
-from infra.components import child_options
+from infra.components import child_options, manifest_resource
 from infra.crd_wait import CrdEstablished
 
 
@@ -44,18 +44,6 @@ class KubeRayArgs:
         )
 
 
-def _custom_resource(name: str, manifest: Mapping[str, Any], opts: pulumi.ResourceOptions):
-    """Any manifest (built-in kinds too) as a resource; its type token comes from apiVersion/kind."""
-    return k8s.apiextensions.CustomResource(
-        name,
-        api_version=manifest["apiVersion"],
-        kind=manifest["kind"],
-        metadata=manifest["metadata"],
-        spec=manifest["spec"],
-        opts=opts,
-    )
-
-
 class KubeRay(pulumi.ComponentResource):
     ray_cluster_name: pulumi.Output[str]
     head_service_name: pulumi.Output[str]
@@ -71,8 +59,8 @@ class KubeRay(pulumi.ComponentResource):
         k8s_opts = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(provider=args.kubernetes))
         claim_templates = []
         if args.claim_template is not None:
-            claim_templates.append(_custom_resource(f"{name}-netdev-claim", args.claim_template, k8s_opts))
-        _custom_resource(
+            claim_templates.append(manifest_resource(f"{name}-netdev-claim", args.claim_template, k8s_opts))
+        manifest_resource(
             f"{name}-cluster",
             args.ray_cluster,
             pulumi.ResourceOptions.merge(k8s_opts, pulumi.ResourceOptions(depends_on=[crd_ready, *claim_templates])),

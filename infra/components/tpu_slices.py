@@ -15,7 +15,7 @@ import pulumi_kubernetes as k8s
 from domain.config.settings import StackSettings
 from domain.gcp import gcp_resources
 from domain.ray import kuberay
-from infra.components import child_options
+from infra.components import child_options, manifest_resource
 
 
 @dataclass(frozen=True)
@@ -66,14 +66,10 @@ class TpuSlices(pulumi.ComponentResource):
         super().__init__("maxtext-tpu:tpu:TpuSlices", name, None, opts)
         child = child_options(self, opts)
         if args.compute_class is not None:
-            manifest = args.compute_class
-            k8s.apiextensions.CustomResource(
+            manifest_resource(
                 f"{name}-compute-class",
-                api_version=manifest["apiVersion"],
-                kind=manifest["kind"],
-                metadata=manifest["metadata"],
-                spec=manifest["spec"],
-                opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(provider=args.kubernetes)),
+                args.compute_class,
+                pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(provider=args.kubernetes)),
             )
         pools = [
             gcp.container.NodePool(
