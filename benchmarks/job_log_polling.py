@@ -46,9 +46,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import workloads
 import workloads.local_ray as local_ray
 
-CHECKOUT = Path(local_ray.__file__).resolve().parents[1]
+# The checkout the imported workloads/ is in (found from the package: local_ray is a package here
+# and a module in older checkouts).
+CHECKOUT = Path(workloads.__file__).resolve().parents[1]
 # The environment of the checkout this file is in, for a measured checkout that has none.
 FALLBACK_TRAINER_VENV = Path(__file__).resolve().parents[1] / ".venv-trainer"
 RESULT_MARKER = "JOB_LOG_POLLING_RESULT "

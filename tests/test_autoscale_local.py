@@ -68,7 +68,7 @@ def test_the_autoscaling_config_is_what_ray_accepts_one_node_type_of_0_to_n_slic
 
 
 def test_the_provider_the_config_names_is_rays_fake_multi_node_provider():
-    """The config names the provider by its class (see local_ray.FAKE_PROVIDER): it must still be
+    """The config names the provider by its class (see local_ray.slices.FAKE_PROVIDER): it must still be
     where Ray 2.60 has it, and be a node provider."""
     from importlib import import_module
 

@@ -234,7 +234,7 @@ def test_a_taken_port_fails_at_once_naming_the_port_and_its_holder(which, mode):
 def test_a_dashboard_port_taken_after_the_check_fails_fast_from_rays_own_log(monkeypatch):
     """The port is taken between the check and `ray start` (or the check cannot see it): Ray
     says so in its log and goes on without a dashboard; start() must not wait start_timeout."""
-    monkeypatch.setattr(local_ray, "port_in_use", lambda port, host="127.0.0.1": False)
+    monkeypatch.setattr(local_ray.head, "port_in_use", lambda port, host="127.0.0.1": False)
     with PortHolder("silent") as holder:
         head = LocalRayHead(dashboard_port=holder.port, start_timeout=120)
         started = time.monotonic()
@@ -244,7 +244,7 @@ def test_a_dashboard_port_taken_after_the_check_fails_fast_from_rays_own_log(mon
     message = str(error.value)
     assert elapsed < 30, f"took {elapsed:.0f} s"
     assert f"127.0.0.1:{holder.port} is taken by pid {holder.pid} (" in message
-    assert not local_ray._group_alive(head.process.pid), "the failed head was left running"
+    assert not local_ray.processes.group_alive(head.process.pid), "the failed head was left running"
 
 
 def test_the_holder_of_a_port_is_named_with_its_command_line():
@@ -287,10 +287,10 @@ def test_every_port_a_head_passes_to_ray_start_is_its_own(monkeypatch, tmp_path)
         def __init__(self, command, **_):
             launched.append(command)
 
-    monkeypatch.setattr(local_ray.subprocess, "Popen", Recorded)
+    monkeypatch.setattr(local_ray.ray_start.subprocess, "Popen", Recorded)
     # Make collisions likely: the kernel hands out ports from a range of just a few.
     pool = iter([41001, 41001, 41002, 41001, 41002, 41003, *range(41003, 41100)])
-    monkeypatch.setattr(local_ray.socket, "socket", _sockets_bound_to(pool))
+    monkeypatch.setattr(local_ray.ports.socket, "socket", _sockets_bound_to(pool))
     head = LocalRayHead()
     head.temp_dir = str(tmp_path)
     head._launch(
@@ -317,7 +317,7 @@ def test_free_ports_are_outside_the_kernels_ephemeral_range_and_rays_worker_port
 def test_free_ports_follow_the_range_the_kernel_is_set_to(monkeypatch, tmp_path):
     setting = tmp_path / "ip_local_port_range"
     setting.write_text("20000\t65400\n")
-    monkeypatch.setattr(local_ray, "_EPHEMERAL_RANGE", setting)
+    monkeypatch.setattr(local_ray.ports, "_EPHEMERAL_RANGE", setting)
     assert set(local_ray.free_ports(20)) <= set(range(65401, 65536))
     with pytest.raises(local_ray.LocalRayError, match=r"ephemeral range 20000-65400"):
         local_ray.free_ports(200)
@@ -332,13 +332,13 @@ def test_an_autoscaling_heads_ports_are_all_its_own_the_autoscalers_included(mon
         def __init__(self, command, env, **_):
             launched.append((command, env))
 
-    monkeypatch.setattr(local_ray.subprocess, "Popen", Recorded)
+    monkeypatch.setattr(local_ray.ray_start.subprocess, "Popen", Recorded)
     monkeypatch.setattr(LocalRayHead, "_wait_until", lambda *_, **__: None)
-    monkeypatch.setattr(local_ray, "port_in_use", lambda port, host="127.0.0.1": False)
+    monkeypatch.setattr(local_ray.head, "port_in_use", lambda port, host="127.0.0.1": False)
     # The kernel hands out 41001, 41002 (dashboard, GCS), 41003, 41004 (client server, the
     # autoscaler's metrics), then those two again first.
     pool = iter([41001, 41002, 41003, 41004, 41003, 41004, *range(41005, 41100)])
-    monkeypatch.setattr(local_ray.socket, "socket", _sockets_bound_to(pool))
+    monkeypatch.setattr(local_ray.ports.socket, "socket", _sockets_bound_to(pool))
     head = LocalRayHead(worker_slices=WorkerSlices(max_slices=3, idle_timeout_seconds=7))
     try:
         head.start()

@@ -12,7 +12,7 @@ import ray
 from ray.job_submission import JobSubmissionClient
 
 from tests.support.fake_jobs_api import FakeHttpServer
-from workloads import local_ray
+from workloads.local_ray.auth import refresh_ray_auth_caches, set_environ
 
 AUTH_VARIABLES = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN")
 
@@ -29,15 +29,13 @@ def test_a_client_sends_the_token_the_environment_names_after_a_refresh(tmp_path
     try:
         with FakeHttpServer(version_answer, content_type="application/json") as dashboard:
             for name, path in tokens.items():
-                local_ray._set_environ(
-                    {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(path), "RAY_AUTH_TOKEN": None}
-                )
-                local_ray._refresh_ray_auth_caches()
+                set_environ({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(path), "RAY_AUTH_TOKEN": None})
+                refresh_ray_auth_caches()
                 sent = len(dashboard.headers)
                 JobSubmissionClient(dashboard.address)
                 assert dashboard.headers[sent:], "the client asked nothing"
                 # Without the refresh: no token at all (the mode read as disabled), or the first one again.
                 assert {h.get("authorization") for h in dashboard.headers[sent:]} == {f"Bearer {name}-token"}
     finally:
-        local_ray._set_environ(saved)
-        local_ray._refresh_ray_auth_caches()
+        set_environ(saved)
+        refresh_ray_auth_caches()
