@@ -1,12 +1,15 @@
 """Which package may import which: the domain is shared by all and imports none of them; the
 Pulumi side (the infra and workloads programs, the policy pack) reads fit-check results through
-the domain, never through the trainer's command-line fit check."""
+the domain, never through the trainer's command-line fit check; the local Ray cluster
+(workloads/local_ray/) imports nothing else of workloads/ (a contract in pyproject.toml's
+[tool.importlinter], which tests/test_domain_layers.py checks over the product)."""
 
 from __future__ import annotations
 
 import ast
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -66,3 +69,37 @@ def test_no_test_module_imports_another_and_the_benchmarks_import_no_test_code()
         for path in sorted((PROJECT_ROOT / "benchmarks").rglob("*.py"))
     }
     assert {name: found for name, found in benchmark_imports.items() if found} == {}
+
+
+def test_the_local_ray_contract_sees_an_import_of_the_rest_of_workloads(tmp_path):
+    """pyproject.toml's contract for workloads.local_ray, over a toy workloads/: kept while
+    local_ray's modules import only each other (its forbidden wildcard, workloads.*, matches
+    local_ray itself, which import-linter skips), broken, naming the import, once one of them
+    imports another module of workloads/."""
+    options = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (contract,) = [c for c in options["contracts"] if c.get("source_modules") == ["workloads.local_ray"]]
+    package = tmp_path / "workloads" / "local_ray"
+    package.mkdir(parents=True)
+    for module in ("__init__.py", "local_ray/__init__.py", "local_ray/ports.py", "jobs_api.py"):
+        (tmp_path / "workloads" / module).write_text("")
+    (package / "head.py").write_text("from workloads.local_ray import ports\n")
+    config = tmp_path / "pyproject.toml"
+    lines = [
+        "[tool.importlinter]",
+        'root_package = "workloads"',
+        "[[tool.importlinter.contracts]]",
+        f"name = {contract['name']!r}",
+        f"type = {contract['type']!r}",
+        f"source_modules = {contract['source_modules']!r}",
+        f"forbidden_modules = {contract['forbidden_modules']!r}",
+    ]
+    config.write_text("\n".join(lines) + "\n")
+    lint_imports = [str(Path(sys.executable).with_name("lint-imports")), "--config", str(config), "--no-cache"]
+
+    kept = subprocess.run(lint_imports, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    (package / "head.py").write_text("from workloads.local_ray import ports\nimport workloads.jobs_api\n")
+    broken = subprocess.run(lint_imports, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    assert "workloads.local_ray.head -> workloads.jobs_api" in broken.stdout, broken.stdout

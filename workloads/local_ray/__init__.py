@@ -15,7 +15,7 @@ The modules, by concern: `head` (LocalRayHead) and `node` (LocalRayNode) on thei
 `ray_start` (one `ray start --block` and its stop by pid), `slices` (an autoscaled worker group),
 `ports` (free loopback ports and who holds one), `processes` (the process table), `auth` (this
 process's Ray token settings, a dashboard probe) and `errors`. They import nothing else of
-workloads/.
+workloads/ (a contract in pyproject.toml's [tool.importlinter]).
 """
 
 from workloads.local_ray.auth import dashboard_answers
