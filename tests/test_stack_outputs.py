@@ -32,6 +32,7 @@ from stack_config.sync import (
     start_marker,
     synced_reference,
 )
+from tests.support.refusals import assert_one_problem
 from tests.support.workloads_program import INFRA_OUTPUTS as FAKE_INFRA_OUTPUTS
 from workloads.infra_outputs import read_infra_outputs
 
@@ -77,10 +78,11 @@ def test_an_infra_stack_without_a_required_output_is_refused_naming_it(name):
     without = {key: value for key, value in FAKE_INFRA_OUTPUTS.items() if key != name}
     with pytest.raises(JobError) as refused:
         read_infra_outputs("infra", without)
-    assert refused.value.problems == [
-        f"the infra stack infra has no output {name}; check that infraStack names a deployed infra stack "
-        "and run pulumi up on it with this checkout"
-    ]
+    assert_one_problem(
+        refused.value.problems,
+        setting=f"the infra stack infra has no output {name}",
+        fix="check that infraStack names a deployed infra stack and run pulumi up on it",
+    )
 
 
 @pytest.mark.parametrize("name", OPTIONAL_FOR_WORKLOADS)
