@@ -15,6 +15,8 @@ import pytest
 
 from domain.config.settings import SettingsError, StackSettings
 from domain.setting import settings_of
+from domain.tpu.capacity_choices import CAPACITY_CHOICES
+from domain.tpu.tpu_catalog import FLEX_START_ZONES, offered_regions, offered_zones, single_tenant_zones, zone_region
 from tests.support.infra_program import run_infra
 from tests.support.pulumi_harness import INFRA_PROJECT, stack_config
 from tests.support.refusals import Bad, assert_distinct_cases, assert_refused, refused_by_infra
@@ -40,6 +42,26 @@ IMAGE_RULE = "use REGISTRY/PATH/maxtext-ray:VERSION (for example us-docker.pkg.d
 LABEL_RULE = "use lowercase letters, digits and '-', starting with a letter"
 SECRET_FIX = "set it without --secret"
 NAMESPACE_RULE = "use at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit"
+
+# The capacity choices, zones and regions the refusals list, read from domain/tpu/capacity_choices.py
+# and domain/tpu/tpu_catalog.py's tables (in their order), as tests/support/presets.py reads the
+# presets: a new capacity choice, zone or region changes no row that is not about it.
+CAPACITY = ", ".join(CAPACITY_CHOICES)
+V6E_ZONES = ", ".join(offered_zones("v6e"))
+V6E_REGIONS = ", ".join(offered_regions("v6e"))
+FLEX_START_V6E_ZONES = ", ".join(FLEX_START_ZONES["v6e"])
+FLEX_START_V6E_REGIONS = " or ".join(sorted({zone_region(zone) for zone in FLEX_START_ZONES["v6e"]}))
+
+
+def v6e_zones(region: str | None = None, *, shared_only: bool = False) -> str:
+    """The zones offering TPU v6e, in the table's order: those of `region`, and only those not
+    marked single-tenant if `shared_only`."""
+    return ", ".join(
+        zone
+        for zone in offered_zones("v6e")
+        if (region is None or zone_region(zone) == region) and not (shared_only and zone in single_tenant_zones("v6e"))
+    )
+
 
 DATASET_PREFIX_RULE = "use folder names of letters, digits, '-', '_' and '.' separated by single '/'"
 DATASET_FIX = "set datasetBucket (`pulumi config set datasetBucket <bucket>`)"
@@ -324,7 +346,7 @@ ROWS = [
         "capacity-unknown",
         {"capacity": ["preemptible"]},
         "capacity = ['preemptible'] has 'preemptible'",
-        "choose from: reservation, on-demand, spot, flex-start",
+        f"choose from: {CAPACITY}",
     ),
     row("capacity-empty", {"capacity": []}, "capacity = [] is empty", "choose at least one of"),
     row(
@@ -368,8 +390,7 @@ ROWS = [
     row(
         "flex-start-in-a-zone-without-it",
         {"gcp:zone": "us-east5-c", "capacity": ["flex-start"]},
-        "gcp:zone = 'us-east5-c' with capacity = flex-start: GKE offers flex-start TPU v6e only in "
-        "asia-northeast1-b, us-east5-a, us-east5-b",
+        f"gcp:zone = 'us-east5-c' with capacity = flex-start: GKE offers flex-start TPU v6e only in {FLEX_START_V6E_ZONES}",
         "use one of those zones, or another capacity choice",
     ),
     row(
@@ -381,7 +402,7 @@ ROWS = [
             "capacity": ["on-demand", "flex-start"],
         },
         "gcp:region = 'us-central1' with capacity including flex-start",
-        "use asia-northeast1 or us-east5, or drop flex-start from capacity",
+        f"use {FLEX_START_V6E_REGIONS}, or drop flex-start from capacity",
     ),
     row(
         "idle-timeout-without-autoscaling",
@@ -445,37 +466,37 @@ ROWS = [
         {"gcp:zone": "us-east5-c"},
         "gcp:zone = 'us-east5-c' is marked single-tenant for TPU v6e",
         "use a reservation (`pulumi config set capacity reservation` and `pulumi config set reservation <name>`), "
-        "or a zone not marked so in us-east5: us-east5-a, us-east5-b",
+        f"or a zone not marked so in us-east5: {v6e_zones('us-east5', shared_only=True)}",
     ),
     row(
         "region-single-tenant-spot-autopilot",
         {"mode": "autopilot", "gcp:region": "us-east4", "gcp:zone": "us-east4-a", "capacity": ["spot", "on-demand"]},
         "gcp:region = 'us-east4' has only zones (us-east4-a, us-east4-b) that are marked single-tenant",
-        "or a zone not marked so: us-central1-b",
+        f"or a zone not marked so: {v6e_zones(shared_only=True)}",
     ),
     row(
         "zone-without-v6e",
         {"gcp:region": "us-central1", "gcp:zone": "us-central1-a"},
         "gcp:zone = 'us-central1-a' does not offer TPU v6e",
-        "use a zone that does in us-central1: us-central1-b",
+        f"use a zone that does in us-central1: {v6e_zones('us-central1')}",
     ),
     row(
         "zone-v5e-only",
         {"gcp:region": "us-west4", "gcp:zone": "us-west4-a"},
         "gcp:zone = 'us-west4-a' does not offer TPU v6e",
-        "(set gcp:region to match): us-central1-b, us-east1-d, us-east5-a, us-east5-b",
+        f"use a zone that does (set gcp:region to match): {V6E_ZONES}",
     ),
     row(
         "region-without-v6e",
         {"gcp:region": "europe-west1", "gcp:zone": "europe-west1-b"},
         "gcp:zone = 'europe-west1-b' does not offer TPU v6e",
-        "europe-west4-a",
+        f"use a zone that does (set gcp:region to match): {V6E_ZONES}",
     ),
     row(
         "autopilot-region-without-v6e",
         {"mode": "autopilot", "gcp:region": "europe-west1", "gcp:zone": "europe-west1-b"},
         "gcp:region = 'europe-west1' has no zone offering TPU v6e",
-        "use one of: us-central1, us-east1, us-east5",
+        f"use one of: {V6E_REGIONS}",
     ),
     # ---------------------------------------------------------------- arithmetic the program has the numbers for
     row(
