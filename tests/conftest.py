@@ -13,6 +13,20 @@ from tests.support.infra_program import run_infra
 from tests.support.pulumi_harness import ProgramRun, stack_config
 from workloads import job_wait
 
+# What runs on a real Ray cluster or waits on the clock is `timed`: ./scripts/test runs it in the
+# foreground, and the rest beside it at a lower priority (docs/testing.md).
+TIMED_FIXTURES = frozenset({"local_ray_head", "fast_polling"})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks `timed` every `slow` test (each runs real Ray clusters) and every test that uses a
+    real Ray head or the provider's fast polling, before `-m` selects."""
+    for item in items:
+        uses = set(getattr(item, "fixturenames", ()))
+        if item.get_closest_marker("slow") is not None or uses & TIMED_FIXTURES:
+            item.add_marker(pytest.mark.timed)
+
 
 @pytest.fixture
 def infra_run() -> Callable[..., ProgramRun]:

@@ -31,6 +31,8 @@ from tests.support.provider_run import ProviderRun
 from workloads import job_inputs, job_wait, ray_job
 from workloads.local_ray import HEAD_NODE_TYPE, LocalRayError, LocalRayHead, WorkerSlices
 
+pytestmark = pytest.mark.timed  # reads the clock or waits on a deadline (tests/conftest.py)
+
 IDLE_TIMEOUT_SECONDS = 5
 MAX_SLICES = 2
 # The job's queue deadline (queueTimeoutSeconds): far more than its scale-up and its worker group's

@@ -13,6 +13,8 @@ from pulumi.dynamic.dynamic import serialize_provider
 from infra.crd_wait import RAY_CLUSTER_CRD, CrdEstablishedProvider, CrdNotReadyError, wait_for_crd
 from tests.support.fake_jobs_api import FakeHttpServer
 
+pytestmark = pytest.mark.timed  # reads the clock or waits on a deadline (tests/conftest.py)
+
 CRD_PATH = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{RAY_CLUSTER_CRD}"
 
 

@@ -215,6 +215,7 @@ def run_fake_compiler(tmp_path, *, placed: bool, sleep: float, full: bool = Fals
     return output, stopped, time.monotonic() - started, int((tmp_path / "pid").read_text())
 
 
+@pytest.mark.timed
 def test_the_compile_is_stopped_once_every_buffer_is_placed(tmp_path):
     output, stopped, seconds, pid = run_fake_compiler(tmp_path, placed=True, sleep=60)
     assert stopped and seconds < 30 and "Finished" not in output

@@ -17,6 +17,8 @@ from tests.support.fake_ray_head import FakeRayHead, good_events, steps_log, tex
 from tests.support.ray_job_harness import inputs
 from workloads.ray_job import RayJobError, RayJobProvider
 
+pytestmark = pytest.mark.timed  # reads the clock or waits on a deadline (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = "\x1b[36m(RayTrainWorker pid=101)\x1b[0m "
 CONTROLLER = "\x1b[36m(TrainController pid=77)\x1b[0m "

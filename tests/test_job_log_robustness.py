@@ -21,6 +21,8 @@ from workloads import job_wait, jobs_api, ray_job
 from workloads.jobs_api import JobsApi
 from workloads.ray_job import RayJobError, RayJobProvider
 
+pytestmark = pytest.mark.timed  # reads the clock or waits on a deadline (tests/conftest.py)
+
 EXIT_3 = "Job entrypoint command failed with exit code 3"
 
 # Event lines a trainer could print that give no usable event (each is skipped and counted), and

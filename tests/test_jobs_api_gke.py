@@ -22,6 +22,8 @@ from workloads import job_wait
 from workloads.jobs_api import GKE_API_OVERRIDE_ENV, ErrorKind, JobsApi, JobsApiError
 from workloads.ray_job import RayJobError, RayJobGuardProvider, RayJobProvider
 
+pytestmark = pytest.mark.timed  # reads the clock or waits on a deadline (tests/conftest.py)
+
 slow = pytest.mark.slow
 TOKEN = "fake-access-token"
 AUTH_SECRET = "maxtext-tpu-cluster"

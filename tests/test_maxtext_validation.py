@@ -33,6 +33,8 @@ LOCAL_ROOT = local_checkpoint_root(
     parse_workload_settings(smoke.local_stack_config(), stack="local", project_name=smoke.PROJECT)
 )
 
+pytestmark = pytest.mark.timed  # reads the clock or waits on a deadline (tests/conftest.py)
+
 
 @dataclass(frozen=True)
 class Said:

@@ -7,6 +7,7 @@ the domain, never through the trainer's command-line fit check; the local Ray cl
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 import tomllib
@@ -69,6 +70,28 @@ def test_no_test_module_imports_another_and_the_benchmarks_import_no_test_code()
         for path in sorted((PROJECT_ROOT / "benchmarks").rglob("*.py"))
     }
     assert {name: found for name, found in benchmark_imports.items() if found} == {}
+
+
+CLOCK = re.compile(r"\bmonotonic\(|\btime\.time\(|\bsleep\(")
+
+
+def test_a_test_module_that_reads_the_clock_is_marked_timed():
+    """./scripts/test runs the tests not marked `timed` beside the timed ones at a lower priority,
+    where a deadline a test asserts could pass for want of CPU: a module that reads the clock,
+    itself or through a support module that does, marks it (`slow` implies it, tests/conftest.py)."""
+    support = {
+        f"tests.support.{path.stem}"
+        for path in (PROJECT_ROOT / "tests" / "support").glob("*.py")
+        if CLOCK.search(path.read_text())
+    }
+    unmarked = [
+        path.name
+        for path in sorted((PROJECT_ROOT / "tests").glob("test_*.py"))
+        if (CLOCK.search(text := path.read_text()) or imported_modules(path) & support)
+        and not re.search(r"\bmark\.(timed|slow)\b", text)
+    ]
+    assert support, "no support module reads the clock: the pattern no longer finds it"
+    assert unmarked == []
 
 
 def test_the_local_ray_contract_sees_an_import_of_the_rest_of_workloads(tmp_path):

@@ -23,6 +23,8 @@ from tests.support.cli_settings import infra_settings
 from tests.support.refusals import assert_one_problem
 from trainer import maxtext_trainer
 
+pytestmark = pytest.mark.timed  # reads the clock or waits on a deadline (tests/conftest.py)
+
 BASE = {"gcp:project": "my-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b"}
 
 

@@ -33,6 +33,8 @@ from workloads.ray_job import (
     submitted_runtime_env,
 )
 
+pytestmark = pytest.mark.timed  # reads the clock or waits on a deadline (tests/conftest.py)
+
 slow = pytest.mark.slow
 
 TPU_HOST = {"TPU": 4.0}

@@ -41,7 +41,7 @@ from workloads.ray_job import (
 slow = pytest.mark.slow
 
 
-pytestmark = pytest.mark.usefixtures("fast_polling")
+pytestmark = [pytest.mark.usefixtures("fast_polling"), pytest.mark.timed]
 
 
 @slow

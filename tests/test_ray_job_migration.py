@@ -42,7 +42,7 @@ from workloads.ray_job import RayJobError, RayJobGuardProvider, RayJobProvider, 
 slow = pytest.mark.slow
 
 
-pytestmark = pytest.mark.usefixtures("fast_polling")
+pytestmark = [pytest.mark.usefixtures("fast_polling"), pytest.mark.timed]
 
 
 def test_the_earlier_id_form_is_the_one_the_first_releases_computed():

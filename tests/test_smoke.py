@@ -17,6 +17,8 @@ from tests.support.pulumi_harness import PROJECT_ROOT
 from workloads import smoke
 from workloads.ray_job_record import EXPORTED
 
+pytestmark = pytest.mark.timed  # reads the clock or waits on a deadline (tests/conftest.py)
+
 
 def reject_constant(name: str):
     raise ValueError(f"{name} is not JSON")  # what JSON.parse refuses: NaN, Infinity

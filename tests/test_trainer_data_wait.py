@@ -18,6 +18,8 @@ from domain.training.job import resolve_job
 from domain.training.job_events import eval_loss, event_line, read_event
 from trainer import maxtext_trainer
 
+pytestmark = pytest.mark.timed  # reads the clock or waits on a deadline (tests/conftest.py)
+
 
 def maxtext_source(relative: str) -> str:
     found = sorted((PROJECT_ROOT / ".venv-trainer" / "lib").glob(f"python3*/site-packages/maxtext/{relative}"))
