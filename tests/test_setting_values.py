@@ -1,4 +1,4 @@
-"""A value is the whole value, and valid values are accepted.
+"""A value is the whole value, valid values are accepted, and a refused value fails no other check.
 
 Every string setting of both projects (listed from the settings classes themselves) is refused,
 naming the setting, when its valid value carries a trailing line break (what
@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import pytest
 
+from domain.config import settings as infra_parser
+from domain.config import workload_settings as workloads_parser
 from domain.config.settings import SettingsError, StackSettings
 from domain.config.workload_settings import WorkloadSettings, WorkloadSettingsError
-from domain.setting import settings_of
+from domain.setting import read, settings_of
 from tests.support.cli_settings import infra_settings, workload_settings
 
 INFRA_BASE = {"gcp:project": "my-gcp-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b"}
@@ -153,3 +155,47 @@ def test_valid_values_are_accepted(overrides):
 )
 def test_valid_workloads_values_are_accepted(overrides):
     workload_settings({**WORKLOADS_BASE, **overrides})
+
+
+# Stacks whose checks of several settings take different branches.
+CROSS_CHECKED = [
+    ("infra-standard", {**INFRA_BASE}),
+    ("infra-autopilot-spot", {**INFRA_BASE, "mode": "autopilot", "capacity": '["spot"]'}),
+    ("infra-scaling-with-data", {**INFRA_BASE, "minSlices": "0", "datasetBucket": "acme-corpus"}),
+    (
+        "infra-production",
+        {**INFRA_BASE, "production": "true", "deletionProtection": "true", "bucketForceDestroy": "false"},
+    ),
+    ("workloads-infra", {**WORKLOADS_BASE}),
+    (
+        "workloads-elastic-data",
+        {**WORKLOADS_BASE, "elastic": "true", "minSlices": "1", "datasetFiles": SAMPLES["datasetFiles"]},
+    ),
+    ("workloads-local", {"address": SAMPLES["address"], "preset": "tiny-cpu", "checkpointRoot": ".runs"}),
+]
+
+
+@pytest.mark.parametrize(("stack", "raw"), CROSS_CHECKED, ids=[stack for stack, _ in CROSS_CHECKED])
+def test_a_refused_setting_is_none_to_every_check_of_several_and_fails_none_of_them(stack, raw, monkeypatch):
+    """The checks of several settings read the settings class with a refused value None, whatever
+    its declared type (domain/setting.py, `Reading.partial`): with any one setting refused, the
+    stack is refused with that problem, never by a TypeError or AttributeError from a check that
+    read the None as a value."""
+    parser, cls, error, parse = (
+        (infra_parser, StackSettings, SettingsError, infra_settings)
+        if stack.startswith("infra")
+        else (workloads_parser, WorkloadSettings, WorkloadSettingsError, workload_settings)
+    )
+    parse(raw)  # valid as it is
+    for declared in settings_of(cls):
+
+        def read_refusing(*args, refused=declared.field, **kwargs):
+            reading = read(*args, **kwargs)
+            reading.refused.add(refused)  # as `read` records a value it refuses
+            reading.problems.append(f"{refused} refused for the test")
+            return reading
+
+        monkeypatch.setattr(parser, "read", read_refusing)
+        with pytest.raises(error) as caught:
+            parse(raw)
+        assert f"{declared.field} refused for the test" in caught.value.problems
