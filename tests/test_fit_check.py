@@ -254,6 +254,7 @@ def test_malformed_override_is_a_usage_error():
     assert caught.value.code == 2
 
 
+@pytest.mark.timed
 @pytest.mark.fitcheck
 @pytest.mark.parametrize("preset", [name for name, p in PRESETS.items() if p.runs_on_tpu])
 def test_every_shipped_tpu_preset_fits_with_5_percent_headroom_at_its_predicted_speed(preset, capsys):
