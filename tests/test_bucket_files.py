@@ -13,7 +13,7 @@ from domain.training.job import resolve_job
 from tests.support.corpus import corpus_manifest
 from tests.support.fake_storage import FakeStorage
 from tests.support.workloads_program import INFRA_OUTPUTS
-from workloads import job_inputs
+from workloads import job_resolution
 from workloads.bucket_files import STORAGE_API_OVERRIDE_ENV, BucketFiles
 from workloads.infra_outputs import read_infra_outputs
 
@@ -96,13 +96,13 @@ CLUSTER = read_infra_outputs(
 
 
 def test_a_gke_job_is_refused_before_submission_for_what_the_buckets_hold(storage, monkeypatch):
-    monkeypatch.setattr(job_inputs, "operator_session", lambda target: requests.Session())
+    monkeypatch.setattr(job_resolution, "operator_session", lambda target: requests.Session())
     job = resolve_job(
         "llama3-8b", run_name="run-1", checkpoint_root="/data", dataset=dataset("/dataset/c5/*.array_record")
     )
-    problems, warning = job_inputs.bucket_data_check(job, CLUSTER)
+    problems, warning = job_resolution.bucket_data_check(job, CLUSTER)
     assert warning is None and problems[0].startswith("datasetFiles matches no file: '/dataset/c5/*.array_record'")
     storage.refuse = 403
-    problems, warning = job_inputs.bucket_data_check(job, CLUSTER)
+    problems, warning = job_resolution.bucket_data_check(job, CLUSTER)
     assert problems == [] and "could not be checked in gs://acme-corpus/corpora" in warning
     assert "HTTP 403" in warning and "the job's driver checks them before the first step" in warning

@@ -23,7 +23,7 @@ from domain.training.job import JobError, resolve_job
 from tests.support.cli_settings import workload_settings
 from tests.support.corpus import SHARD, corpus_manifest
 from tests.support.workloads_program import INFRA_OUTPUTS
-from workloads import job_inputs
+from workloads import job_resolution
 from workloads.infra_outputs import read_infra_outputs
 
 LOCAL = {"address": "http://127.0.0.1:8265", "preset": "tiny-cpu"}
@@ -192,13 +192,13 @@ ON_INFRA = {"infraStack": "organization/maxtext-tpu-infra/dev"}
 def test_files_on_gke_need_the_infra_stacks_dataset_bucket():
     settings = workload_settings({**ON_INFRA, "datasetFiles": "c4/data-*.array_record"})
     with pytest.raises(JobError) as refused:
-        job_inputs.resolve_for_cluster(settings, cluster())
+        job_resolution.resolve_for_cluster(settings, cluster())
     assert "mounts no dataset bucket (no datasetRoot output); set datasetBucket" in refused.value.problems[0]
 
 
 def test_a_hugging_face_stream_on_spot_capacity_needs_the_acknowledgement():
     settings = workload_settings({**ON_INFRA, "huggingFaceDataset": "allenai/c4"})
     with pytest.raises(JobError) as refused:
-        job_inputs.resolve_for_cluster(settings, cluster(capacity=["spot", "on-demand"]))
+        job_resolution.resolve_for_cluster(settings, cluster(capacity=["spot", "on-demand"]))
     assert "on the infra stack's spot capacity" in refused.value.problems[0]
     assert "huggingFaceNotResumable true" in refused.value.problems[0]

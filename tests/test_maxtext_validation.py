@@ -23,7 +23,7 @@ from domain.training.job import JobError, JobSpec, resolve_job
 from tests.support.refusals import Bad, assert_names, refused_by_workloads
 from tests.support.workloads_program import INFRA_OUTPUTS
 from workloads import smoke
-from workloads.job_inputs import local_checkpoint_root
+from workloads.job_resolution import local_checkpoint_root
 
 REFUSED = "is refused by MaxText's config"
 # Where the dev stack's and the local stack's jobs write: the table's jobs write there too, so

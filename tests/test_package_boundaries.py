@@ -41,7 +41,7 @@ def test_the_pulumi_side_loads_no_module_of_the_trainer():
     trainer's command-line modules run in the trainer environment, by module name."""
     code = (
         "import sys\n"
-        "import infra.program, workloads.program, workloads.job_inputs, policies.rules.rayjob\n"
+        "import infra.program, workloads.program, workloads.job_inputs, workloads.job_resolution, policies.rules.rayjob\n"
         "print(sorted(m for m in sys.modules if m == 'trainer' or m.startswith('trainer.')))\n"
     )
     result = subprocess.run(

@@ -18,7 +18,7 @@ import pulumi
 from domain.config.stack_outputs import ClusterOutputs
 from domain.config.workload_settings import NAMES, WorkloadSettings, key
 from domain.training.job import JobError, JobSpec
-from workloads import job_inputs
+from workloads import job_inputs, job_resolution
 from workloads.infra_outputs import OUTPUT_NAMES, gke_inputs, read_infra_outputs
 from workloads.job_inputs import COST_OUTPUTS
 from workloads.ray_job import (
@@ -57,7 +57,7 @@ class _ClusterPlan:
 
 def _cluster_plan(settings: WorkloadSettings, infra_stack: str, values: dict[str, Any]) -> _ClusterPlan:
     cluster = read_infra_outputs(infra_stack, values)
-    job = job_inputs.resolve_for_cluster(settings, cluster)
+    job = job_resolution.resolve_for_cluster(settings, cluster)
     return _ClusterPlan(cluster, job, job_inputs.ray_job_inputs(job, settings))
 
 
@@ -78,7 +78,7 @@ async def build(settings: WorkloadSettings) -> dict[str, Any]:
         known = _cluster_plan(settings, infra_stack, values) if values is not None else None
         if known is not None:
             job_inputs.fit_check_result(known.job, settings)  # refuses another configuration's result
-            problems, warning = job_inputs.bucket_data_check(known.job, known.cluster)
+            problems, warning = job_resolution.bucket_data_check(known.job, known.cluster)
             if problems:
                 raise JobError(problems)
             if warning is not None:
@@ -96,7 +96,7 @@ async def build(settings: WorkloadSettings) -> dict[str, Any]:
             )
         )
     else:
-        resolved = job_inputs.resolve_local(settings)
+        resolved = job_resolution.resolve_local(settings)
         built = job_inputs.ray_job_inputs(resolved, settings)  # refuses a missing trainer program
         job = _secret_if(secret_job, pulumi.Output.from_input(resolved))
         inputs = job.apply(lambda _: built)

@@ -34,7 +34,7 @@ from domain.config.workload_settings import WorkloadSettings, WorkloadSettingsEr
 from domain.paths import WORKLOADS_PROJECT
 from domain.training.dataset import DEFAULT_TOKENIZER, SHIPPED_TOKENIZERS
 from domain.training.job import JobError
-from workloads import job_inputs
+from workloads import job_inputs, job_resolution
 from workloads.jobs_api import (
     AUTHENTICATION_MODE_PATH,
     ErrorKind,
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # First: it takes seconds, and a port held by something else needs no job resolved.
         reuse = existing_head(settings.address)
-        job = job_inputs.resolve_local(settings)
+        job = job_resolution.resolve_local(settings)
     except (SmokeError, JobError) as error:
         print(error, file=sys.stderr)
         return 2

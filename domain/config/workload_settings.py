@@ -322,7 +322,7 @@ def _dataset_problems(
     reading: Reading[WorkloadSettings], settings: WorkloadSettings, *, local: bool, on_infra: bool
 ) -> list[str]:
     """The data settings on their own and together (what needs MaxText's or the infra stack's view
-    of the job is checked when the job is resolved: workloads/job_inputs.py)."""
+    of the job is checked when the job is resolved: workloads/job_resolution.py)."""
     files, hf = settings.dataset_files, settings.hugging_face_dataset
     files_key, hf_key = reading.key(_F.dataset_files), reading.key(_F.hugging_face_dataset)
     evals_key, interval_key = reading.key(_F.eval_files), reading.key(_F.eval_interval)
