@@ -104,8 +104,7 @@ class Setting:
 
     @property
     def name(self) -> str:
-        head, *rest = self.field.split("_")
-        return head + "".join(part.capitalize() for part in rest)
+        return camel_case(self.field)
 
     @property
     def key(self) -> str:
@@ -165,6 +164,12 @@ def field_names[T](cls: type[T]) -> T:
     for entry in settings_of(cls):
         object.__setattr__(names, entry.field, entry.field)
     return names
+
+
+def camel_case(name: str) -> str:
+    """A field's name as Pulumi's config keys and stack outputs spell it (`min_slices`: `minSlices`)."""
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
 
 
 def key_of(cls: type, field: object) -> str:

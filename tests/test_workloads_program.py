@@ -10,6 +10,7 @@ import pytest
 
 from domain.config.workload_settings import WorkloadSettingsError
 from domain.ray.resource_types import RAY_JOB_GUARD
+from domain.setting import camel_case
 from domain.training.job import JobError
 from tests.support.cli_settings import workload_settings
 from tests.support.pulumi_harness import PROJECT_ROOT, RecordingMonitor, run_program, stack_config
@@ -27,7 +28,7 @@ from tests.support.workloads_program import (
 from workloads.config import read_settings
 from workloads.job_inputs import COST_OUTPUTS
 from workloads.program import build
-from workloads.ray_job import EXPORTED, export_name
+from workloads.ray_job import EXPORTED
 
 
 def test_dev_stack_trains_on_the_infra_stack_cluster():
@@ -231,8 +232,8 @@ def test_the_job_id_names_the_organization_project_and_stack(monkeypatch, organi
 
 def test_every_exported_job_output_is_a_stack_output():
     run, _ = run_workloads("local")
-    assert {export_name(name) for name in EXPORTED} <= set(run.outputs)
-    assert export_name("tokens_per_second_per_device") == "tokensPerSecondPerDevice"
+    assert {camel_case(name) for name in EXPORTED} <= set(run.outputs)
+    assert camel_case("tokens_per_second_per_device") == "tokensPerSecondPerDevice"
 
 
 def test_the_docs_name_every_output_of_the_workloads_stack():

@@ -40,6 +40,7 @@ from pulumi.dynamic import (
 
 from domain.ray.queueing import WORKER_GROUP_START_TIMEOUT_ENV
 from domain.ray.resource_types import MODULE, RAY_JOB_GUARD_NAME, RAY_JOB_NAME
+from domain.setting import camel_case
 from domain.training.job_log import StepCollector, tensorboard_directory
 from workloads import ray_job_guard
 from workloads.job_progress import ProgressReporter, read_tail, read_whole_log, shown
@@ -63,7 +64,6 @@ from workloads.ray_job_record import (
     JobRequest,
     RayJobError,
     attempt_number,
-    export_name,
     info_outputs,
     latest_attempt,
     next_attempt,
@@ -276,7 +276,7 @@ class RayJob(Resource, module=MODULE, name=RAY_JOB_NAME):
         super().__init__(RayJobProvider(), name, {**placeholders, **inputs}, opts)
 
     def stack_outputs(self) -> dict[str, pulumi.Output[Any]]:
-        return {export_name(output): getattr(self, output) for output in EXPORTED}
+        return {camel_case(output): getattr(self, output) for output in EXPORTED}
 
 
 class RayJobGuardProvider(ResourceProvider):

@@ -228,11 +228,6 @@ class RayJobError(RuntimeError):
     """Why a RayJob operation failed, and what to do about it."""
 
 
-def export_name(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(word.capitalize() for word in rest)
-
-
 # What in a GKE target says *where* the job runs; the rest (how destroy asks GKE about the
 # cluster, where the Ray token is) may be added to an infra stack later without making the same
 # job a new one.

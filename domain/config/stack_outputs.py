@@ -29,6 +29,7 @@ from collections.abc import Awaitable
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from domain.ray.kuberay import RAY_AUTH_TOKEN_KEY
+from domain.setting import camel_case
 
 Kind = Literal["string", "integer", "number", "array", "object"]
 
@@ -67,8 +68,7 @@ class StackOutput:
 
     @property
     def name(self) -> str:
-        head, *rest = self.field.split("_")
-        return head + "".join(part.capitalize() for part in rest)
+        return camel_case(self.field)
 
 
 def output(description: str, *, minimum: int | None = None) -> Any:
