@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
-from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from typing import Any
 
 from domain.config.workload_settings import NAMES, WorkloadSettings
@@ -14,6 +14,7 @@ from domain.paths import PROJECT_ROOT
 from domain.perf.capacity import job_cost
 from domain.perf.fit_results import FitResult, configuration, libtpu_flags
 from domain.perf.maxtext_check import counted_by_maxtext, model_flops, recorded_result
+from domain.setting import camel_case
 from domain.tpu.tpu_catalog import accelerator_by_ray_type
 from domain.training.job import JobError, JobSpec
 
@@ -52,19 +53,30 @@ def ray_job_inputs(job: JobSpec, settings: WorkloadSettings) -> dict[str, Any]:
     }
 
 
-# The stack's estimate outputs, in order (workloads/program.py exports them).
-COST_OUTPUTS = (
-    "flopsPerStep",
-    "flopsSource",
-    "estimateSource",
-    "assumedMfu",
-    "predictedMfu",
-    "estimatedStepSeconds",
-    "estimatedJobHours",
-    "estimatedJobDollars",
-    "costBasis",
-)
 PREDICTION, ASSUMED_MFU = "prediction", "assumedMfu"
+
+
+@dataclass(frozen=True)
+class CostEstimate:
+    """What the job should cost: each field one output of the workloads stack, under its camelCase
+    name (None for a CPU job, and for the dollars where the infra stack has no price)."""
+
+    flops_per_step: float | None = None
+    flops_source: str | None = None
+    estimate_source: str | None = None  # PREDICTION or ASSUMED_MFU
+    assumed_mfu: float | None = None
+    predicted_mfu: float | None = None
+    estimated_step_seconds: float | None = None
+    estimated_job_hours: float | None = None
+    estimated_job_dollars: float | None = None
+    cost_basis: str | None = None
+
+    def outputs(self) -> dict[str, Any]:
+        return {camel_case(field.name): getattr(self, field.name) for field in fields(self)}
+
+
+# The stack's estimate outputs, in order (workloads/program.py exports them).
+COST_OUTPUTS = tuple(camel_case(field.name) for field in fields(CostEstimate))
 
 
 def fit_check_result(job: JobSpec, settings: WorkloadSettings) -> FitResult | None:
@@ -100,19 +112,19 @@ def fit_check_result(job: JobSpec, settings: WorkloadSettings) -> FitResult | No
     return result
 
 
-def deadline_warning(estimate: Mapping[str, Any], steps: int | None, timeout_seconds: int) -> str | None:
+def deadline_warning(estimate: CostEstimate, steps: int | None, timeout_seconds: int) -> str | None:
     """The run the estimate predicts against timeoutSeconds: a job predicted to outlast its
     deadline would be stopped there. The estimate has an error band, so this is a warning."""
-    hours, step = estimate.get("estimatedJobHours"), estimate.get("estimatedStepSeconds")
+    hours, step = estimate.estimated_job_hours, estimate.estimated_step_seconds
     if not hours or not step or not steps:
         return None
     predicted = hours * 3600
     if predicted <= timeout_seconds:
         return None
-    if estimate.get("estimateSource") == PREDICTION:
+    if estimate.estimate_source == PREDICTION:
         source = "the fit check's predicted step time"
     else:
-        source = f"an assumed MFU of {estimate.get('assumedMfu')}"
+        source = f"an assumed MFU of {estimate.assumed_mfu}"
     return (
         f"timeoutSeconds = {timeout_seconds} is shorter than the run this stack predicts: {steps} steps of about "
         f"{step:g} s ({source}) take about {predicted:.0f} s, {predicted - timeout_seconds:.0f} s "
@@ -124,7 +136,7 @@ def deadline_warning(estimate: Mapping[str, Any], steps: int | None, timeout_sec
 
 def cost_estimate(
     job: JobSpec, settings: WorkloadSettings, price_per_chip_hour: float | None, cost_basis: str | None = None
-) -> dict[str, Any]:
+) -> CostEstimate:
     """What the job should cost: its steps x an estimated step time, at the chips' hourly price
     (None when the infra stack has none: `cost_basis`, its costBasis output, says why).
     The step time is the fit check's prediction for this exact configuration when there is one
@@ -133,7 +145,7 @@ def cost_estimate(
     configuration (flopsSource `maxtext`; domain/perf/capacity.py names the fallback). None for CPU
     jobs."""
     if not job.use_tpu or job.total_steps is None:
-        return dict.fromkeys(COST_OUTPUTS)
+        return CostEstimate()
     flops = model_flops(job)
     result = fit_check_result(job, settings)
     if result is not None:
@@ -148,14 +160,14 @@ def cost_estimate(
         price_per_chip_hour_usd=price_per_chip_hour or 0.0,
         step_seconds=prediction.step_seconds if prediction else None,
     )
-    return {
-        "flopsPerStep": flops.per_step,
-        "flopsSource": flops.source,
-        "estimateSource": PREDICTION if prediction else ASSUMED_MFU,
-        "assumedMfu": None if prediction else settings.assumed_mfu,
-        "predictedMfu": round(prediction.mfu, 4) if prediction else None,
-        "estimatedStepSeconds": round(estimate.step_seconds or 0, 3),
-        "estimatedJobHours": round(estimate.job_hours or 0, 3),
-        "estimatedJobDollars": estimate.job_dollars if price_per_chip_hour is not None else None,
-        "costBasis": cost_basis,
-    }
+    return CostEstimate(
+        flops_per_step=flops.per_step,
+        flops_source=flops.source,
+        estimate_source=PREDICTION if prediction else ASSUMED_MFU,
+        assumed_mfu=None if prediction else settings.assumed_mfu,
+        predicted_mfu=round(prediction.mfu, 4) if prediction else None,
+        estimated_step_seconds=round(estimate.step_seconds or 0, 3),
+        estimated_job_hours=round(estimate.job_hours or 0, 3),
+        estimated_job_dollars=estimate.job_dollars if price_per_chip_hour is not None else None,
+        cost_basis=cost_basis,
+    )

@@ -20,7 +20,7 @@ from domain.config.workload_settings import NAMES, WorkloadSettings, key
 from domain.training.job import JobError, JobSpec
 from workloads import job_inputs, job_resolution
 from workloads.infra_outputs import OUTPUT_NAMES, gke_inputs, read_infra_outputs
-from workloads.job_inputs import COST_OUTPUTS
+from workloads.job_inputs import COST_OUTPUTS, CostEstimate
 from workloads.ray_job import (
     JOB_INPUTS,
     LEGACY_JOB_ID,
@@ -37,12 +37,12 @@ def _secret_if(secret: bool, value: pulumi.Output[Any]) -> pulumi.Output[Any]:
     return pulumi.Output.secret(value) if secret else value
 
 
-def _warned_of_deadline(estimate: dict[str, Any], job: JobSpec, settings: WorkloadSettings) -> dict[str, Any]:
-    """The estimate, after a warning at preview and update when it outlasts timeoutSeconds."""
+def _warned_of_deadline(estimate: CostEstimate, job: JobSpec, settings: WorkloadSettings) -> dict[str, Any]:
+    """The estimate's outputs, after a warning at preview and update when it outlasts timeoutSeconds."""
     warning = job_inputs.deadline_warning(estimate, job.total_steps, settings.timeout_seconds)
     if warning is not None:
         pulumi.log.warn(warning)
-    return estimate
+    return estimate.outputs()
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ async def build(settings: WorkloadSettings) -> dict[str, Any]:
         job = _secret_if(secret_job, pulumi.Output.from_input(resolved))
         inputs = job.apply(lambda _: built)
         target = {"address": pulumi.Output.from_input(settings.address)}
-        cost = pulumi.Output.from_input(job_inputs.cost_estimate(resolved, settings, 0.0))
+        cost = pulumi.Output.from_input(job_inputs.cost_estimate(resolved, settings, 0.0).outputs())
     props: dict[str, pulumi.Input[Any]] = {name: inputs[name] for name in JOB_INPUTS}
     if settings.is_secret(NAMES.runtime_env):
         props["runtime_env"] = pulumi.Output.secret(props["runtime_env"])
