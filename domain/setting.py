@@ -210,9 +210,9 @@ class Reading[T]:
         """The values read as an instance of the settings class, whose fields (and the properties
         built on them) the checks read: a field is None where it is unset with no default or was
         refused (now or later, by `refuse`), whatever its declared type says, so a check tests the
-        values it reads (or asks `ok`) first (tests/test_setting_values.py refuses each in turn). `resolved` replaces values the project derives (a
-        preset's default shape). Built without the class's `__init__`: its fields that are not
-        settings stay unset."""
+        values it reads (or asks `ok`) first (tests/test_setting_values.py refuses each in turn).
+        `resolved` replaces values the project derives (a preset's default shape). Built without
+        the class's `__init__`: its fields that are not settings stay unset."""
         assert self.cls is not None, "a Reading made by read() knows its class"
         instance: T = object.__new__(self.cls)
         values = {field: None if field in self.refused else value for field, value in self.values.items()}
