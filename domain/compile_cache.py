@@ -11,11 +11,7 @@ why); on a local stack it is a folder beside the runs, shared by every run of th
 COMPILE_CACHE_PREFIX = "jax-cache"
 
 
-def bucket_cache_dir(bucket: str) -> str:
-    """The cache of a job whose checkpoints are in Cloud Storage bucket `bucket`."""
-    return f"gs://{bucket}/{COMPILE_CACHE_PREFIX}"
-
-
-def local_cache_dir(checkpoint_root: str) -> str:
-    """The cache of a local stack whose runs are under `checkpoint_root`."""
-    return f"{checkpoint_root.rstrip('/')}/{COMPILE_CACHE_PREFIX}"
+def compile_cache_dir(root: str) -> str:
+    """The cache under `root`: the checkpoint bucket's `gs://` URL on GKE, a local stack's
+    checkpoint root."""
+    return f"{root.rstrip('/')}/{COMPILE_CACHE_PREFIX}"
