@@ -9,6 +9,7 @@ import pytest
 from domain.training.goodput import OUTPUTS, RunRecord
 from domain.training.job_events import event_line, maxtext_step, parse_event
 from domain.training.job_log import JobLog
+from domain.training.start_phases import PHASES
 
 WORKER = "\x1b[36m(RayTrainWorker pid=101)\x1b[0m "
 CONTROLLER = "\x1b[36m(TrainController pid=77)\x1b[0m "
@@ -28,6 +29,25 @@ def retry(source: str, count: int | str, allowed: str = "inf") -> list[str]:
         CONTROLLER + f"  Error count: {count} (max allowed: {allowed})",
         CONTROLLER + "Error: Training was interrupted by node preemption (preempted_ranks=[0], drain_timed_out=True).",
     ]
+
+
+NO_PHASES = dict.fromkeys((*PHASES, "compile_cache"))
+
+
+def started(at: float, process: float, *, prepared: float, restore: float = 0.0, compiled: float, cache: str = "miss"):
+    """A group's `attempt` and the trainer's phase events, as rank 0 writes them: its process
+    started at `process`, its loop at `at`, MaxText prepared at `prepared` (after a restore of
+    `restore` s) and compiled the train step by `compiled`."""
+    return [
+        WORKER + event_line("attempt", time=at, workers=1, process_started=process),
+        WORKER + event_line("phase", time=prepared - restore, phase="trainer_start", seconds=prepared - restore - at),
+        WORKER + event_line("phase", time=prepared, phase="restore", seconds=restore),
+        WORKER + event_line("phase", time=compiled, phase="compile", seconds=compiled - prepared, cache=cache),
+    ]
+
+
+def first_step(ended: float, seconds: float):
+    return [WORKER + event_line("phase", time=ended, phase="first_step", seconds=seconds)]
 
 
 def read(lines: list[str]) -> RunRecord:
@@ -62,6 +82,9 @@ def test_an_uninterrupted_run():
         "seconds_lost_to_restarts": 0,
         "seconds_queued": 10.0,
         "seconds_to_first_step": 40.0,
+        # A trainer that did not time its start: only the wait for the group is known.
+        "start_phases": [{**NO_PHASES, "queued": 10.0}],
+        "seconds_lost_to_restarts_by_phase": None,
         "goodput_percent": round(100 * 10 * 1.5 / 70, 1),
         "seconds_waiting_for_data": None,  # these step events do not say
         "event_lines_skipped": 0,
@@ -287,3 +310,97 @@ def test_the_queue_time_is_none_when_the_log_head_was_not_read():
     )
     assert summary["seconds_queued"] is None
     assert summary["seconds_to_first_step"] == 70.0
+
+
+def test_a_start_phase_by_phase():
+    lines = [
+        *started(104.0, 100.0, prepared=120.0, compiled=150.0),
+        *first_step(152.0, 2.0),
+        *steps(0, 3, start=152.0),
+    ]
+    summary = read(lines).summary(start=90.0, end=160.0)
+    assert summary["start_phases"] == [
+        {
+            "queued": 10.0,  # the job's start to the worker's process
+            "worker_start": 4.0,
+            "trainer_start": 16.0,
+            "restore": 0.0,
+            "compile": 30.0,
+            "compile_cache": "miss",
+            "first_step": 2.0,
+        }
+    ]
+    # The phases are the whole of the wait for the first step.
+    assert sum(summary["start_phases"][0][phase] for phase in PHASES) == summary["seconds_to_first_step"]
+    assert summary["seconds_lost_to_restarts_by_phase"] is None
+
+
+def test_a_restart_is_split_into_the_same_phases():
+    lines = [
+        *started(104.0, 100.0, prepared=120.0, compiled=150.0),
+        *first_step(152.0, 2.0),
+        *steps(0, 5, start=152.0),  # the last at 162
+        *retry("preemption", 1),
+        # The new group: its process 20 s after the last step, a 5 s restore, a cache hit.
+        *started(185.0, 182.0, prepared=200.0, restore=5.0, compiled=203.0, cache="hit"),
+        *first_step(204.0, 1.0),
+        *steps(4, 9, start=204.0),
+    ]
+    summary = read(lines).summary(start=90.0, end=220.0)
+    restart = summary["start_phases"][1]
+    assert restart == {
+        "queued": 20.0,  # from the last step before it: the wait for the failure is in it
+        "worker_start": 3.0,
+        "trainer_start": 10.0,
+        "restore": 5.0,
+        "compile": 3.0,
+        "compile_cache": "hit",
+        "first_step": 1.0,
+    }
+    assert summary["seconds_lost_to_restarts_by_phase"] == {phase: restart[phase] for phase in PHASES}
+    # The restart's phases are the whole of the time it lost.
+    assert sum(restart[phase] for phase in PHASES) == summary["seconds_lost_to_restarts"] == 42.0
+
+
+def test_a_group_stopped_while_compiling_shows_the_phases_it_reached():
+    lines = [
+        WORKER + event_line("attempt", time=104.0, workers=1, process_started=100.0),
+        WORKER + event_line("phase", time=120.0, phase="trainer_start", seconds=16.0),
+        WORKER + event_line("phase", time=120.0, phase="restore", seconds=0.0),
+    ]
+    phases = read(lines).summary(start=90.0, end=130.0)["start_phases"]
+    assert phases == [{**NO_PHASES, "queued": 10.0, "worker_start": 4.0, "trainer_start": 16.0, "restore": 0.0}]
+    # ... and the next group's wait counts from the last phase it reached.
+    lines += started(131.0, 125.0, prepared=140.0, compiled=141.0, cache="hit")
+    assert read(lines).summary(start=90.0, end=150.0)["start_phases"][1]["queued"] == 5.0
+
+
+def test_a_worker_process_started_before_the_ask_counts_from_the_ask():
+    """Ray may hand the group a worker process it had started ahead: its wait is none, and its
+    start counts from the ask."""
+    lines = started(104.0, 50.0, prepared=120.0, compiled=150.0)
+    phases = read(lines).summary(start=90.0, end=160.0)["start_phases"][0]
+    assert (phases["queued"], phases["worker_start"]) == (0.0, 14.0)
+
+
+def test_phase_events_read_twice_count_once():
+    once = [*started(104.0, 100.0, prepared=120.0, compiled=150.0), *first_step(152.0, 2.0), *steps(0, 3, 152.0)]
+    twice = [line for line in once for _ in range(2)]
+    assert read(twice).summary(90.0, 160.0) == read(once).summary(90.0, 160.0)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"phase": "warmup", "seconds": 1.0},  # not a phase the trainer times
+        {"phase": "queued", "seconds": 1.0},  # the reader's own, never an event
+        {"phase": "compile", "seconds": -1.0},
+        {"phase": "compile", "seconds": 1.0, "cache": "maybe"},
+        {"phase": "compile"},
+    ],
+)
+def test_a_damaged_phase_event_is_skipped_and_counted(fields):
+    lines = [*started(104.0, 100.0, prepared=120.0, compiled=150.0), WORKER + event_line("phase", time=151.0, **fields)]
+    summary = read(lines).summary(90.0, 160.0)
+    assert summary["event_lines_skipped"] == 1
+    assert summary["start_phases"][0]["compile"] == 30.0

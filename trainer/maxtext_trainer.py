@@ -20,11 +20,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from domain.compile_cache import COMPILE_CACHE_ENV
 from domain.ray.preemption import NOTICE_POLL_SECONDS, RESTART_GRACE_SECONDS, run_completed
 from domain.training.data_files import check_job_data, keep_record
 from domain.training.job import CPU_WORKER_ENV, JobSpec
 from domain.training.job_events import NOTICE_SAVED_EVENT, event_line, maxtext_step
 from domain.training.maxtext_config import base_config_path
+from trainer.start_clock import StartClock, process_start_time
 
 # Where MaxText keeps a run's checkpoints, under the run's directory: one Orbax step directory each.
 CHECKPOINTS_SUBDIRECTORY = "checkpoints"
@@ -109,30 +111,45 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     """
     import ray.train
 
+    loop_started = time.time()
     context = ray.train.get_context()
     rank0 = context.get_world_rank() == 0
     if not config["use_tpu"]:
         _join_cpu_workers(context.get_world_rank(), context.get_world_size())
+    cache_dir = config["job"].compile_cache_dir(os.environ.get(COMPILE_CACHE_ENV))
+    # Rank 0 says how the group's start went; the other ranks start the same way.
+    clock = StartClock(loop_started, _emit, cache_on=cache_dir is not None) if rank0 else None
     if rank0:
-        _emit("attempt", workers=context.get_world_size())
-        _log_steps()
+        _emit(
+            "attempt",
+            time=round(loop_started, 3),
+            workers=context.get_world_size(),
+            process_started=round(process_start_time(), 3),
+        )
+        _log_steps(clock)
     notice = PreemptionNotice(poll_seconds=config["notice_poll_seconds"], report=rank0)
+    from maxtext.common import checkpointing
     from maxtext.common.data_loader import DataLoader
-    from maxtext.trainers.pre_train.train import main as maxtext_main
+    from maxtext.trainers.pre_train import train
 
     DATA_WAIT.time(DataLoader)
 
     mark_absl_flags_parsed()
     stopped = _DataStop()
     logging.getLogger("absl").addHandler(stopped)
+    uninstall = clock.install(train, checkpointing) if clock is not None else None
+    # An empty jax_cache_dir is MaxText's "no cache" (its default is a folder in the pod).
+    argv = [*config["argv"], f"jax_cache_dir={cache_dir or ''}"]
     notice.start()
     try:
-        maxtext_main(config["argv"])
+        train.main(argv)
         if stopped.out_of_data and not notice.received:
-            _save_where_the_data_ended(maxtext_main, config, stopped)
+            _save_where_the_data_ended(train.main, argv, config, stopped)
     finally:
         notice.stop()
         logging.getLogger("absl").removeHandler(stopped)
+        if uninstall is not None:
+            uninstall()
     if stopped.failure is not None:
         raise RuntimeError(f"MaxText stopped training because its data pipeline failed: {stopped.failure}")
     if stopped.out_of_data:
@@ -147,7 +164,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         threading.Event().wait()
 
 
-def _save_where_the_data_ended(maxtext_main: Any, config: dict[str, Any], stopped: _DataStop) -> None:
+def _save_where_the_data_ended(maxtext_main: Any, argv: list[str], config: dict[str, Any], stopped: _DataStop) -> None:
     """MaxText ends its loop when the data runs out and saves nothing then (its train state is
     gone once the loop has stopped). So it is run once more, with `steps` cut to the steps the
     data held: it restores the latest checkpoint with its data position, trains the steps after it
@@ -163,7 +180,7 @@ def _save_where_the_data_ended(maxtext_main: Any, config: dict[str, Any], stoppe
         flush=True,
     )
     stopped.out_of_data = False
-    maxtext_main([*config["argv"], f"steps={ran}"])
+    maxtext_main([*argv, f"steps={ran}"])
     stopped.out_of_data = True
 
 
@@ -204,7 +221,7 @@ def _report_the_notice_save(notice: PreemptionNotice, config: dict[str, Any], ra
 
 
 def _emit(event: str, **fields: Any) -> None:
-    print(event_line(event, time=round(time.time(), 3), **fields), flush=True)
+    print(event_line(event, **{"time": round(time.time(), 3), **fields}), flush=True)
 
 
 def mark_absl_flags_parsed() -> None:
@@ -287,7 +304,11 @@ DATA_WAIT = _DataWait()
 
 class _StepEvents(logging.Handler):
     """A `step` event for each step MaxText logs, at the time it logged it, with the time spent
-    waiting for data since the previous one."""
+    waiting for data since the previous one; the group's first ends its start's clock."""
+
+    def __init__(self, clock: StartClock | None) -> None:
+        super().__init__(level=logging.INFO)
+        self.clock = clock
 
     def emit(self, record: logging.LogRecord) -> None:
         step = maxtext_step(record.getMessage())
@@ -299,13 +320,17 @@ class _StepEvents(logging.Handler):
                 ),
                 flush=True,
             )
+            if self.clock is not None:
+                self.clock.step_logged(record.created)
 
 
-def _log_steps() -> None:
-    # MaxText logs through absl, whose records go to the standard `absl` logger.
+def _log_steps(clock: StartClock | None) -> None:
+    # MaxText logs through absl, whose records go to the standard `absl` logger; one handler, of
+    # this group's clock.
     absl = logging.getLogger("absl")
-    if not any(isinstance(handler, _StepEvents) for handler in absl.handlers):
-        absl.addHandler(_StepEvents(level=logging.INFO))
+    for handler in [handler for handler in absl.handlers if isinstance(handler, _StepEvents)]:
+        absl.removeHandler(handler)
+    absl.addHandler(_StepEvents(clock))
 
 
 def _join_cpu_workers(rank: int, world_size: int) -> None:
@@ -381,6 +406,7 @@ def build_trainer(job: JobSpec):
     return JaxTrainer(
         train_loop_per_worker=train_loop_per_worker,
         train_loop_config={
+            "job": job,
             "argv": maxtext_argv(job),
             "use_tpu": job.use_tpu,
             "notice_poll_seconds": NOTICE_POLL_SECONDS,

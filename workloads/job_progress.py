@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 from domain.ray.queueing import waiting_line
 from domain.training.goodput import OUTPUTS as GOODPUT_OUTPUTS
+from domain.training.goodput import RunRecord
 from domain.training.job_log import JobLog, StepCollector
 from workloads.jobs_api import JobsApi, JobsApiError
 
@@ -52,6 +53,16 @@ class ProgressReporter:
         if (asked, up) != self._waiting_for:
             self._waiting_for = (asked, up)
             self._emit(f"RayJob {self.job_id}: {waiting_line(asked, up)}", force=True)
+
+    def starting(self, record: RunRecord, job_start_ms: int | None) -> None:
+        """While a worker group starts: a line each time it ends another phase of its start."""
+        if not record.attempts:
+            return
+        starts = record.start_phases(job_start_ms / 1000 if job_start_ms else None)
+        if line := starts[-1].line():
+            number = len(starts)
+            group = "its worker group" if number == 1 else f"worker group {number} (a restart)"
+            self._emit(f"RayJob {self.job_id}: starting {group}: {line}", force=True)
 
     def update(self, steps: StepCollector) -> None:
         latest = steps.latest

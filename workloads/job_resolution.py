@@ -154,6 +154,7 @@ def _settings_job(
         max_preemptions=settings.max_preemptions,
         overrides=settings.maxtext_overrides,
         dataset=settings.dataset(dataset_root),
+        compile_cache=settings.compile_cache,
     )
     return checked_by_maxtext(job, settings)
 

@@ -245,6 +245,7 @@ def until_ended(
                     progress.status(problem)
                     log_problem_shown = True
                 queue.read(info, tail)
+                progress.starting(tail.record, info.start_time)
                 progress.update(steps)
             queue.count()
             last_logs_at = time.monotonic()

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
+from domain.compile_cache import COMPILE_CACHE_ENV, COMPILE_CACHE_PREFIX, JAX_CACHE_ENV
 from domain.problems import ProblemsError
 from domain.ray.queueing import WORKER_GROUP_START_TIMEOUT_ENV
-from domain.setting import Reading, field_names, key_of, read, setting, shown
+from domain.setting import Reading, as_boolean, field_names, key_of, read, setting, shown
 from domain.stack_identity import StackIdentity
 from domain.training import maxtext_config
 from domain.training.dataset import (
@@ -169,6 +170,13 @@ class WorkloadSettings:
         "Let runtimeEnv install packages or pull images at every job start, on every worker (gigabytes before the "
         "first step); off, such a runtimeEnv is refused.",
         default=False,
+    )
+    compile_cache: bool = setting(
+        "boolean",
+        "Keep the job's compiled train step in a persistent compilation cache (MaxText's jax_cache_dir): on GKE "
+        "the checkpoint bucket's jax-cache/ prefix, locally beside the runs under checkpointRoot. A restart, or a "
+        "run of the same shape, then loads it instead of compiling again; off, every start compiles.",
+        default=True,
     )
     queue_timeout_seconds: int = setting(
         "integer",
@@ -469,11 +477,43 @@ def _runtime_env_problems(runtime_env: Mapping[str, Any], *, allow_install: bool
                     "sets; remove it from runtimeEnv and set queueTimeoutSeconds instead (`pulumi config set "
                     "queueTimeoutSeconds SECONDS`)"
                 )
+            elif name == JAX_CACHE_ENV:
+                problems.append(
+                    f"{named(f'env_vars.{name}', value)} does nothing: MaxText sets JAX's compilation cache itself "
+                    f"(its jax_cache_dir), which the job points at the stack's persistent cache ({CACHE_WHERE}); "
+                    "remove it (`pulumi config set compileCache false` trains without a cache)"
+                )
+            elif name == COMPILE_CACHE_ENV:
+                problems.append(
+                    f"{named(f'env_vars.{name}', value)} would move the job's compilation cache, which is the "
+                    f"cluster's ({CACHE_WHERE}): anyone who can write a cache can run code in the job; remove it "
+                    "(`pulumi config set compileCache false` trains without a cache)"
+                )
             elif not isinstance(value, str):
                 problems.append(
                     f"{named(f'env_vars.{name}', value)} is not text; quote it (Ray sets environment variables as text)"
                 )
     return problems
+
+
+# Where the stack's compilation cache is, as messages say it.
+CACHE_WHERE = (
+    f"the checkpoint bucket's {COMPILE_CACHE_PREFIX}/ prefix on GKE, checkpointRoot/{COMPILE_CACHE_PREFIX} locally"
+)
+
+
+def _cache_problems(reading: Reading[WorkloadSettings], settings: WorkloadSettings) -> list[str]:
+    """MaxText's dump_hlo turns its compilation cache off (it skips the cache so that it can dump
+    what it compiles): say so unless the stack turned the cache off itself."""
+    dump = (settings.maxtext_overrides or {}).get("dump_hlo")
+    if dump is None or not settings.compile_cache or as_boolean(dump) is not True:
+        return []
+    return [
+        f"{reading.key(_F.maxtext_overrides)}.dump_hlo = {shown(dump)} turns the persistent compilation cache off "
+        "(MaxText skips the cache so that it can dump the HLO it compiles), so every start of the job would compile "
+        f"again; set {reading.key(_F.compile_cache)} false as well (`pulumi config set "
+        f"{reading.key(_F.compile_cache)} false`) to train without it, or remove dump_hlo"
+    ]
 
 
 def parse_workload_settings(
@@ -545,6 +585,7 @@ def parse_workload_settings(
             f"rm {allow_key}`)"
         )
     problems += _dataset_problems(reading, settings, local=local, on_infra=on_infra)
+    problems += _cache_problems(reading, settings)
     owned = sorted(key for key in overrides if key in DATA_KEYS)
     if owned:
         data = (

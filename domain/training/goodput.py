@@ -26,6 +26,11 @@ Definitions (all from the log, none estimated):
   event): the wait for capacity (slices brought up, a placement found), before any step;
 - seconds to first step: from the job's start to the first step completed (the wait for
   capacity included, then the group's start, the restore and the first, compiling step);
+- start phases: for every worker group, the seconds of each phase of its start
+  (domain/training/start_phases.py), from the trainer's `attempt` and `phase` events;
+- seconds lost to restarts by phase: the start phases of every group after the first, summed
+  phase by phase (a restart's queued phase starts at the previous group's last step, so it holds
+  the wait for the failure or the notice's deadline too);
 - seconds waiting for data: the time the trainer measured MaxText spending in its data loader's
   fetch of each batch (the host waiting on the input pipeline, the first batch's start included),
   over every run of every step;
@@ -46,10 +51,12 @@ from domain.training.job_events import (
     AttemptEvent,
     Event,
     FailedEvent,
+    PhaseEvent,
     RetryCount,
     RetrySource,
     StepEvent,
 )
+from domain.training.start_phases import PHASES, CacheResult, StartPhases, TrainerPhase
 
 OUTPUTS = (
     "restarts",
@@ -59,6 +66,8 @@ OUTPUTS = (
     "seconds_lost_to_restarts",
     "seconds_queued",
     "seconds_to_first_step",
+    "start_phases",
+    "seconds_lost_to_restarts_by_phase",
     "goodput_percent",
     "seconds_waiting_for_data",
     # Lines that carried the event prefix but no event the summary could use (damaged JSON, a
@@ -78,14 +87,43 @@ def finite(value: float | None, digits: int) -> float | None:
 
 @dataclass
 class Attempt:
-    """One worker group: when it started, with how many workers, and its first and last steps."""
+    """One worker group: when its process and its loop started, with how many workers, the
+    phases of its start the trainer timed, and its first and last steps."""
 
     started: float | None = None
     workers: int | None = None
+    process_started: float | None = None
     first_step: int | None = None
     first_step_at: float | None = None
     last_step: int | None = None
     last_step_at: float | None = None
+    # The trainer's phases: (seconds, when the phase ended).
+    phases: dict[TrainerPhase, tuple[float, float]] = field(default_factory=dict)
+    cache: CacheResult | None = None
+
+    def last_seen(self) -> float | None:
+        """The latest moment the log shows this group at: its last step, else the end of the last
+        phase it reached, else its start."""
+        if self.last_step_at is not None:
+            return self.last_step_at
+        ends = [end for _, end in self.phases.values()]
+        return max(ends) if ends else self.started
+
+    def start_phases(self, asked: float | None) -> StartPhases:
+        """Its start, phase by phase, for a group asked for at `asked` (None: not known). A worker
+        process Ray had started before the ask (an idle one it keeps ready) counts from the ask."""
+        phases = StartPhases(compile_cache=self.cache)
+        placed = self.process_started
+        if placed is not None and asked is not None:
+            placed = max(placed, asked)
+        if asked is not None:
+            reached = placed if placed is not None else self.started
+            phases.queued = finite(reached - asked, 1) if reached is not None else None
+        if placed is not None and self.started is not None:
+            phases.worker_start = finite(max(self.started - placed, 0.0), 1)
+        for phase, (seconds, _) in self.phases.items():
+            setattr(phases, phase, finite(seconds, 1))
+        return phases
 
 
 @dataclass
@@ -123,7 +161,14 @@ class RunRecord:
     def add(self, event: Event) -> None:
         if isinstance(event, AttemptEvent):
             if all(attempt.started != event.time for attempt in self.attempts):
-                self.attempts.append(Attempt(started=event.time, workers=event.workers))
+                self.attempts.append(
+                    Attempt(started=event.time, workers=event.workers, process_started=event.process_started)
+                )
+        elif isinstance(event, PhaseEvent):
+            attempt = self._current()
+            attempt.phases[event.phase] = (event.seconds, event.time)
+            if event.cache is not None:
+                attempt.cache = event.cache
         elif isinstance(event, FailedEvent):
             self.failure = event.message
         elif isinstance(event, StepEvent):
@@ -143,6 +188,13 @@ class RunRecord:
             self.attempts.append(Attempt())
         return self.attempts[-1]
 
+    def start_phases(self, start: float | None) -> list[StartPhases]:
+        """Each group's start: the first asked for at the job's start, each later one when the
+        group before it was last seen (its last step: the restart's wait for the failure or the
+        notice's deadline is in its queued phase)."""
+        asked = [start, *(attempt.last_seen() for attempt in self.attempts[:-1])]
+        return [attempt.start_phases(when) for attempt, when in zip(self.attempts, asked, strict=True)]
+
     def summary(self, start: float | None, end: float | None) -> dict[str, Any]:
         """The goodput outputs, for a job that ran from `start` to `end` (epoch seconds); a
         value that the log cannot give is None, and so is one that is not a finite number."""
@@ -159,6 +211,7 @@ class RunRecord:
         first = stepped[0].first_step_at if stepped else None
         # None when the log's head (where the first `attempt` line is) was not read.
         queued = self.attempts[0].started
+        starts = self.start_phases(start)
         productive = sum(seconds for _, seconds, _ in self.steps.values())
         wall = end - start if start is not None and end is not None else None
         return {
@@ -169,6 +222,8 @@ class RunRecord:
             "seconds_lost_to_restarts": finite(sum(gaps), 1) if stepped else None,
             "seconds_queued": finite(queued - start, 1) if queued is not None and start is not None else None,
             "seconds_to_first_step": finite(first - start, 1) if first is not None and start is not None else None,
+            "start_phases": [vars(phases) for phases in starts],
+            "seconds_lost_to_restarts_by_phase": _by_phase(starts[1:]) if len(starts) > 1 else None,
             # A job with no wall time (or an end before its start) has no goodput.
             "goodput_percent": finite(100 * productive / wall, 1)
             if wall is not None and wall > 0 and self.steps
@@ -176,3 +231,12 @@ class RunRecord:
             "seconds_waiting_for_data": finite(self.data_seconds, 1) if self.data_seconds is not None else None,
             "event_lines_skipped": self.skipped,
         }
+
+
+def _by_phase(starts: list[StartPhases]) -> dict[str, float | None]:
+    """The seconds of each phase summed over `starts`; None for a phase none of them timed."""
+    totals: dict[str, float | None] = {}
+    for phase in PHASES:
+        known = [seconds for phases in starts if (seconds := phases.seconds(phase)) is not None]
+        totals[phase] = finite(sum(known), 1) if known else None
+    return totals

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from domain.compile_cache import compile_cache_dir
 from domain.problems import ProblemsError
 from domain.setting import Setting
 from domain.stack_identity import StackIdentity
@@ -163,6 +164,9 @@ class JobSpec:
     resize_check_seconds: float = RESIZE_CHECK_SECONDS
     maxtext_overrides: Mapping[str, str] = field(default_factory=dict)
     dataset: Dataset | None = None  # None: the preset's synthetic data
+    # Whether MaxText keeps compiled programs in the persistent compilation cache
+    # (domain/compile_cache.py: where is the cluster's to say, not the job's).
+    compile_cache: bool = True
 
     @property
     def max_workers(self) -> int:
@@ -198,6 +202,14 @@ class JobSpec:
             tokenizer = {"tokenizer_path": self.dataset.tokenizer_path(maxtext_package)}
         return [f"{key}={value}" for key, value in {**pinned, **self.maxtext_overrides, **tokenizer}.items()]
 
+    def compile_cache_dir(self, cluster_cache: str | None) -> str | None:
+        """Where MaxText keeps this job's compiled programs: the cluster's cache (`cluster_cache`,
+        what the infra stack set on its pods), else one beside the runs, shared by every run under
+        the checkpoint root; None when the job runs without one."""
+        if not self.compile_cache:
+            return None
+        return cluster_cache or compile_cache_dir(self.checkpoint_root)
+
     @property
     def trainer_module(self) -> str:
         return "trainer.maxtext_elastic_trainer" if self.elastic else "trainer.maxtext_multi_slice_trainer"
@@ -213,8 +225,12 @@ class JobSpec:
 
     def to_json(self) -> str:
         data = asdict(self)
-        if data["dataset"] is None:  # a synthetic job's command, and so its submission id, as before data settings
+        # A job's command, and so its submission id, as before these settings when they have
+        # their defaults: synthetic data, the compilation cache on.
+        if data["dataset"] is None:
             del data["dataset"]
+        if data["compile_cache"]:
+            del data["compile_cache"]
         return json.dumps(data, sort_keys=True)
 
     @classmethod
@@ -267,6 +283,7 @@ def resolve_job(
     max_preemptions: int | None = None,
     overrides: Mapping[str, Any] | None = None,
     dataset: Dataset | None = None,
+    compile_cache: bool = True,
 ) -> JobSpec:
     """Checks everything a submission would otherwise discover on the cluster, then returns the
     job. Raises JobError listing every problem."""
@@ -331,4 +348,5 @@ def resolve_job(
         max_preemptions=UNLIMITED if max_preemptions is None else max_preemptions,
         maxtext_overrides=resolved,
         dataset=dataset,
+        compile_cache=compile_cache,
     )

@@ -4,8 +4,9 @@ step line, and the two lines of Ray Train's controller that say which retry budg
 The trainer writes one line per event, `maxtext-tpu-event {json}` (`event_line`): rank 0 of every
 worker group writes `attempt` when it starts, `step` for each step MaxText completes (with the
 wall-clock time MaxText logged it at), `notice` when Ray Train tells it that a node of the group
-is being drained for preemption and `notice_saved` for the checkpoint written at that notice; the
-driver writes `failed` with the budget that ran out. Writers and readers take the kinds, fields
+is being drained for preemption and `notice_saved` for the checkpoint written at that notice, and
+`phase` as each phase of its start ends (domain/training/start_phases.py); the driver writes
+`failed` with the budget that ran out. Writers and readers take the kinds, fields
 and prefix from here; domain/training/job_log.py is the one reader of a log.
 
 A log is read as it is: a line may be cut, hold stray bytes, or come from a trainer of another
@@ -23,6 +24,8 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from domain.training.start_phases import CacheResult, TrainerPhase
 
 EVENT_PREFIX = "maxtext-tpu-event "
 # Ray echoes the job's command at the top of its log: that line is the command (it may print
@@ -54,6 +57,21 @@ class AttemptEvent(BaseModel):
     event: Literal["attempt"]
     time: Time
     workers: Annotated[int, Field(ge=1)] | None = None
+    # When Ray started the process this group's rank 0 runs in (it places the group, then starts
+    # its workers); absent from trainers that did not say.
+    process_started: Time | None = None
+
+
+class PhaseEvent(BaseModel):
+    """A phase of the group's start that the trainer timed ended (rank 0 writes it)."""
+
+    model_config = _STRICT
+    event: Literal["phase"]
+    time: Time
+    phase: TrainerPhase
+    seconds: Seconds
+    # The compile phase only: what the persistent compilation cache did for the train step.
+    cache: CacheResult | None = None
 
 
 class StepEvent(BaseModel):
@@ -101,7 +119,7 @@ class DatasetEvent(BaseModel):
     tokens: Annotated[int, Field(ge=0)] | None = None
 
 
-Event = AttemptEvent | StepEvent | NoticeEvent | FailedEvent | DatasetEvent
+Event = AttemptEvent | StepEvent | NoticeEvent | FailedEvent | DatasetEvent | PhaseEvent
 # The kinds the job's reader uses. Any other kind is another reader's: passed over, not damaged.
 EVENT_KINDS: dict[str, type[Event]] = {
     "attempt": AttemptEvent,
@@ -109,6 +127,7 @@ EVENT_KINDS: dict[str, type[Event]] = {
     "notice": NoticeEvent,
     "failed": FailedEvent,
     "dataset": DatasetEvent,
+    "phase": PhaseEvent,
 }
 
 

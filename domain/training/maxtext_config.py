@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from domain.compile_cache import COMPILE_CACHE_PREFIX
 from domain.setting import as_boolean, as_integer, as_number, shown
 
 # Set by the job itself from the stack (run name, checkpoint root) or by the AOT compiler.
@@ -32,6 +33,8 @@ RESERVED_KEYS = {
     "checkpointRoot on a local stack)",
     "compile_topology": "set by the fit check from the preset's topology",
     "compile_topology_num_slices": "set by the fit check from the slice count",
+    "jax_cache_dir": "set by the job to the stack's persistent compilation cache (the checkpoint bucket's "
+    f"{COMPILE_CACHE_PREFIX}/ prefix on GKE, beside the runs locally); turn it off with the compileCache setting",
 }
 
 

@@ -1,0 +1,70 @@
+"""A worker group's start, phase by phase: from the moment it is asked for to its first step.
+
+Every start of a job is cold in part: a first run, a restart after a preemption or a failure, a
+slice scaled back from zero. Each pays, in turn:
+
+- queued: the group asked for (the job's start; for a restart, the previous group's last step)
+  until Ray has placed it and started its worker's process. On GKE, a slice scaled to zero boots
+  and pulls the worker image before Ray can place anything on it, so node boot and image pull
+  are in this phase there;
+- worker_start: that process until the trainer's loop runs on it (Ray Train's worker set-up,
+  `jax.distributed` on CPU workers);
+- trainer_start: MaxText's set-up (its config, the mesh, the model, the optimizer state, the data
+  pipeline), without the restore;
+- restore: reading the latest checkpoint and the data position; zero on a fresh run;
+- compile: the train step's compile (MaxText compiles it ahead of the first step), and whether the
+  persistent compilation cache served it: hit, miss, or off;
+- first_step: the first step, until MaxText logs it.
+
+The names follow the badput kinds of Google's ml-goodput-measurement where they mean the same
+(docs/training.md, "Cold start, phase by phase", lists where they differ). The trainer writes one
+`phase` event as each of its own phases ends (trainer_start, restore, compile, first_step); the
+job's reader (domain/training/job_log.py, domain/training/goodput.py) derives queued and
+worker_start from the `attempt` event's times.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Phase = Literal["queued", "worker_start", "trainer_start", "restore", "compile", "first_step"]
+PHASES: tuple[Phase, ...] = ("queued", "worker_start", "trainer_start", "restore", "compile", "first_step")
+# The phases the trainer times itself and writes as `phase` events.
+TrainerPhase = Literal["trainer_start", "restore", "compile", "first_step"]
+TRAINER_PHASES: tuple[TrainerPhase, ...] = ("trainer_start", "restore", "compile", "first_step")
+# What the persistent compilation cache did for the train step: served it, missed (JAX compiled
+# and wrote it), or the job runs without one.
+CacheResult = Literal["hit", "miss", "off"]
+CACHE_RESULTS: tuple[CacheResult, ...] = ("hit", "miss", "off")
+
+# The module JAX names the train step's compile after (MaxText's jitted `train_step`).
+TRAIN_STEP_MODULE = "jit_train_step"
+
+
+@dataclass
+class StartPhases:
+    """One worker group's start: each phase's seconds, None where the log does not say (a phase
+    the group never reached, or a trainer that did not time it)."""
+
+    queued: float | None = None
+    worker_start: float | None = None
+    trainer_start: float | None = None
+    restore: float | None = None
+    compile: float | None = None
+    compile_cache: CacheResult | None = None
+    first_step: float | None = None
+
+    def seconds(self, phase: Phase) -> float | None:
+        return getattr(self, phase)
+
+    def line(self) -> str:
+        """The phases reached, as a progress line shows them: `queued 3.1 s, worker_start ...`."""
+        parts = []
+        for phase in PHASES:
+            seconds = self.seconds(phase)
+            if seconds is None:
+                continue
+            cache = f" (cache {self.compile_cache})" if phase == "compile" and self.compile_cache else ""
+            parts.append(f"{phase} {seconds:.1f} s{cache}")
+        return ", ".join(parts)
