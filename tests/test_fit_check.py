@@ -233,11 +233,13 @@ def test_a_full_compile_runs_to_the_end(tmp_path):
     assert not stopped and "Finished train_compile.py successfully!" in output
 
 
-def test_the_dump_flags_join_the_callers_xla_flags(monkeypatch, tmp_path):
-    monkeypatch.setenv("XLA_FLAGS", "--xla_foo=1")
-    environment = fit_check.compile_environment("--flag", tmp_path)
+def test_the_dump_flags_join_the_jobs_xla_flags_and_nothing_else(monkeypatch, tmp_path):
+    """XLA_FLAGS reach the compile only as given (and so keyed): the environment's own do not."""
+    monkeypatch.setenv("XLA_FLAGS", "--xla_from_the_shell=1")
+    environment = fit_check.compile_environment("--flag", tmp_path, xla_flags="--xla_foo=1")
     assert environment["XLA_FLAGS"] == f"--xla_foo=1 --xla_dump_to={tmp_path} --xla_dump_hlo_module_re=jit_train_step"
     assert environment["LIBTPU_INIT_ARGS"] == "--flag"
+    assert "XLA_FLAGS" not in fit_check.compile_environment("--flag")
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,8 @@ before a single TPU is provisioned.
 
 Compiles the training step for the preset's TPU topology and slice count with MaxText's
 `train_compile` (libtpu from `maxtext[tpu]` runs the TPU compiler without a TPU), with exactly the
-LIBTPU_INIT_ARGS the TPU workers get (plus any flags in the caller's LIBTPU_INIT_ARGS), then prints
+LIBTPU_INIT_ARGS the TPU workers get (plus any flags in the caller's LIBTPU_INIT_ARGS, and the
+caller's XLA_FLAGS as a job's runtimeEnv would set them), then prints
 per-chip memory (arguments, temporaries, total), usable HBM and headroom. Exit status: 0 fits, 1
 does not fit (with the compiler's message), 2 any other error (with the compiler's own error when
 it gave one). Results are cached by the full resolved configuration, the flags and the trainer
@@ -70,6 +71,7 @@ OOM_SIZES = re.compile(r"\((?P<required>[\d.]+)G\) exceeds available HBM \((?P<a
 # runtime error from XLA (a flag it refuses on this platform, a bad mesh), or a Python exception.
 COMPILER_ERRORS = (
     re.compile(r"ERROR: (Unknown command line flag .*)"),
+    re.compile(r"(Unknown flags? in XLA_FLAGS: .*)"),
     re.compile(r"jax\.errors\.JaxRuntimeError: (.*)"),
     re.compile(r"^(\w+(?:\.\w+)*(?:Error|Exception): .*)", re.MULTILINE),
 )
@@ -78,11 +80,16 @@ HLO_MODULE = "jit_train_step"
 # (the last of them only then: after an out-of-memory error it is missing).
 OPTIMIZED_SUFFIX = ".after_optimizations.txt"
 BUFFERS_SUFFIX = ".after_optimizations-buffer-assignment.txt"
+# The first dump of the train step, written as XLA's compile of it starts (after tracing and lowering).
+BEFORE_SUFFIX = ".before_optimizations.txt"
 PLACED_SUFFIX = ".after_optimizations_after_buffer_assignment.txt"
 POLL_SECONDS = 0.2
 # LIBTPU_INIT_ARGS in the caller's environment: XLA flags to try on top of the runtime ones, as
 # MaxText's recipes pass them (a later flag overrides an earlier one).
 EXTRA_FLAGS_VARIABLE = "LIBTPU_INIT_ARGS"
+# XLA_FLAGS in the caller's environment: XLA's flags, as a job's runtimeEnv would set them (the
+# workers set none); part of the result's key like the libtpu flags.
+XLA_FLAGS_VARIABLE = "XLA_FLAGS"
 
 
 def compile_command(job: JobSpec, python: Path) -> list[str]:
@@ -96,9 +103,9 @@ def compile_command(job: JobSpec, python: Path) -> list[str]:
         *job.maxtext_args(),
         f"compile_topology={acc.slice_type(job.topology or '')}",
         f"compile_topology_num_slices={job.slices}",
-        # No JAX persistent compilation cache (MaxText's default is ~/jax_cache): its key leaves
-        # LIBTPU_INIT_ARGS out, so an executable compiled under other flags could be reused and
-        # hide a flag libtpu refuses. The fit check caches its results by config and flags.
+        # No JAX persistent compilation cache (MaxText's default is ~/jax_cache): a hit skips the
+        # compile, and with it the dumps the fit check reads and any error a flag would raise. The
+        # fit check caches its results by configuration and flags instead.
         "jax_cache_dir=",
     ]
 
@@ -207,16 +214,19 @@ def parse_output(output: str, job: JobSpec) -> FitResult:
     )
 
 
-def compile_environment(flags: str, dump_dir: Path | None = None) -> dict[str, str]:
-    """The compile's environment: the flags, and libtpu's process lock left off. libtpu takes a
-    lock file meant to stop two processes from sharing one TPU; an AOT compile has no TPU to
-    share, and with the lock a second fit check running at the same time fails. With
-    `dump_dir`, XLA also writes the training step's optimized HLO there (an XLA flag, not a
-    libtpu one: libtpu refuses --xla_dump_to in LIBTPU_INIT_ARGS as unknown)."""
+def compile_environment(flags: str, dump_dir: Path | None = None, *, xla_flags: str = "") -> dict[str, str]:
+    """The compile's environment: the flags (libtpu's, and XLA's exactly as given: the caller's own
+    XLA_FLAGS never leak in unkeyed), and libtpu's process lock left off. libtpu takes a lock file
+    meant to stop two processes from sharing one TPU; an AOT compile has no TPU to share, and with
+    the lock a second fit check running at the same time fails. With `dump_dir`, XLA also writes
+    the training step's optimized HLO there (an XLA flag, not a libtpu one: libtpu refuses
+    --xla_dump_to in LIBTPU_INIT_ARGS as unknown; dump flags do not change the executable)."""
     environment = {**os.environ, "LIBTPU_INIT_ARGS": flags, "ALLOW_MULTIPLE_LIBTPU_LOAD": "true"}
-    if dump_dir is not None:
-        dump = f"--xla_dump_to={dump_dir} --xla_dump_hlo_module_re={HLO_MODULE}"
-        environment["XLA_FLAGS"] = " ".join(part for part in (os.environ.get("XLA_FLAGS", ""), dump) if part)
+    environment.pop("XLA_FLAGS", None)
+    dump = f"--xla_dump_to={dump_dir} --xla_dump_hlo_module_re={HLO_MODULE}" if dump_dir is not None else ""
+    combined = " ".join(part for part in (xla_flags.strip(), dump) if part)
+    if combined:
+        environment["XLA_FLAGS"] = combined
     return environment
 
 
@@ -235,6 +245,13 @@ def step_profile(dump_dir: Path, generation: str, chips_per_slice: int) -> dict[
         return None
     text = optimized.read_text()
     return profile(text, chips_per_slice=chips_per_slice, mxu_width=model.hardware.mxu_width).to_json()
+
+
+def compile_seconds(dump_dir: Path, ended: float) -> float | None:
+    """Seconds from the train step's first dump (XLA starting its compile) to `ended` (a Unix
+    time); None when the compiler dumped nothing."""
+    started = [path.stat().st_mtime for path in dump_dir.glob(f"*{HLO_MODULE}*{BEFORE_SUFFIX}")]
+    return round(max(0.0, ended - min(started)), 1) if started else None
 
 
 def compile_step(command: list[str], *, cwd: str, env: dict[str, str], dump_dir: Path, full: bool) -> tuple[str, bool]:
@@ -264,15 +281,18 @@ def run_fit_check(
     use_cache: bool = True,
     python: Path | None = None,
     extra_flags: str = "",
+    xla_flags: str = "",
     full_compile: bool = False,
     keep_dump: Path | None = None,
 ) -> FitResult:
     """The fit check of `job`, from the cache when it has been run with these flags (unless
-    `full_compile`, which always compiles to the end). `keep_dump` keeps the compiler's dump."""
+    `full_compile`, which always compiles to the end): the workers' LIBTPU_INIT_ARGS plus
+    `extra_flags`, and `xla_flags` as XLA_FLAGS. `keep_dump` keeps the compiler's dump."""
     python = python or (TRAINER_PYTHON if TRAINER_PYTHON.exists() else Path(sys.executable))
     command = compile_command(job, python)
     flags = libtpu_flags(job, extra_flags)
-    cached = fit_results.result_path(job, flags)
+    xla_flags = " ".join(xla_flags.split())
+    cached = fit_results.result_path(job, flags, xla_flags)
     if use_cache and not full_compile and cached.exists():
         return counted_by_maxtext(job, FitResult.from_json(cached.read_text()), python)
     acc = accelerator_by_ray_type(job.accelerator_type or "")
@@ -282,8 +302,10 @@ def run_fit_check(
             for part in command
         ]
         dump_dir = Path(output_dir) / "hlo"
-        environment = compile_environment(flags, dump_dir)
+        environment = compile_environment(flags, dump_dir, xla_flags=xla_flags)
         output, stopped = compile_step(command, cwd=output_dir, env=environment, dump_dir=dump_dir, full=full_compile)
+        placed = dumped(dump_dir, PLACED_SUFFIX)
+        took = compile_seconds(dump_dir, placed.stat().st_mtime if stopped and placed is not None else time.time())
         if keep_dump is not None and dump_dir.exists():
             shutil.copytree(dump_dir, keep_dump, dirs_exist_ok=True)
         buffers = dumped(dump_dir, BUFFERS_SUFFIX)
@@ -310,7 +332,7 @@ def run_fit_check(
                 profile=step,
                 unreadable_step=unreadable,
             )
-    result = dataclasses.replace(result, configuration=configuration(job, flags))
+    result = dataclasses.replace(result, configuration=configuration(job, flags, xla_flags), compile_seconds=took)
     if result.fits or result.message:
         cached.parent.mkdir(parents=True, exist_ok=True)
         cached.write_text(result.to_json())
@@ -354,12 +376,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides = dict(pair.split("=", 1) for pair in args.overrides)
         job = fit_check_job(args.preset, slices=args.slices, topology=args.topology, overrides=overrides)
         extra = os.environ.get(EXTRA_FLAGS_VARIABLE, "")
+        xla_flags = os.environ.get(XLA_FLAGS_VARIABLE, "")
         if extra:
             print(f"fit check: compiling with the workers' flags plus {EXTRA_FLAGS_VARIABLE}: {extra}")
+        if xla_flags.strip():
+            print(f"fit check: compiling with {XLA_FLAGS_VARIABLE}: {xla_flags}")
         result = run_fit_check(
             job,
             use_cache=not args.no_cache,
             extra_flags=extra,
+            xla_flags=xla_flags,
             full_compile=args.full_compile,
             keep_dump=args.hlo_dump,
         )

@@ -12,8 +12,9 @@ from domain.config.workload_settings import NAMES, WorkloadSettings
 from domain.config.workload_settings import key as setting_key
 from domain.paths import PROJECT_ROOT
 from domain.perf.capacity import job_cost
-from domain.perf.fit_results import FitResult, configuration, libtpu_flags
+from domain.perf.fit_results import FitResult, configuration, runtime_flags
 from domain.perf.maxtext_check import counted_by_maxtext, model_flops, recorded_result
+from domain.ray.compiler_flags import CompilerFlags, added_to_workers
 from domain.setting import camel_case
 from domain.tpu.tpu_catalog import accelerator_by_ray_type
 from domain.training.job import JobError, JobSpec
@@ -79,11 +80,38 @@ class CostEstimate:
 COST_OUTPUTS = tuple(camel_case(field.name) for field in fields(CostEstimate))
 
 
+def job_compiler_flags(job: JobSpec, settings: WorkloadSettings) -> CompilerFlags:
+    """What the job compiles with on the TPU workers: theirs, with its runtimeEnv's over them."""
+    env_vars = settings.runtime_env.get("env_vars") if settings.runtime_env else None
+    return runtime_flags(job, env_vars if isinstance(env_vars, dict) else None)
+
+
+def _fit_check_command(job: JobSpec, flags: CompilerFlags) -> str:
+    """The fit check that compiles with the job's flags, or what keeps one from it."""
+    acc = accelerator_by_ray_type(job.accelerator_type or "")
+    added = added_to_workers(flags, acc)
+    if added is None:
+        return (
+            "its runtimeEnv.env_vars.LIBTPU_INIT_ARGS replaces the workers' flags (Ray sets a runtime_env variable "
+            "over the node's): write it as '${LIBTPU_INIT_ARGS} ...' to add to them, then rerun "
+            f"`python -m trainer.fit_check --preset {job.preset} ... --output FILE`"
+        )
+    env = " ".join(
+        f"{name}={value!r}" for name, value in (("LIBTPU_INIT_ARGS", added), ("XLA_FLAGS", flags.xla_flags)) if value
+    )
+    return (
+        f"rerun `{env + ' ' if env else ''}python -m trainer.fit_check --preset {job.preset} --topology {job.topology} "
+        f"--slices {job.slices} KEY=VALUE ... --output FILE` with this job's {setting_key(NAMES.maxtext_overrides)}"
+    )
+
+
 def fit_check_result(job: JobSpec, settings: WorkloadSettings) -> FitResult | None:
-    """The fit check of exactly this job's configuration: the file `fitCheckResult` names (it
-    must be this configuration's), else this checkout's fit-check cache, else None."""
+    """The fit check of exactly this job's configuration and compiler flags: the file
+    `fitCheckResult` names (it must be this configuration's), else this checkout's fit-check
+    cache, else None."""
+    flags = job_compiler_flags(job, settings)
     if settings.fit_check_result is None:
-        return recorded_result(job)
+        return recorded_result(job, flags)
     path, result_key = PROJECT_ROOT / settings.fit_check_result, setting_key(NAMES.fit_check_result)
     try:
         result = FitResult.from_json(path.read_text())
@@ -94,7 +122,7 @@ def fit_check_result(job: JobSpec, settings: WorkloadSettings) -> FitResult | No
                 "write one with `python -m trainer.fit_check --preset PRESET ... --output FILE`, or unset it"
             ]
         ) from None
-    expected = configuration(job, libtpu_flags(job))
+    expected = configuration(job, flags.libtpu_init_args, flags.xla_flags)
     different = sorted(
         key
         for key in expected.keys() | result.configuration.keys()
@@ -104,9 +132,8 @@ def fit_check_result(job: JobSpec, settings: WorkloadSettings) -> FitResult | No
         raise JobError(
             [
                 f"{result_key} = {settings.fit_check_result!r} was compiled for another configuration than this "
-                f"job's (they differ in {', '.join(different)}); rerun `python -m trainer.fit_check --preset "
-                f"{job.preset} --topology {job.topology} --slices {job.slices} KEY=VALUE ... --output FILE` with "
-                f"this job's {setting_key(NAMES.maxtext_overrides)}, or unset {result_key}"
+                f"job's (they differ in {', '.join(different)}); {_fit_check_command(job, flags)}, or unset "
+                f"{result_key}"
             ]
         )
     return result

@@ -21,6 +21,7 @@ from domain.perf.hlo_profile import StepProfile
 from domain.perf.published_recipes import model_family
 from domain.perf.speed_anchors import speed_model
 from domain.perf.step_time import Prediction
+from domain.ray.compiler_flags import CompilerFlags, job_flags, worker_flags
 from domain.tpu.tpu_catalog import accelerator_by_ray_type
 from domain.training.job import JobSpec, resolve_job
 
@@ -77,6 +78,9 @@ class FitResult:
     model_flops_source: str | None = None  # domain/perf/capacity.py: MAXTEXT_FLOPS, or the fallback's
     profile: dict[str, Any] | None = None
     unreadable_step: str | None = None  # why the optimized step could not be read, if it could not
+    # Seconds XLA spent compiling the train step here (from its first dump to the end of the
+    # compile, or to buffer assignment: see compiled_through); None in results recorded before.
+    compile_seconds: float | None = None
     # What the result was compiled for (configuration()): the workloads stack matches on it.
     configuration: dict[str, Any] = field(default_factory=dict)
 
@@ -93,6 +97,12 @@ class FitResult:
             model_flops_per_chip=self.model_flops_per_chip,
             family=model_family(self.configuration.get("maxtext", {}).get("model_name", "")),
         )
+
+    @property
+    def full_compile_seconds(self) -> float | None:
+        """How long the whole compile of the train step took here, when this result ran it to the
+        end (a compile stopped at buffer assignment says nothing of the code generation after it)."""
+        return self.compile_seconds if self.compiled_through == CODE_GENERATION else None
 
     @property
     def headroom_percent(self) -> float | None:
@@ -141,6 +151,9 @@ class FitResult:
             lines.append(f"compiler: {self.message}")
         if self.compiled_through == BUFFER_ASSIGNMENT:
             lines.append("compiled through buffer assignment (code generation skipped: --full-compile runs it)")
+        if self.compile_seconds is not None:
+            stage = "the whole compile" if self.full_compile_seconds is not None else "to buffer assignment"
+            lines.append(f"compiler time on this machine: {self.compile_seconds:.0f} s ({stage})")
         if self.fits:
             prediction = self.prediction
             if prediction is not None:
@@ -160,12 +173,14 @@ class FitResult:
         return "\n".join(lines)
 
 
-def configuration(job: JobSpec, flags: str) -> dict[str, Any]:
+def configuration(job: JobSpec, flags: str, xla_flags: str = "") -> dict[str, Any]:
     """What a result is recorded under: the compile target, the MaxText settings that shape the
-    step, the libtpu flags, and the versions (the trainer lock pins MaxText, JAX and libtpu)."""
+    step, the compiler's flags (libtpu's; XLA's only when there are any, so results recorded
+    before they were keyed keep their keys), and the versions (the trainer lock pins MaxText,
+    JAX and libtpu)."""
     acc = accelerator_by_ray_type(job.accelerator_type or "")
     lock = TRAINER_LOCK.read_text() if TRAINER_LOCK.exists() else ""
-    return {
+    recorded: dict[str, Any] = {
         "result_format": RESULT_FORMAT,
         "slice_type": acc.slice_type(job.topology or ""),
         "slices": job.slices,
@@ -174,13 +189,23 @@ def configuration(job: JobSpec, flags: str) -> dict[str, Any]:
         "maxtext_version": importlib.metadata.version("maxtext"),
         "trainer_lock_sha256": hashlib.sha256(lock.encode()).hexdigest(),
     }
+    if xla_flags:
+        recorded["xla_flags"] = xla_flags
+    return recorded
 
 
 def libtpu_flags(job: JobSpec, extra: str = "") -> str:
-    """What the compile runs with: exactly the TPU workers' LIBTPU_INIT_ARGS (one definition,
-    domain/tpu/tpu_catalog.py), then any extra flags the caller asks for."""
-    runtime = accelerator_by_ray_type(job.accelerator_type or "").libtpu_init_args()
+    """What the compile runs with: exactly the TPU workers' LIBTPU_INIT_ARGS (declared once,
+    domain/ray/compiler_flags.py, which the RayCluster's workers get too), then any extra flags
+    the caller asks for."""
+    runtime = worker_flags(accelerator_by_ray_type(job.accelerator_type or "")).libtpu_init_args
     return " ".join(part for part in (runtime, extra.strip()) if part)
+
+
+def runtime_flags(job: JobSpec, env_vars: Mapping[str, Any] | None = None) -> CompilerFlags:
+    """What the job's processes compile with on the TPU workers: the workers' flags with the job's
+    runtimeEnv env_vars applied over them, as Ray applies them (domain/ray/compiler_flags.py)."""
+    return job_flags(accelerator_by_ray_type(job.accelerator_type or ""), env_vars)
 
 
 def ways_to_fit(maxtext: dict[str, str]) -> list[str]:
@@ -202,8 +227,8 @@ def ways_to_fit(maxtext: dict[str, str]) -> list[str]:
     return ways
 
 
-def cache_key(job: JobSpec, flags: str) -> str:
-    return hashlib.sha256(json.dumps(configuration(job, flags), sort_keys=True).encode()).hexdigest()[:24]
+def cache_key(job: JobSpec, flags: str, xla_flags: str = "") -> str:
+    return hashlib.sha256(json.dumps(configuration(job, flags, xla_flags), sort_keys=True).encode()).hexdigest()[:24]
 
 
 # What a fit check resolves a job with: the compile's run name and output directory do not shape
@@ -231,13 +256,15 @@ def fit_check_job(
     )
 
 
-def result_path(job: JobSpec, flags: str) -> Path:
-    """Where the fit check of `job` with `flags` is cached (CACHE_DIR, read when called)."""
-    return CACHE_DIR / f"{cache_key(job, flags)}.json"
+def result_path(job: JobSpec, flags: str, xla_flags: str = "") -> Path:
+    """Where the fit check of `job` with `flags` (and `xla_flags`) is cached (CACHE_DIR, read when
+    called)."""
+    return CACHE_DIR / f"{cache_key(job, flags, xla_flags)}.json"
 
 
-def cached_result(job: JobSpec, flags: str | None = None) -> FitResult | None:
+def cached_result(job: JobSpec, flags: CompilerFlags | None = None) -> FitResult | None:
     """The cached fit check of exactly this configuration (with the workers' flags unless told
     otherwise) as it was recorded, or None when it has not been run here."""
-    cached = result_path(job, libtpu_flags(job) if flags is None else flags)
+    flags = flags or runtime_flags(job)
+    cached = result_path(job, flags.libtpu_init_args, flags.xla_flags)
     return FitResult.from_json(cached.read_text()) if cached.exists() else None

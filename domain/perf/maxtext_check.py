@@ -26,6 +26,7 @@ from domain.paths import MAXTEXT_CONFIG_CACHE, PROJECT_ROOT, TRAINER_LOCK, TRAIN
 from domain.perf import maxtext_validation
 from domain.perf.capacity import MAXTEXT_FLOPS, ModelFlops, llama_formula_flops
 from domain.perf.fit_results import FitResult, cached_result
+from domain.ray.compiler_flags import CompilerFlags
 from domain.training.job import CPU_WORKER_ENV, JobError, JobSpec
 
 # The trainer environment's side of the check (python -m ...).
@@ -181,7 +182,7 @@ def counted_by_maxtext(job: JobSpec, result: FitResult, python: Path | None = No
     )
 
 
-def recorded_result(job: JobSpec, flags: str | None = None) -> FitResult | None:
+def recorded_result(job: JobSpec, flags: CompilerFlags | None = None) -> FitResult | None:
     """The cached fit check of exactly this configuration (with the workers' flags unless told
     otherwise), with MaxText's count of its work; None when it has not been run here."""
     cached = cached_result(job, flags)
