@@ -13,7 +13,12 @@ flex-start) shows up as a difference with what gcloud sends:
 - Spot: `--spot`; a reservation: `--reservation-affinity=specific --reservation=NAME`;
 - flex-start: `--flex-start --enable-autoscaling --num-nodes=0 ... --location-policy=ANY
   --reservation-affinity=none --no-enable-autorepair`, the flags xpk passes for a flex-start TPU
-  pool (github.com/AI-Hypercomputer/xpk, src/xpk/core/capacity.py and nodepool.py).
+  pool (github.com/AI-Hypercomputer/xpk, src/xpk/core/capacity.py and nodepool.py);
+- image streaming (issue 33), on the TPU pools and the Ray head's: `--enable-image-streaming
+  --image-type=COS_CONTAINERD` (GKE's image streaming page), and the worker image's cache disk on
+  the TPU pools: `--secondary-boot-disk=disk-image=IMAGE,mode=CONTAINER_IMAGE_CACHE` (GKE's
+  secondary boot disk page). With streaming, gcloud first asks Service Usage whether the Container
+  File System API is enabled: the stack enables it.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 import pytest
 
 from domain.gcp import gcp_resources
+from domain.gcp.gcp_resources import REQUIRED_APIS
 from tests.support.cli_settings import infra_settings
 from tests.support.fake_container_api import gcloud_node_pool_create, gcloud_path
 
@@ -61,7 +67,12 @@ PULUMI_TO_API: dict[tuple[str, ...], tuple[str, ...]] = {
     ("management", "auto_upgrade"): ("management", "autoUpgrade"),
     ("placement_policy", "type"): ("placementPolicy", "type"),
     ("placement_policy", "tpu_topology"): ("placementPolicy", "tpuTopology"),
+    ("node_config", "gcfs_config", "enabled"): ("config", "gcfsConfig", "enabled"),
+    ("node_config", "image_type"): ("config", "imageType"),
+    ("node_config", "secondary_boot_disks"): ("config", "secondaryBootDisks"),
 }
+# Inside a list of nested inputs (the secondary boot disks), each item's keys as the API names them.
+ITEM_KEYS = {"disk_image": "diskImage", "mode": "mode"}
 
 # The Container API is proto3: a scalar left out reads as its zero value, so gcloud's explicit
 # `"initialNodeCount": 0` or `"totalMinNodeCount": 0` and the provider leaving them out (Go's
@@ -87,10 +98,16 @@ def at(node: Any, path: tuple[str, ...]) -> Any:
 
 def as_api_request(args: dict[str, Any]) -> dict[tuple[str, ...], Any]:
     """The fields that matter of the create pulumi-gcp sends for these args, by API path."""
-    fields = {api: at(args, pulumi) for pulumi, api in PULUMI_TO_API.items()}
+    fields = {api: _api_items(at(args, pulumi)) for pulumi, api in PULUMI_TO_API.items()}
     # The provider turns a present autoscaling block into `autoscaling.enabled: true`.
     fields[("autoscaling", "enabled")] = True if "autoscaling" in args else MISSING
     return {path: API_ZERO_VALUES.get(path, MISSING) if value is MISSING else value for path, value in fields.items()}
+
+
+def _api_items(value: Any) -> Any:
+    if isinstance(value, list) and all(isinstance(item, dict) for item in value):
+        return [{ITEM_KEYS[key]: item_value for key, item_value in item.items()} for item in value]
+    return value
 
 
 def as_sent(body: dict[str, Any]) -> dict[tuple[str, ...], Any]:
@@ -102,6 +119,8 @@ HELD = [f"--num-nodes={VMS}"]
 SCALES_FROM_ZERO = ["--enable-autoscaling", "--num-nodes=0", "--total-min-nodes=0", f"--total-max-nodes={VMS}"]
 SPOT = ["--spot"]
 RESERVED = ["--reservation-affinity=specific", "--reservation=v6e-reservation"]
+STREAMING = ["--enable-image-streaming", "--image-type=COS_CONTAINERD"]
+DISK = "projects/image-project/global/images/maxtext-ray-2-60-0"
 FLEX_START = [
     "--flex-start",
     *SCALES_FROM_ZERO,
@@ -110,27 +129,45 @@ FLEX_START = [
     "--no-enable-autorepair",
 ]
 
-# (case, stack settings, pool index, the capacity flags gcloud gets for that pool)
+# (case, stack settings, pool index, the capacity flags gcloud gets for that pool); every stack
+# streams images unless it says otherwise (imageStreaming's default).
 CASES = [
-    ("on-demand, held", {"minSlices": 2}, 0, HELD),
-    ("on-demand, scales from zero", {}, 0, SCALES_FROM_ZERO),
-    ("on-demand, one held and one scaling: the held", {"minSlices": 1}, 0, HELD),
-    ("on-demand, one held and one scaling: the scaling", {"minSlices": 1}, 1, SCALES_FROM_ZERO),
-    ("spot, held", {"capacity": "spot", "minSlices": 2}, 1, [*HELD, *SPOT]),
-    ("spot, scales from zero", {"capacity": "spot"}, 0, [*SCALES_FROM_ZERO, *SPOT]),
+    ("on-demand, held", {"minSlices": 2}, 0, [*HELD, *STREAMING]),
+    ("on-demand, scales from zero", {}, 0, [*SCALES_FROM_ZERO, *STREAMING]),
+    ("on-demand, one held and one scaling: the held", {"minSlices": 1}, 0, [*HELD, *STREAMING]),
+    ("on-demand, one held and one scaling: the scaling", {"minSlices": 1}, 1, [*SCALES_FROM_ZERO, *STREAMING]),
+    ("spot, held", {"capacity": "spot", "minSlices": 2}, 1, [*HELD, *SPOT, *STREAMING]),
+    ("spot, scales from zero", {"capacity": "spot"}, 0, [*SCALES_FROM_ZERO, *SPOT, *STREAMING]),
     (
         "reservation, held",
         {"capacity": "reservation", "reservation": "v6e-reservation", "minSlices": 2},
         0,
-        [*HELD, *RESERVED],
+        [*HELD, *RESERVED, *STREAMING],
     ),
     (
         "reservation, scales from zero",
         {"capacity": "reservation", "reservation": "v6e-reservation"},
         1,
-        [*SCALES_FROM_ZERO, *RESERVED],
+        [*SCALES_FROM_ZERO, *RESERVED, *STREAMING],
     ),
-    ("flex-start", {"capacity": "flex-start"}, 0, FLEX_START),
+    ("flex-start", {"capacity": "flex-start"}, 0, [*FLEX_START, *STREAMING]),
+    ("no image streaming", {"imageStreaming": "false"}, 0, SCALES_FROM_ZERO),
+    (
+        "image cache disk, another project's",
+        {"imageCacheDisk": DISK},
+        1,
+        [*SCALES_FROM_ZERO, *STREAMING, f"--secondary-boot-disk=disk-image={DISK},mode=CONTAINER_IMAGE_CACHE"],
+    ),
+    (
+        "image cache disk, this project's",
+        {"imageCacheDisk": "global/images/maxtext-ray-2-60-0", "minSlices": 2},
+        0,
+        [
+            *HELD,
+            *STREAMING,
+            "--secondary-boot-disk=disk-image=global/images/maxtext-ray-2-60-0,mode=CONTAINER_IMAGE_CACHE",
+        ],
+    ),
 ]
 
 
@@ -159,6 +196,28 @@ def test_tpu_pool_is_what_gcloud_sends(tmp_path, case, overrides, index, capacit
     assert differences == {}, f"{case}: (stack, gcloud) differ"
 
 
+@pytest.mark.parametrize("streaming", [True, False])
+def test_the_head_pool_is_what_gcloud_sends(tmp_path, streaming):
+    """The Ray head's on-demand CPU pool streams the worker image too; with streaming, gcloud asks
+    whether the Container File System API is enabled, which the stack enables (REQUIRED_APIS)."""
+    settings = infra_settings({**BASE, "imageStreaming": str(streaming).lower()})
+    args = gcp_resources.head_pool_args(settings)
+    checked: list[str] = []
+    flags = [
+        args["name"],
+        "--cluster=maxtext-tpu",
+        f"--location={ZONE}",
+        f"--project={PROJECT}",
+        "--machine-type=n1-standard-16",
+        "--num-nodes=1",
+        *(STREAMING if streaming else []),
+    ]
+    ours, theirs = as_api_request(args), as_sent(gcloud_node_pool_create(tmp_path, flags, services_checked=checked))
+    assert {".".join(path): (ours[path], theirs[path]) for path in ours if ours[path] != theirs[path]} == {}
+    assert checked == (["containerfilesystem.googleapis.com"] if streaming else [])
+    assert set(checked) <= set(REQUIRED_APIS)
+
+
 def test_the_comparison_sees_a_wrong_field(tmp_path):
     """The comparison itself: a flex-start pool with auto-repair left on, or bounded at fewer
     VMs than the slice, is not what gcloud sends."""
@@ -171,4 +230,16 @@ def test_the_comparison_sees_a_wrong_field(tmp_path):
     assert {".".join(p) for p in ours if ours[p] != sent[p]} == {
         "management.autoRepair",
         "autoscaling.totalMaxNodeCount",
+        "config.gcfsConfig.enabled",  # gcloud was not asked to stream, the stack streams
+        "config.imageType",
     }
+
+
+def test_the_comparison_sees_a_wrong_boot_disk_mode(tmp_path):
+    settings = infra_settings({**BASE, "imageCacheDisk": DISK})
+    flags = [*SCALES_FROM_ZERO, *STREAMING, f"--secondary-boot-disk=disk-image={DISK},mode=CONTAINER_IMAGE_CACHE"]
+    sent = as_sent(gcloud_node_pool_create(tmp_path, gcloud_flags("v6e-16-0", flags)))
+    args = gcp_resources.tpu_pool_args(settings, 0, "maxtext-tpu", "nodes@x", NETWORKS)
+    args["node_config"]["secondary_boot_disks"][0]["mode"] = "MODE_UNSPECIFIED"
+    ours = as_api_request(args)
+    assert {".".join(p) for p in ours if ours[p] != sent[p]} == {"config.secondaryBootDisks"}

@@ -3,6 +3,7 @@
 import pulumi_gcp as gcp
 import pytest
 
+from domain.compile_cache import COMPILE_CACHE_PREFIX
 from domain.gcp import gcp_resources, worker_image
 from tests.support.cli_settings import infra_settings
 from tests.support.typed_args import to_typed_args
@@ -27,6 +28,8 @@ VARIANTS = {
         capacity="reservation", reservation="projects/owner-project/reservations/v6e"
     ),
     "standard-dataset": settings(datasetBucket="acme-corpus", datasetPrefix="web/v1"),
+    "standard-image-cache-disk": settings(imageCacheDisk="projects/image-project/global/images/maxtext-ray-2-60-0"),
+    "standard-no-streaming": settings(imageStreaming="false", compileCacheMaxAgeDays="7"),
 }
 PRINCIPAL = "principal://iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/p.svc.id.goog/subject/ns/default/sa/maxtext-ray"
 
@@ -202,3 +205,47 @@ def test_the_dataset_bucket_is_granted_read_only_and_only_with_a_dataset():
     assert (grant.bucket, grant.role, grant.member) == ("acme-corpus", "roles/storage.objectViewer", PRINCIPAL)
     assert gcp_resources.DATASET_ROLE == "roles/storage.objectViewer"
     assert gcp_resources.dataset_access_args(VARIANTS["standard"]) is None
+
+
+def test_streaming_pools_and_the_image_cache_disk_reach_their_typed_args():
+    """Image streaming on the TPU and head pools, on COS with containerd, and the worker image's
+    cache disk on the TPU pools only (issue 33): each through pulumi-gcp's typed classes."""
+    s = VARIANTS["standard-image-cache-disk"]
+    tpu = to_typed_args(gcp.container.NodePoolArgs, gcp_resources.tpu_pool_args(s, 0, "c", EMAIL, NETWORKS))
+    head = to_typed_args(gcp.container.NodePoolArgs, {**with_email(gcp_resources.head_pool_args(s)), "cluster": "c"})
+    for pool in (tpu, head):
+        assert isinstance(pool.node_config.gcfs_config, gcp.container.NodePoolNodeConfigGcfsConfigArgs)
+        assert pool.node_config.gcfs_config.enabled is True
+        assert pool.node_config.image_type == "COS_CONTAINERD"
+    [disk] = tpu.node_config.secondary_boot_disks
+    assert isinstance(disk, gcp.container.NodePoolNodeConfigSecondaryBootDiskArgs)
+    assert (disk.disk_image, disk.mode) == (
+        "projects/image-project/global/images/maxtext-ray-2-60-0",
+        "CONTAINER_IMAGE_CACHE",
+    )
+    assert head.node_config.secondary_boot_disks is None  # one node, always up: nothing to preload for
+
+
+def test_pools_without_streaming_name_neither_gcfs_nor_an_image_type():
+    s = VARIANTS["standard-no-streaming"]
+    for args in (gcp_resources.tpu_pool_args(s, 0, "c", EMAIL, NETWORKS), gcp_resources.head_pool_args(s)):
+        assert not {"gcfs_config", "image_type", "secondary_boot_disks"} & set(args["node_config"])
+
+
+@pytest.mark.parametrize("variant, age", [("standard", 30), ("standard-no-streaming", 7)])
+def test_the_bucket_deletes_only_old_compile_cache_entries(variant, age):
+    """One lifecycle rule: Delete, objects under the cache's prefix (with its '/', so a sibling
+    such as jax-cache-old/ is kept), older than compileCacheMaxAgeDays."""
+    bucket = to_typed_args(gcp.storage.BucketArgs, gcp_resources.bucket_args(VARIANTS[variant]))
+    [rule] = bucket.lifecycle_rules
+    assert isinstance(rule.condition, gcp.storage.BucketLifecycleRuleConditionArgs)
+    assert rule.action.type == "Delete" and rule.action.storage_class is None
+    assert rule.condition.age == age
+    assert rule.condition.matches_prefixes == [f"{COMPILE_CACHE_PREFIX}/"]
+
+
+def test_a_misspelt_lifecycle_condition_fails():
+    args = gcp_resources.bucket_args(VARIANTS["standard"])
+    args["lifecycle_rules"][0]["condition"]["matches_prefix"] = ["x/"]
+    with pytest.raises(TypeError, match="matches_prefix"):
+        to_typed_args(gcp.storage.BucketArgs, args)

@@ -31,6 +31,7 @@ SAMPLES = {
     "datasetBucket": "acme-corpus",
     "datasetPrefix": "corpora/web-v1",
     "rayImage": "us-docker.pkg.dev/my-project/images/maxtext-ray:2.60.0-1",
+    "imageCacheDisk": "global/images/maxtext-ray-2-60-0-1",
     "infraStack": "organization/maxtext-tpu-infra/dev",
     "address": "http://127.0.0.1:8265",
     "preset": "llama3-8b",
@@ -79,6 +80,7 @@ def test_the_walk_covers_every_string_setting():
         "datasetBucket",
         "datasetPrefix",
         "rayImage",
+        "imageCacheDisk",
         "headMachineType",
     ]
     assert [key for key, _ in WORKLOADS_STRINGS] == [

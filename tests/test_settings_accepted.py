@@ -85,6 +85,13 @@ ROWS = [
     Stack("dataset-folder-cached", {"datasetBucket": "acme-corpus", "datasetPrefix": "corpora/web-v1", "datasetFileCacheMib": "16384"}),
     Stack("dataset-on-autopilot-beside-a-named-checkpoint-bucket", {"mode": "autopilot", "datasetBucket": "acme.corpus.example.com", "bucketName": "acme-ckpt"}),
     Stack("pinned-ray-image", {"rayImage": f"us-east5-docker.pkg.dev/my-gcp-project/maxtext-tpu-images/maxtext-ray@{DIGEST}"}),
+    # Cold start (issue 33): the worker image preloaded from a disk image, streaming off, the cache's lifecycle.
+    Stack("image-cache-disk", {"imageCacheDisk": "global/images/maxtext-ray-2-60-0"}),
+    Stack("image-cache-disk-of-another-project", {"imageCacheDisk": "projects/acme-images/global/images/maxtext-ray-2-60-0", "capacity": "spot"}),
+    Stack("no-image-streaming", {"imageStreaming": "false"}),
+    Stack("image-outside-artifact-registry", {"rayImage": f"ghcr.io/acme/maxtext-ray@{DIGEST}"}),  # pulled whole, with a warning
+    Stack("compile-cache-kept-a-day", {"compileCacheMaxAgeDays": "1"}),
+    Stack("compile-cache-kept-a-year-on-autopilot", {"mode": "autopilot", "compileCacheMaxAgeDays": "365"}),
     # The workloads stack, on the dev stack's outputs.
     Stack("workloads-elastic", {}, {"elastic": "true"}),
     Stack("workloads-elastic-on-one-of-two", {"minSlices": "2"}, {"elastic": "true", "minSlices": "1"}),
@@ -124,6 +131,17 @@ def test_a_valid_stack_is_accepted_as_the_cli_runs_it(stack: Stack):
     assert infra.outputs["preset"] == stack.settings.get("preset", "llama3-8b")
     if "minSlices" in stack.settings:
         assert infra.outputs["minSlices"] == int(stack.settings["minSlices"])
+    pools = [r.inputs for r in infra.registrations if r.type == "gcp:container/nodePool:NodePool"]
+    streams = stack.settings.get("mode") != "autopilot" and stack.id not in (
+        "no-image-streaming",
+        "image-outside-artifact-registry",
+    )
+    assert pools == [] or {bool(pool["nodeConfig"].get("gcfsConfig", {}).get("enabled")) for pool in pools} == {streams}
+    disks = [pool["nodeConfig"].get("secondaryBootDisks") for pool in pools if pool["name"] != "ray-head-pool"]
+    if "imageCacheDisk" in stack.settings:
+        assert disks and all(
+            d == [{"diskImage": stack.settings["imageCacheDisk"], "mode": "CONTAINER_IMAGE_CACHE"}] for d in disks
+        )
     if "datasetBucket" in stack.settings:
         assert infra.outputs["datasetRoot"] == "/dataset"
         assert infra.outputs["datasetUri"].startswith(f"gs://{stack.settings['datasetBucket']}")

@@ -41,6 +41,8 @@ MACHINE_RULE = "use a Compute Engine machine type name, for example n1-standard-
 IMAGE_RULE = "use REGISTRY/PATH/maxtext-ray:VERSION (for example us-docker.pkg.dev/my-project/images/maxtext-ray:"
 LABEL_RULE = "use lowercase letters, digits and '-', starting with a letter"
 SECRET_FIX = "set it without --secret"
+AGE_RULE = "use a whole number of days, 1 or more (at most 2147483647), for example 30"
+DISK_RULE = "use global/images/NAME for a disk image of this project, or projects/PROJECT_ID/global/images/NAME"
 NAMESPACE_RULE = "use at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit"
 
 # The capacity choices, zones and regions the refusals list, read from domain/tpu/capacity_choices.py
@@ -630,6 +632,76 @@ ROWS = [
         "dcnSubnets = ['10.70.0.0/16', '10.80.0.0/16'] does nothing on an Autopilot stack",
         "unset it (`pulumi config rm dcnSubnets`), or use mode = standard",
     ),
+    row(
+        "autopilot-image-streaming-off",
+        {"mode": "autopilot", "imageStreaming": "false"},
+        "imageStreaming = 'false' does nothing on an Autopilot stack (Autopilot streams eligible images itself",
+        "unset it (`pulumi config rm imageStreaming`), or use mode = standard",
+    ),
+    row(
+        "autopilot-image-cache-disk",
+        {"mode": "autopilot", "imageCacheDisk": "global/images/maxtext-ray-disk"},
+        "imageCacheDisk = 'global/images/maxtext-ray-disk' does nothing on an Autopilot stack",
+        "unset it (`pulumi config rm imageCacheDisk`), or use mode = standard",
+    ),
+    # ---------------------------------------------------------------- cold start (issue 33)
+    *[
+        row(
+            f"compile-cache-age-{case}",
+            {"compileCacheMaxAgeDays": value},
+            f"compileCacheMaxAgeDays = {shown} {what}",
+            AGE_RULE,
+        )
+        for case, value, shown, what in [
+            ("zero", "0", "0", "is out of range"),
+            ("negative", "-7", "-7", "is out of range"),
+            ("fraction", "1.5", "1.5", "is not a whole number"),
+            ("with-unit", "30d", "'30d'", "is not a whole number"),
+            ("boolean", "true", "'true'", "is not a whole number"),
+            ("past-int32", "2147483648", "2147483648", "is out of range"),
+        ]
+    ],
+    *[
+        row(f"image-cache-disk-{case}", {"imageCacheDisk": value}, f"imageCacheDisk = {value!r} {what}", DISK_RULE)
+        for case, value, what in [
+            ("bare-name", "maxtext-ray-disk", "is not a disk image path: it is neither of the two forms GKE takes"),
+            (
+                "url",
+                "https://www.googleapis.com/compute/v1/projects/acme-ml/global/images/d",
+                "is not a disk image path: it is neither",
+            ),
+            ("family", "global/images/family/maxtext-ray", "is not a disk image path: it is neither of the two forms"),
+            (
+                "upper",
+                "global/images/MaxText_Disk",
+                "is not a disk image path: it names image 'MaxText_Disk', which has uppercase letters",
+            ),
+            (
+                "project-number",
+                "projects/123456789012/global/images/d",
+                "is not a disk image path: it names project '123456789012', which is a project number",
+            ),
+        ]
+    ],
+    row(
+        "image-cache-disk-without-streaming",
+        {"imageCacheDisk": "global/images/maxtext-ray-disk", "imageStreaming": "false"},
+        "imageCacheDisk = 'global/images/maxtext-ray-disk' needs imageStreaming = true",
+        "run `pulumi config set imageStreaming true`, or `pulumi config rm imageCacheDisk`",
+    ),
+    row(
+        "image-cache-disk-image-outside-artifact-registry",
+        {"imageCacheDisk": "global/images/maxtext-ray-disk", "rayImage": "ghcr.io/acme/maxtext-ray:2.60.0-1"},
+        "rayImage = 'ghcr.io/acme/maxtext-ray:2.60.0-1' is in ghcr.io",
+        "push it to an Artifact Registry repository (LOCATION-docker.pkg.dev/PROJECT/REPOSITORY/maxtext-ray)",
+    ),
+    row(
+        "image-cache-disk-gke-too-old",
+        {"imageCacheDisk": "global/images/maxtext-ray-disk", "gkeVersion": "1.28.2-gke.1000"},
+        "gkeVersion = '1.28.2-gke.1000' with imageCacheDisk: GKE attaches secondary boot disks to a node pool "
+        "from 1.28.3-gke.1067000",
+        "use 1.34.1-gke.1829001 or later (the managed DRANET minimum for standard clusters included)",
+    ),
     # ---------------------------------------------------------------- values set with --secret
     *[
         row(
@@ -750,12 +822,14 @@ DEV_STANDARD = [
     ("gcp:projects/iAMMember:IAMMember", "maxtext-tpu-nodes-logging.logWriter"),
     ("gcp:projects/iAMMember:IAMMember", "maxtext-tpu-nodes-monitoring.metricWriter"),
     ("gcp:projects/iAMMember:IAMMember", "maxtext-tpu-nodes-monitoring.viewer"),
+    ("gcp:projects/iAMMember:IAMMember", "maxtext-tpu-nodes-serviceusage.serviceUsageConsumer"),
     ("gcp:projects/iAMMember:IAMMember", "maxtext-tpu-nodes-stackdriver.resourceMetadata.writer"),
     ("gcp:projects/service:Service", "apis-artifactregistry"),
     ("gcp:projects/service:Service", "apis-cloudbuild"),
     ("gcp:projects/service:Service", "apis-cloudresourcemanager"),
     ("gcp:projects/service:Service", "apis-compute"),
     ("gcp:projects/service:Service", "apis-container"),
+    ("gcp:projects/service:Service", "apis-containerfilesystem"),
     ("gcp:projects/service:Service", "apis-iam"),
     ("gcp:projects/service:Service", "apis-storage"),
     ("gcp:serviceaccount/account:Account", "maxtext-tpu-nodes"),
@@ -794,7 +868,7 @@ DEV_AUTOPILOT = sorted(
 
 @pytest.mark.parametrize(
     "overrides, expected, count",
-    [({}, DEV_STANDARD, 39), ({"maxtext-tpu-infra:mode": "autopilot"}, DEV_AUTOPILOT, 30)],
+    [({}, DEV_STANDARD, 41), ({"maxtext-tpu-infra:mode": "autopilot"}, DEV_AUTOPILOT, 32)],
     ids=["dev", "dev-autopilot"],
 )
 def test_shipped_stacks_register_the_same_resources_as_before(overrides, expected, count):

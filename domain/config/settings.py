@@ -14,8 +14,17 @@ from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass
 from typing import Any
 
+from domain.compile_cache import COMPILE_CACHE_PREFIX
 from domain.gcp import dcn, gcp_names, gke, k8s_names, resource_names
-from domain.gcp.images import IMAGE_RULE, WORKER_IMAGE_NAME, image_reference_problems, is_worker_image, ray_version_of
+from domain.gcp.images import (
+    IMAGE_RULE,
+    WORKER_IMAGE_NAME,
+    image_reference_problems,
+    in_artifact_registry,
+    is_worker_image,
+    ray_version_of,
+    registry_of,
+)
 from domain.gcp.machine_types import machine_size
 from domain.perf.capacity import StackCost, price_problem, stack_cost
 from domain.problems import ProblemsError
@@ -36,6 +45,8 @@ from domain.training.job import PRESET, SLICES, JobError, preset_names, resolve_
 from domain.training.presets import PRESETS, Preset
 
 MAX_SLICES = 64
+# Cloud Storage's lifecycle condition `age` is a 32-bit integer (the JSON API's Bucket resource).
+MAX_LIFECYCLE_AGE_DAYS = 2**31 - 1
 
 _DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _REGION = re.compile(r"[a-z]+-[a-z]+\d+")
@@ -371,6 +382,18 @@ class StackSettings:
         maximum=DATASET_FILE_CACHE_MAX_MIB,
         in_clear=f"it is the dataset mount's file-cache:max-size-mb, {_STATE}",
     )
+    compile_cache_max_age_days: int = setting(
+        "integer",
+        f"Days after which the checkpoint bucket deletes an entry of the jobs' compilation cache (its "
+        f"{COMPILE_CACHE_PREFIX}/ prefix): JAX never evicts anything from a remote cache, so without this the "
+        "cache grows with every new shape, flag and JAX or libtpu version for ever. Counted from when an "
+        "entry was written: one still in use is compiled again once per period.",
+        default=30,
+        minimum=1,
+        maximum=MAX_LIFECYCLE_AGE_DAYS,
+        valid=f"use a whole number of days, 1 or more (at most {MAX_LIFECYCLE_AGE_DAYS}), for example 30",
+        in_clear=f"it is the checkpoint bucket's lifecycle rule, {_STATE}",
+    )
     bucket_force_destroy: bool = setting(
         "boolean",
         "Let `pulumi destroy` delete a bucket that still holds checkpoints (a production stack must set false).",
@@ -398,6 +421,26 @@ class StackSettings:
         unset="built by the stack",
         check=_named("a pinned container image", image_reference_problems, IMAGE_RULE),
         in_clear="it is exported as the rayImage output and set on every Ray pod",
+    )
+    image_streaming: bool = setting(
+        "boolean",
+        "GKE image streaming on a Standard cluster's TPU and Ray head node pools: a new node starts the "
+        "worker's containers while their image streams from Artifact Registry, instead of after pulling it "
+        "whole. GKE streams images from Artifact Registry only (the stack's own build is there); a rayImage "
+        "elsewhere is pulled whole. Autopilot streams eligible images itself.",
+        default=True,
+        in_clear=f"it is the node pools' gcfsConfig, {_STATE}",
+    )
+    image_cache_disk: str | None = setting(
+        "string",
+        "A Compute Engine disk image holding the worker image (built with GKE's gke-disk-image-builder), "
+        "attached to every TPU node as a secondary boot disk in CONTAINER_IMAGE_CACHE mode, so a new node "
+        "has the image before its first pod: global/images/NAME, or projects/PROJECT_ID/global/images/NAME "
+        f"for another project's. Standard only; needs imageStreaming and GKE {gke.SECONDARY_BOOT_DISK_MINIMUM_VERSION} "
+        "or later.",
+        unset="no image cache disk",
+        check=_named("a disk image path", gcp_names.disk_image_problems, gcp_names.DISK_IMAGE_RULE),
+        in_clear=f"it is the TPU node pools' secondary boot disk, {_STATE}",
     )
     head_machine_type: str = setting(
         "string",
@@ -484,6 +527,17 @@ class StackSettings:
     def uses_dcn_networks(self) -> bool:
         return self.dcn_networks > 0
 
+    @property
+    def streams_images(self) -> bool:
+        """The stack's node pools stream the worker image (gcfsConfig): on a Standard cluster with
+        imageStreaming, for an image in Artifact Registry, the only registry GKE streams from.
+        Autopilot streams eligible images itself and has no node pools."""
+        return (
+            self.mode == "standard"
+            and self.image_streaming
+            and (self.ray_image is None or in_artifact_registry(self.ray_image))
+        )
+
 
 _SETTINGS = {entry.field: entry for entry in settings_of(StackSettings)}
 # The settings' fields by name, for checks and messages to name a setting by (mypy knows each).
@@ -495,6 +549,11 @@ _F = field_names(StackSettings)
 STANDARD_ONLY: dict[object, str] = {  # by field
     _F.head_machine_type: "Autopilot chooses the Ray head's node from the head pod's own requests",
     _F.dcn_subnets: "Autopilot gives the TPU pods their DCN interfaces itself (DRANET through the ComputeClass)",
+    _F.image_streaming: "Autopilot streams eligible images itself, and it cannot be turned off there",
+    _F.image_cache_disk: (
+        "Autopilot has no node pools: it attaches a secondary boot disk through the pods' node selectors and "
+        "an allowlist, which this stack does not build"
+    ),
 }
 
 
@@ -632,6 +691,19 @@ def _gke_version_problems(reading: Reading[StackSettings], settings: StackSettin
                 f"from {gke.SPOT_SHUTDOWN_GRACE_MINIMUM_VERSION}; use {gke.SPOT_SHUTDOWN_GRACE_MINIMUM_VERSION} or "
                 "later, or another capacity choice"
             ]
+        if (
+            mode == "standard"
+            and settings.image_cache_disk is not None
+            and not gke.supports_secondary_boot_disk(gke_version)
+        ):
+            floor = max(
+                (gke.SECONDARY_BOOT_DISK_MINIMUM_VERSION, gke.DRANET_MINIMUM_VERSION[mode]), key=gke.parse_version
+            )
+            return [
+                f"{stated} with {reading.key(_F.image_cache_disk)}: GKE attaches secondary boot disks to a node "
+                f"pool from {gke.SECONDARY_BOOT_DISK_MINIMUM_VERSION}; use {floor} or later (the managed DRANET "
+                f"minimum for {mode} clusters included), or `pulumi config rm {reading.key(_F.image_cache_disk)}`"
+            ]
         if not gke.supports_dranet(gke_version, mode):
             return [
                 f"{stated} is below the managed DRANET minimum for {mode} clusters; use "
@@ -693,7 +765,47 @@ def _image_and_machine_problems(reading: Reading[StackSettings], settings: Stack
         problems += _head_machine_problems(machine_type, autoscales=autoscales)
     if settings.ray_image:
         problems += _ray_image_problems(reading.stated(_F.ray_image), settings.ray_image)
+    problems += _image_cache_disk_problems(reading, settings)
     return problems
+
+
+def _image_cache_disk_problems(reading: Reading[StackSettings], settings: StackSettings) -> list[str]:
+    """A container image cache disk is read only by a node pool that streams images (GKE's
+    secondary boot disk page), which it does only for an image in Artifact Registry."""
+    disk, image = settings.image_cache_disk, settings.ray_image
+    if disk is None or settings.mode != "standard":
+        return []
+    disk_stated, streaming = reading.stated(_F.image_cache_disk), reading.key(_F.image_streaming)
+    if settings.image_streaming is False:
+        return [
+            f"{disk_stated} needs {streaming} = true: GKE reads a container image cache disk only on node pools "
+            f"with image streaming; run `pulumi config set {streaming} true`, or "
+            f"`pulumi config rm {reading.key(_F.image_cache_disk)}`"
+        ]
+    if image is not None and is_worker_image(image) and not in_artifact_registry(image):
+        return [
+            f"{disk_stated} needs image streaming, which GKE does only for images in Artifact Registry, and "
+            f"{reading.stated(_F.ray_image)} is in {registry_of(image) or 'Docker Hub'}; push it to an Artifact "
+            f"Registry repository (LOCATION-docker.pkg.dev/PROJECT/REPOSITORY/{WORKER_IMAGE_NAME}), unset "
+            f"{reading.key(_F.ray_image)} to use the stack's own build, or `pulumi config rm "
+            f"{reading.key(_F.image_cache_disk)}`"
+        ]
+    return []
+
+
+def image_streaming_note(settings: StackSettings) -> str | None:
+    """Why a Standard stack with imageStreaming does not stream its worker image, for the program
+    to say (a warning, not a refusal: imageStreaming is on by default, and the image is pulled whole)."""
+    image = settings.ray_image
+    if settings.mode != "standard" or not settings.image_streaming or image is None or settings.streams_images:
+        return None
+    return (
+        f"{_key(_F.ray_image)} = {image!r} is in {registry_of(image) or 'Docker Hub'}, not Artifact Registry, so "
+        "GKE cannot stream it: the node pools are created without image streaming and every new node pulls "
+        "the whole image before its first pod starts. Push the image to Artifact Registry "
+        f"(LOCATION-docker.pkg.dev) to stream it, or `pulumi config set {_key(_F.image_streaming)} false` to "
+        "say so"
+    )
 
 
 def _price_problems(reading: Reading[StackSettings], settings: StackSettings) -> list[str]:

@@ -74,6 +74,26 @@ def reservation_problems(value: str) -> list[str]:
     return compute_name_problems(value)
 
 
+# A Compute Engine disk image as a GKE node pool's secondary boot disk takes it: the forms GKE's
+# "Use secondary boot disks to preload data or container images" page passes to
+# `--secondary-boot-disk=disk-image=...`, the project's own image or another project's by its path
+# (the Container API's `diskImage` is the image's resource path; gcloud sends the text as given).
+DISK_IMAGE_RULE = (
+    f"global/images/NAME for a disk image of this project, or projects/PROJECT_ID/global/images/NAME for one "
+    f"of another project (NAME: {COMPUTE_NAME_RULE})"
+)
+_DISK_IMAGE = re.compile(r"(?:projects/([^/]*)/)?global/images/([^/]*)")
+
+
+def disk_image_problems(value: str) -> list[str]:
+    path = _DISK_IMAGE.fullmatch(value)
+    if path is None:
+        return ["is neither of the two forms GKE takes (a bare name, a URL or an image family is not one)"]
+    owner, name = path.groups()
+    problems = [] if owner is None else [f"names project {owner!r}, which {p}" for p in project_id_problems(owner)]
+    return problems + [f"names image {name!r}, which {problem}" for problem in compute_name_problems(name)]
+
+
 # A URL or path belongs to Shared VPC, which needs a subnetwork this stack does not set.
 NETWORK_RULE = f"the bare name of a VPC network in the project ({COMPUTE_NAME_RULE}), for example default"
 

@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from domain.gcp import resource_names
+from domain.compile_cache import COMPILE_CACHE_PREFIX
+from domain.gcp import gke, resource_names
 from domain.gcp.dcn import DCN_MTU
 from domain.ray import preemption
 from domain.tpu.gke_labels import DRANET_LABEL
@@ -30,7 +31,9 @@ DATASET_ROLE = "roles/storage.objectViewer"
 HEAD_POOL_NAME = "ray-head-pool"
 
 # Beyond the obvious: Resource Manager looks up the project number; Artifact Registry and Cloud
-# Build make the worker image.
+# Build make the worker image; the Container File System API serves image streaming (GKE's image
+# streaming page requires it, for Standard pools with imageStreaming and for Autopilot, which
+# streams eligible images itself; gcloud warns when it is off).
 REQUIRED_APIS = (
     "container.googleapis.com",
     "compute.googleapis.com",
@@ -39,16 +42,20 @@ REQUIRED_APIS = (
     "cloudresourcemanager.googleapis.com",
     "artifactregistry.googleapis.com",
     "cloudbuild.googleapis.com",
+    "containerfilesystem.googleapis.com",
 )
 
-# What GKE nodes themselves need (logs, metrics, pulling images); pods get their own identity
-# through Workload Identity, so the nodes' account holds nothing else.
+# What GKE nodes themselves need (logs, metrics, pulling images, and streaming them: GKE's image
+# streaming page asks a node account other than the default for the Service Usage Consumer role in
+# the project that holds the images); pods get their own identity through Workload Identity, so
+# the nodes' account holds nothing else.
 NODE_SERVICE_ACCOUNT_ROLES = (
     "roles/logging.logWriter",
     "roles/monitoring.metricWriter",
     "roles/monitoring.viewer",
     "roles/stackdriver.resourceMetadata.writer",
     "roles/artifactregistry.reader",
+    "roles/serviceusage.serviceUsageConsumer",
 )
 
 
@@ -121,6 +128,12 @@ class ResourceSettings(preemption.PreemptionSettings, SliceSettings, Protocol):
     def bucket_force_destroy(self) -> bool: ...
     @property
     def dataset_bucket(self) -> str | None: ...
+    @property
+    def streams_images(self) -> bool: ...
+    @property
+    def image_cache_disk(self) -> str | None: ...
+    @property
+    def compile_cache_max_age_days(self) -> int: ...
 
 
 def workload_pool(project: str) -> str:
@@ -230,8 +243,8 @@ def cluster_args(settings: ResourceSettings) -> dict[str, Any]:
     return args
 
 
-def _node_config(service_account_email: Any, machine_type: str) -> dict[str, Any]:
-    return {
+def _node_config(settings: ResourceSettings, service_account_email: Any, machine_type: str) -> dict[str, Any]:
+    config = {
         "machine_type": machine_type,
         "service_account": service_account_email,
         "oauth_scopes": [CLOUD_PLATFORM_SCOPE],
@@ -239,6 +252,20 @@ def _node_config(service_account_email: Any, machine_type: str) -> dict[str, Any
         "gvnic": {"enabled": True},
         "shielded_instance_config": {"enable_secure_boot": True, "enable_integrity_monitoring": True},
     }
+    if settings.streams_images:
+        # Image streaming, on the node image it needs (gcloud's --enable-image-streaming, and
+        # --image-type=COS_CONTAINERD, GKE's default, named so a change of default cannot drop it).
+        config["gcfs_config"] = {"enabled": True}
+        config["image_type"] = gke.STREAMING_NODE_IMAGE_TYPE
+    return config
+
+
+def image_cache_disks(settings: ResourceSettings) -> list[dict[str, Any]]:
+    """The TPU nodes' secondary boot disk that holds the worker image (GKE's container image
+    cache), from imageCacheDisk; none without it. Its settings check requires image streaming."""
+    if settings.image_cache_disk is None:
+        return []
+    return [{"disk_image": settings.image_cache_disk, "mode": gke.SECONDARY_BOOT_DISK_MODE}]
 
 
 def head_pool_args(settings: ResourceSettings) -> dict[str, Any]:
@@ -247,7 +274,7 @@ def head_pool_args(settings: ResourceSettings) -> dict[str, Any]:
 
     Never Spot: losing the head ends the job and every worker's progress since the checkpoint.
     """
-    node_config = _node_config(NODE_SERVICE_ACCOUNT, settings.head_machine_type)
+    node_config = _node_config(settings, NODE_SERVICE_ACCOUNT, settings.head_machine_type)
     node_config["spot"] = False
     return {
         "name": HEAD_POOL_NAME,
@@ -305,8 +332,10 @@ def tpu_pool_args(
     `dcn_networks` are the (network, subnetwork) pairs to attach as extra NICs.
     """
     shape = settings.slice_shape
-    node_config = _node_config(service_account_email, shape.machine_type)
+    node_config = _node_config(settings, service_account_email, shape.machine_type)
     node_config["advanced_machine_features"] = {"threads_per_core": 1}
+    if settings.image_cache_disk is not None:
+        node_config["secondary_boot_disks"] = image_cache_disks(settings)
     node_config["spot"] = settings.spot
     node_config["flex_start"] = settings.flex_start
     if settings.spot:
@@ -349,6 +378,15 @@ def tpu_pool_args(
     return args
 
 
+def compile_cache_lifecycle_rule(settings: ResourceSettings) -> dict[str, Any]:
+    """Deletes the compilation cache's entries (objects under its prefix, and nothing else of the
+    bucket) compileCacheMaxAgeDays after they were written: JAX never evicts a remote cache."""
+    return {
+        "action": {"type": "Delete"},
+        "condition": {"age": settings.compile_cache_max_age_days, "matches_prefixes": [f"{COMPILE_CACHE_PREFIX}/"]},
+    }
+
+
 def bucket_args(settings: ResourceSettings) -> dict[str, Any]:
     args: dict[str, Any] = {
         "project": settings.project,
@@ -357,6 +395,7 @@ def bucket_args(settings: ResourceSettings) -> dict[str, Any]:
         "uniform_bucket_level_access": True,
         "public_access_prevention": "enforced",
         "force_destroy": settings.bucket_force_destroy,
+        "lifecycle_rules": [compile_cache_lifecycle_rule(settings)],
     }
     if settings.bucket_name:
         args["name"] = settings.bucket_name

@@ -24,6 +24,17 @@ RELEASE_CHANNELS = ("RAPID", "REGULAR", "STABLE", "EXTENDED")
 # Spot stack set it (domain/ray/preemption.py).
 SPOT_SHUTDOWN_GRACE_MINIMUM_VERSION = "1.35.0-gke.1171000"
 
+# Image streaming (a node pool's `gcfsConfig`) needs nodes of Container-Optimized OS with
+# containerd, the image type the stack's pools then name; GKE's "Use Image streaming to pull
+# container images" page.
+STREAMING_NODE_IMAGE_TYPE = "COS_CONTAINERD"
+
+# A Standard node pool takes a secondary boot disk (GKE's container image cache) from this version
+# on (GKE's "Use secondary boot disks to preload data or container images" page; Autopilot from
+# 1.30.1-gke.1329000, through other means than a node pool: the stack refuses the setting there).
+SECONDARY_BOOT_DISK_MINIMUM_VERSION = "1.28.3-gke.1067000"
+SECONDARY_BOOT_DISK_MODE = "CONTAINER_IMAGE_CACHE"
+
 # Whole matches only (a trailing line break is not a version); numbers of at most 9 digits, so a
 # long one is refused here, not by Python's limit on converting digits.
 _VERSION = re.compile(r"(\d{1,9})\.(\d{1,9})\.(\d{1,9})-gke\.(\d{1,9})")
@@ -46,6 +57,10 @@ def supports_dranet(version: str, mode: str) -> bool:
 
 def supports_spot_shutdown_grace(version: str) -> bool:
     return parse_version(version) >= parse_version(SPOT_SHUTDOWN_GRACE_MINIMUM_VERSION)
+
+
+def supports_secondary_boot_disk(version: str) -> bool:
+    return parse_version(version) >= parse_version(SECONDARY_BOOT_DISK_MINIMUM_VERSION)
 
 
 # What a Standard node keeps for the kubelet, the container runtime and the OS, so what pods can

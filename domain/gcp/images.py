@@ -112,3 +112,23 @@ def ray_version_of(image: str) -> str | None:
         return None
     version = _RAY_TAG_VERSION.fullmatch(tag)
     return version.group(1) if version else None
+
+
+# Artifact Registry's Docker hosts: LOCATION-docker.pkg.dev, a region or a multi-region
+# (us-east5-docker.pkg.dev, us-docker.pkg.dev). GKE streams images from Artifact Registry only
+# (docs/deploying.md, "Image streaming").
+_ARTIFACT_REGISTRY_HOST = re.compile(r"[a-z][a-z0-9-]*-docker\.pkg\.dev")
+
+
+def registry_of(image: str) -> str | None:
+    """The registry host of a (valid) reference, or None when it names none (Docker Hub)."""
+    first, slash, _ = image.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return None
+
+
+def in_artifact_registry(image: str) -> bool:
+    """Whether a (valid) reference names an image in an Artifact Registry Docker repository."""
+    registry = registry_of(image)
+    return registry is not None and _ARTIFACT_REGISTRY_HOST.fullmatch(registry) is not None

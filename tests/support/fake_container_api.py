@@ -7,6 +7,11 @@ bearer token from `--access-token-file` (no login, no metadata server), and runs
 behind. The fake answers the create with a finished Operation and the node pool by its name, which
 is all gcloud reads before it exits; what matters is the recorded body, the Container API's own
 JSON (`nodePool.autoscaling.totalMaxNodeCount`, `nodePool.config.flexStart`, ...).
+
+With `--enable-image-streaming` gcloud first asks the Service Usage API whether the Container File
+System API is enabled in the project (and only warns when it is not): the same fake answers that
+too (`CLOUDSDK_API_ENDPOINT_OVERRIDES_SERVICEUSAGE`), as enabled, and records which services gcloud
+asked about.
 """
 
 from __future__ import annotations
@@ -66,6 +71,9 @@ class FakeContainerApi:
     @staticmethod
     def _answer_for(method: str, path: str) -> dict[str, Any]:
         route = path.split("?", 1)[0]
+        if "/services/" in route:
+            # Service Usage's `services.get`: every service asked about is enabled.
+            return {"name": route.strip("/").removeprefix("v1/"), "state": "ENABLED"}
         if "/operations/" in route or method == "POST":
             # A create answers with its Operation; gcloud polls it until DONE.
             return {"name": "operation-1", "status": "DONE", "operationType": "CREATE_NODE_POOL"}
@@ -86,9 +94,12 @@ class FakeContainerApi:
         self.thread.join()
 
 
-def gcloud_node_pool_create(work_dir: Path, flags: list[str]) -> dict[str, Any]:
+def gcloud_node_pool_create(
+    work_dir: Path, flags: list[str], *, services_checked: list[str] | None = None
+) -> dict[str, Any]:
     """Runs `gcloud container node-pools create <flags>` against a fake Container API and returns
-    the `nodePool` object of the create request it sent (Container API JSON names)."""
+    the `nodePool` object of the create request it sent (Container API JSON names). The services
+    gcloud asked Service Usage about first are appended to `services_checked`."""
     gcloud = gcloud_path()
     if gcloud is None:
         raise RuntimeError("gcloud is not installed")
@@ -102,6 +113,7 @@ def gcloud_node_pool_create(work_dir: Path, flags: list[str]) -> dict[str, Any]:
             "HOME": str(work_dir),
             "CLOUDSDK_CONFIG": str(config_dir),
             "CLOUDSDK_API_ENDPOINT_OVERRIDES_CONTAINER": api.endpoint,
+            "CLOUDSDK_API_ENDPOINT_OVERRIDES_SERVICEUSAGE": api.endpoint,
             "CLOUDSDK_CORE_DISABLE_PROMPTS": "1",
             "CLOUDSDK_CORE_DISABLE_USAGE_REPORTING": "1",
             "CLOUDSDK_COMPONENT_MANAGER_DISABLE_UPDATE_CHECK": "1",
@@ -116,6 +128,10 @@ def gcloud_node_pool_create(work_dir: Path, flags: list[str]) -> dict[str, Any]:
             check=False,
         )
         creates = [r for r in api.requests if r.method == "POST" and "/nodePools" in r.path]
+        if services_checked is not None:
+            services_checked += [
+                r.path.split("?", 1)[0].rsplit("/", 1)[-1] for r in api.requests if "/services/" in r.path
+            ]
     if len(creates) != 1:
         raise AssertionError(
             f"gcloud sent {len(creates)} node-pool creates (exit {done.returncode}); stderr:\n{done.stderr}"
