@@ -10,7 +10,8 @@ from typing import Any
 
 import pulumi
 
-from domain.config.settings import StackSettings, settings_cost
+from domain.compile_cache import compile_cache_dir
+from domain.config.settings import StackSettings, image_streaming_note, settings_cost
 from domain.config.stack_outputs import ExportedOutputs, InfraOutputs, exported
 from domain.paths import PROJECT_ROOT
 from domain.ray import kuberay
@@ -35,6 +36,9 @@ def build(settings: StackSettings) -> dict[str, Any]:
     cost = settings_cost(settings)
     if cost.price is None:
         pulumi.log.warn(f"TPU cost: {cost.basis}")
+    streaming_note = image_streaming_note(settings)
+    if streaming_note is not None:
+        pulumi.log.warn(f"Image streaming: {streaming_note}")
     apis = ProjectApis("apis", ProjectApisArgs.from_settings(settings))
     networks = (
         DcnNetworks("dcn", DcnNetworksArgs.from_settings(settings), _after(apis))
@@ -66,12 +70,14 @@ def build(settings: StackSettings) -> dict[str, Any]:
         image = settings.ray_image
     # The Ray cluster waits for the cluster (the Ray CRD), its pods' identity and bucket access and
     # their TPU capacity; for a built image through the image, an output of the build.
+    bucket_url = storage.bucket_name.apply(lambda bucket: f"gs://{bucket}")
     ray = KubeRay(
         "ray",
         KubeRayArgs.from_settings(
             settings,
             bucket_name=storage.bucket_name,
             image=image,
+            compile_cache=bucket_url.apply(compile_cache_dir),
             kubeconfig=cluster.kubeconfig,
             kubernetes=cluster.provider,
         ),
@@ -97,7 +103,7 @@ def build(settings: StackSettings) -> dict[str, Any]:
         ray_image=image,
         bucket_name=storage.bucket_name,
         checkpoint_root=kuberay.CHECKPOINT_MOUNT,
-        checkpoint_bucket_url=storage.bucket_name.apply(lambda bucket: f"gs://{bucket}"),
+        checkpoint_bucket_url=bucket_url,
         dataset_root=kuberay.DATASET_MOUNT if settings.dataset_bucket is not None else None,
         dataset_uri=settings.dataset_uri,
         preset=settings.preset.name,

@@ -24,7 +24,7 @@ COMPILER_VARIABLES = (compiler_flags.LIBTPU_INIT_ARGS, compiler_flags.XLA_FLAGS)
 
 def cluster_flags(settings) -> dict[str, str]:
     """The compiler's variables on the RayCluster's TPU worker container."""
-    cluster = kuberay.ray_cluster(settings, bucket_name="ckpt", image="img:1")
+    cluster = kuberay.ray_cluster(settings, bucket_name="ckpt", image="img:1", compile_cache="gs://ckpt/jax-cache")
     (worker,) = cluster["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"]
     return {item["name"]: item["value"] for item in worker["env"] if item["name"] in COMPILER_VARIABLES}
 

@@ -88,9 +88,11 @@ def test_autopilot_has_no_pools_and_the_compute_class_its_workers_select(monkeyp
 @pytest.mark.parametrize("dranet", [True, False])
 def test_the_claim_template_comes_with_dranet(monkeypatch, dranet):
     monkeypatch.setattr(kuberay, "uses_dranet", lambda settings: dranet)
-    args = KubeRayArgs.from_settings(settings(), bucket_name="b", image="i", kubeconfig={}, kubernetes=NO_PROVIDER)
+    args = KubeRayArgs.from_settings(
+        settings(), bucket_name="b", image="i", compile_cache="c", kubeconfig={}, kubernetes=NO_PROVIDER
+    )
     assert (args.claim_template is not None) is dranet
-    assert args.ray_cluster == kuberay.ray_cluster(settings(), "b", "i")
+    assert args.ray_cluster == kuberay.ray_cluster(settings(), "b", "i", "c")
 
 
 def test_storage_and_networks_take_the_settings_values():

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
+from domain.compile_cache import COMPILE_CACHE_ENV, COMPILE_CACHE_PREFIX
 from domain.config import settings as settings_module
 from domain.config.settings import StackSettings
 from domain.ray import kuberay, ray_head
@@ -206,6 +207,9 @@ DELIBERATE_DIFFERENCES = {
     "same moment (Ray's 30 s default equals Kubernetes' default grace period)",
     "RayCluster.spec.workerGroupSpecs[0].template.spec.containers[0].env[6]": "the preemption poll, "
     "as on the head, should a driver run on a worker",
+    "RayCluster.spec.workerGroupSpecs[0].template.spec.containers[0].env[7]": "the persistent compilation "
+    "cache in the checkpoint bucket (MAXTEXT_TPU_COMPILE_CACHE, domain/compile_cache.py), which the trainer "
+    "gives MaxText as jax_cache_dir: MaxText's default is a folder in the pod, so every restart compiled again",
     "RayCluster.spec.workerGroupSpecs[0].template.spec.terminationGracePeriodSeconds": "stated, so "
     "the drain timeout can be derived from it (Kubernetes' 30 s on on-demand capacity; the node's "
     "shutdown share on Spot)",
@@ -309,7 +313,9 @@ def settings_of(**overrides: Any) -> StackSettings:
 
 
 def ray_cluster_of(**overrides: Any) -> dict[str, Any]:
-    return kuberay.ray_cluster(settings_of(**overrides), "checkpoints-bucket", "example/ray:1")
+    return kuberay.ray_cluster(
+        settings_of(**overrides), "checkpoints-bucket", "example/ray:1", "gs://checkpoints-bucket/jax-cache"
+    )
 
 
 AUTOSCALER = {
@@ -590,3 +596,16 @@ def test_the_checkpoint_mount_follows_gkes_checkpoint_advice():
         assert [m for m in template["spec"]["containers"][0]["volumeMounts"] if m["mountPath"] == "/data"] == [
             {"name": "gcs-fuse-csi-ephemeral", "mountPath": "/data"}
         ]
+
+
+def test_the_workers_keep_compiled_programs_in_the_checkpoint_buckets_cache_prefix():
+    """The trainer reads where the compilation cache is from its pod (domain/compile_cache.py):
+    the checkpoint bucket's own prefix, over gs://, on the TPU workers only (the driver on the head
+    compiles nothing)."""
+    run = run_infra(stack_config("dev"))
+    [ray_cluster] = manifests(run, "RayCluster")
+    worker = ray_cluster["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
+    env = {item["name"]: item["value"] for item in worker["env"]}
+    assert env[COMPILE_CACHE_ENV] == f"gs://{run.outputs['bucketName']}/{COMPILE_CACHE_PREFIX}"
+    head = ray_cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    assert COMPILE_CACHE_ENV not in {item["name"] for item in head["env"]}

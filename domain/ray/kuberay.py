@@ -14,6 +14,7 @@ from __future__ import annotations
 import unicodedata
 from typing import Any, Protocol
 
+from domain.compile_cache import COMPILE_CACHE_ENV
 from domain.ray import compiler_flags, preemption
 from domain.ray.ray_head import AUTOSCALER_CPU, AUTOSCALER_MEMORY, HEAD_CPUS, HEAD_MEMORY_GIB
 from domain.ray.ray_version import (
@@ -383,7 +384,7 @@ def _worker_node_selector(settings: KubeRaySettings) -> dict[str, str]:
     return selector
 
 
-def _worker_group(settings: KubeRaySettings, bucket_name: Any, image: Any) -> dict[str, Any]:
+def _worker_group(settings: KubeRaySettings, bucket_name: Any, image: Any, compile_cache: Any) -> dict[str, Any]:
     shape = settings.slice_shape
     chips = str(shape.chips_per_vm)
     dranet = uses_dranet(settings)
@@ -402,6 +403,9 @@ def _worker_group(settings: KubeRaySettings, bucket_name: Any, image: Any) -> di
             {"name": "ENABLE_PJRT_COMPATIBILITY", "value": "true"},
             *compiler_flags.worker_env(settings.accelerator),
             *preemption.worker_env(settings),
+            # Where the trainer keeps compiled programs (domain/compile_cache.py): the cluster's,
+            # so that where it is never changes a job's command.
+            {"name": COMPILE_CACHE_ENV, "value": compile_cache},
         ],
         "volumeMounts": [dict(mount) for mount in _VOLUME_MOUNTS] + _dataset_mounts(settings),
     }
@@ -458,13 +462,14 @@ def _autoscaling(autoscales: bool, idle_timeout_seconds: int) -> dict[str, Any]:
     }
 
 
-def ray_cluster(settings: KubeRaySettings, bucket_name: Any, image: Any) -> dict[str, Any]:
+def ray_cluster(settings: KubeRaySettings, bucket_name: Any, image: Any, compile_cache: Any) -> dict[str, Any]:
     """The RayCluster: one head on CPU nodes, one worker group replica per TPU slice (minSlices to
     slices of them, scaled by the in-tree autoscaler, when the stack scales), all running
     `image` (the same Ray on head and workers, as Ray requires), with Ray token authentication on
     (the token is in the Secret `ray_auth_secret_name()`, key RAY_AUTH_TOKEN_KEY).
 
-    `bucket_name` and `image` may be deploy-time values (Pulumi outputs; the built image carries
+    `bucket_name`, `image` and `compile_cache` (the compilation cache's `gs://` URL in the bucket,
+    domain/compile_cache.py) may be deploy-time values (Pulumi outputs; the built image carries
     its build as a dependency); they are only placed, never read.
     """
     return {
@@ -477,6 +482,6 @@ def ray_cluster(settings: KubeRaySettings, bucket_name: Any, image: Any) -> dict
             "authOptions": dict(AUTH_OPTIONS),
             **_autoscaling(settings.autoscales, settings.idle_timeout_seconds),
             "headGroupSpec": _head_group(settings, bucket_name, image),
-            "workerGroupSpecs": [_worker_group(settings, bucket_name, image)],
+            "workerGroupSpecs": [_worker_group(settings, bucket_name, image, compile_cache)],
         },
     }

@@ -31,14 +31,15 @@ class KubeRayArgs:
         *,
         bucket_name: pulumi.Input[str],
         image: pulumi.Input[str],
+        compile_cache: pulumi.Input[str],
         kubeconfig: pulumi.Input[dict[str, Any]],
         kubernetes: k8s.Provider,
     ) -> KubeRayArgs:
         return cls(
             claim_template=kuberay.resource_claim_template(settings) if kuberay.uses_dranet(settings) else None,
-            # The bucket name and a built image are outputs: they ride inside the manifest as
+            # The bucket name, the cache in it and a built image are outputs: they ride inside the manifest as
             # opaque values, and the image's build becomes a dependency of the RayCluster.
-            ray_cluster=kuberay.ray_cluster(settings, bucket_name, image),
+            ray_cluster=kuberay.ray_cluster(settings, bucket_name, image, compile_cache),
             kubeconfig=kubeconfig,
             kubernetes=kubernetes,
         )
