@@ -39,9 +39,6 @@ def build(settings: StackSettings) -> dict[str, Any]:
     streaming_note = image_streaming_note(settings)
     if streaming_note is not None:
         pulumi.log.warn(f"Image streaming: {streaming_note}")
-    streaming_note = image_streaming_note(settings)
-    if streaming_note is not None:
-        pulumi.log.warn(f"Image streaming: {streaming_note}")
     apis = ProjectApis("apis", ProjectApisArgs.from_settings(settings))
     networks = (
         DcnNetworks("dcn", DcnNetworksArgs.from_settings(settings), _after(apis))
