@@ -12,6 +12,7 @@ from domain.config.workload_settings import NAMES, WorkloadSettings
 from domain.config.workload_settings import key as setting_key
 from domain.paths import PROJECT_ROOT
 from domain.perf.capacity import job_cost
+from domain.perf.cold_start import cold_start_cost
 from domain.perf.fit_results import FitResult, configuration, runtime_flags
 from domain.perf.maxtext_check import counted_by_maxtext, model_flops, recorded_result
 from domain.ray.compiler_flags import CompilerFlags, added_to_workers
@@ -71,6 +72,15 @@ class CostEstimate:
     estimated_job_hours: float | None = None
     estimated_job_dollars: float | None = None
     cost_basis: str | None = None
+    # A start from zero before the first step (domain/perf/cold_start.py): node boot, image pull
+    # and compile, cold (nothing cached) and warm (image streamed, compilation cache hit); the sums
+    # leave out a phase with no figure, which coldStartBasis names.
+    cold_start_seconds: float | None = None
+    cold_start_dollars: float | None = None
+    warm_start_seconds: float | None = None
+    warm_start_dollars: float | None = None
+    cold_start_phases: list[dict[str, Any]] | None = None
+    cold_start_basis: str | None = None
 
     def outputs(self) -> dict[str, Any]:
         return {camel_case(field.name): getattr(self, field.name) for field in fields(self)}
@@ -187,6 +197,12 @@ def cost_estimate(
         price_per_chip_hour_usd=price_per_chip_hour or 0.0,
         step_seconds=prediction.step_seconds if prediction else None,
     )
+    start = cold_start_cost(
+        chips=flops.chips,
+        price_per_chip_hour_usd=price_per_chip_hour,
+        compile_seconds=result.full_compile_seconds if result is not None else None,
+        compile_basis=_compile_basis(job, result),
+    )
     return CostEstimate(
         flops_per_step=flops.per_step,
         flops_source=flops.source,
@@ -197,4 +213,30 @@ def cost_estimate(
         estimated_job_hours=round(estimate.job_hours or 0, 3),
         estimated_job_dollars=estimate.job_dollars if price_per_chip_hour is not None else None,
         cost_basis=cost_basis,
+        cold_start_seconds=start.cold_seconds,
+        cold_start_dollars=start.cold_dollars,
+        warm_start_seconds=start.warm_seconds,
+        warm_start_dollars=start.warm_dollars,
+        cold_start_phases=[
+            {camel_case(field.name): getattr(phase, field.name) for field in fields(phase)} for phase in start.phases
+        ],
+        cold_start_basis=start.basis(),
+    )
+
+
+def _compile_basis(job: JobSpec, result: FitResult | None) -> str:
+    """Where the compile phase's figure comes from, or why there is none."""
+    if result is not None and result.full_compile_seconds is not None:
+        return (
+            f"{result.full_compile_seconds:g} s: the fit check's whole compile of this configuration, measured on "
+            "the machine that ran it (a TPU host's CPUs may compile faster)"
+        )
+    stopped = (
+        f"the fit check of this configuration stopped at buffer assignment after {result.compile_seconds:g} s"
+        if result is not None and result.compile_seconds is not None
+        else "no fit check of this configuration measured its compile"
+    )
+    return (
+        f"{stopped}; run `python -m trainer.fit_check --preset {job.preset} --topology {job.topology} --slices "
+        f"{job.slices} KEY=VALUE ... --full-compile` to measure the whole compile"
     )
