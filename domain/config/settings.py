@@ -308,7 +308,10 @@ class StackSettings:
     )
     idle_timeout_seconds: int = setting(
         "integer",
-        "Seconds a slice with no work stays up before the Ray autoscaler removes it (when minSlices < slices).",
+        "Seconds a slice with no work stays up before the Ray autoscaler removes it (when minSlices < slices). "
+        "Weigh it against what bringing the slice back costs: the workloads stack's coldStartSeconds and "
+        "coldStartDollars (warmStart* with image streaming and a compilation-cache hit) price a start from zero, "
+        "while an idle slice costs idleDollarsPerHour.",
         default=300,
         minimum=30,
         maximum=86400,
