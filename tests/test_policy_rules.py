@@ -29,6 +29,7 @@ from pulumi_policy.proxy import (
     UNKNOWN_STRING_VALUE,
 )
 
+from domain.compile_cache import COMPILE_CACHE_ENV, COMPILE_CACHE_PREFIX
 from domain.training.presets import PROCEDURE_OVERRIDES, maxtext_overrides, preset
 from policies.check import resources_of
 from policies.evaluate import Violation, evaluate, reconcile_config
@@ -276,6 +277,34 @@ class Case:
         return resources
 
 
+def add_cache_writer(resources: list[dict[str, Any]]) -> None:
+    """A second job's service account granted write on the checkpoint bucket, which holds the
+    first job's compilation cache (a Workload Identity principal, so no other storage rule minds)."""
+    grant = copy.deepcopy(named(resources, "checkpoints-checkpoint-access"))
+    grant["name"], grant["urn"] = "cache-writer", grant["urn"].rsplit("::", 1)[0] + "::cache-writer"
+    grant["props"]["member"] = grant["props"]["member"].replace("/sa/maxtext-ray", "/sa/notebooks")
+    resources.append(grant)
+
+
+def name_the_checkpoint_bucket(resources: list[dict[str, Any]]) -> None:
+    """The checkpoint bucket with a name known at preview (as with bucketName set)."""
+    named(resources, "checkpoints-bucket")["props"]["name"] = "acme-ckpt"
+
+
+def cache_in(bucket: str) -> Callable[[list[dict[str, Any]]], list[dict[str, Any]]]:
+    """The worker container's environment with its compilation cache moved to `bucket`."""
+
+    def moved(env: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [
+            {**variable, "value": f"gs://{bucket}/{COMPILE_CACHE_PREFIX}"}
+            if variable.get("name") == COMPILE_CACHE_ENV
+            else variable
+            for variable in env
+        ]
+
+    return moved
+
+
 STD, AUTO, WDEV, DATA = "infra-standard", "infra-autopilot", "workloads-dev", "infra-dataset"
 PROCEDURE_70B = {**maxtext_overrides(preset("llama3-70b"), 2), **PROCEDURE_OVERRIDES["llama3-70b"]}
 BF16_FULL_REMAT_70B = {
@@ -496,6 +525,35 @@ CASES = [
         ("role",),
         "roles/storage.objectUser",
         mentions="'acme-corpus'",
+    ),
+    # The compilation cache (issue 33): written by another job's principal; in a bucket the stack does not create.
+    Case("storage-compile-cache-writers", STD, "cache-writer", ("member",), change=add_cache_writer),
+    Case(
+        "storage-compile-cache-writers",
+        DATA,
+        "cache-writer",
+        ("member",),
+        "principalSet://iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/p.svc.id.goog/namespace/default",
+        change=add_cache_writer,
+        label="principal-set",
+    ),
+    Case(
+        "storage-compile-cache-own-bucket",
+        STD,
+        "ray-cluster",
+        (*WORKER_CONTAINER, "env"),
+        cache_in("shared-team-cache"),
+        change=name_the_checkpoint_bucket,
+        mentions="'shared-team-cache' is not a bucket this stack creates",
+    ),
+    Case(
+        "storage-compile-cache-own-bucket",
+        DATA,
+        "ray-cluster",
+        (*WORKER_CONTAINER, "env"),
+        cache_in("acme-corpus"),
+        mentions="'acme-corpus' is the dataset bucket",
+        label="dataset",
     ),
     Case("ray-head-service-not-public", STD, "dashboard", ("spec", "type"), "NodePort", change=add_head_service),
     Case(
@@ -1198,3 +1256,36 @@ def test_docs_list_every_rule_with_its_level_and_what_it_requires():
     assert all(f"| `{policy.name}` | " in markdown_table() for policy in ALL)
     stale = markdown_table(ALL[:1])
     assert f"| `{ALL[1].name}` |" not in stale and stale.count("\n") == 3
+
+
+@pytest.mark.parametrize(
+    "role, member_sa, fires",
+    [
+        ("roles/storage.objectUser", "maxtext-ray", False),  # the job's own principal, a second grant
+        ("roles/storage.objectViewer", "notebooks", False),  # another job may read the cache
+        ("roles/storage.legacyBucketReader", "notebooks", False),
+        ("roles/storage.objectCreator", "notebooks", True),  # creating objects is writing compiled code
+        ("roles/storage.legacyBucketWriter", "notebooks", True),
+    ],
+)
+def test_only_the_jobs_own_principal_writes_the_compile_cache(shipped, role, member_sa, fires):
+    resources = copy.deepcopy(shipped["infra-standard"])
+    add_cache_writer(resources)
+    grant = named(resources, "cache-writer")["props"]
+    grant["role"], grant["member"] = role, grant["member"].replace("/sa/notebooks", f"/sa/{member_sa}")
+    violations = evaluate(resources)
+    assert [v.policy_name for v in violations] == (["storage-compile-cache-writers"] if fires else [])
+    if fires:
+        assert f"grants {role} on bucket 'checkpoints-bucket'" in violations[0].message
+        assert "anyone who can write it can run code in the job" in violations[0].message
+
+
+@pytest.mark.parametrize("cache_bucket, fires", [("acme-ckpt", False), ("acme-ckpt-old", True)])
+def test_a_named_checkpoint_bucket_holds_the_cache_by_its_name(shipped, cache_bucket, fires):
+    """With the bucket's name known (bucketName set), the cache's bucket is matched by name, not by
+    the RayCluster's dependency on the stack's one bucket."""
+    resources = copy.deepcopy(shipped["infra-standard"])
+    name_the_checkpoint_bucket(resources)
+    container = get_at(named(resources, "ray-cluster")["props"], WORKER_CONTAINER)
+    container["env"] = cache_in(cache_bucket)(container["env"])
+    assert [v.policy_name for v in evaluate(resources)] == (["storage-compile-cache-own-bucket"] if fires else [])

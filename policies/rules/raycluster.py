@@ -14,6 +14,7 @@ it only with Ray's auth token.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from pulumi_policy import (
@@ -25,6 +26,7 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
+from domain.compile_cache import COMPILE_CACHE_ENV
 from domain.ray.kuberay import (
     AUTOSCALER_VERSION,
     DATASET_MOUNT,
@@ -366,6 +368,46 @@ def dataset_buckets(props: dict[str, Any]) -> set[str]:
             bucket = at(csi, "volumeAttributes", "bucketName")
             if isinstance(bucket, str) and (at(csi, "readOnly") is True or at(volume, "name") in at_root):
                 found.add(bucket)
+    return found
+
+
+@dataclass(frozen=True)
+class CompileCache:
+    """Where a RayCluster's containers keep the compilation cache (its `gs://` URL in
+    COMPILE_CACHE_ENV, as the infra stack sets it), and who they run as: `namespace` and
+    `service_account` may be UNKNOWN."""
+
+    where: str  # `container 'x' of worker group 'y'`
+    bucket: str
+    url: str
+    namespace: Any
+    service_account: Any
+
+    @property
+    def writer_suffix(self) -> str | None:
+        """How the Workload Identity principal of the pods' service account ends, None if unknown."""
+        if not (isinstance(self.namespace, str) and isinstance(self.service_account, str)):
+            return None
+        return f"/subject/ns/{self.namespace}/sa/{self.service_account}"
+
+
+def compile_caches(props: dict[str, Any]) -> list[CompileCache]:
+    """Every container's compilation cache whose `gs://` URL is known so far."""
+    found = []
+    namespace = at(props, "metadata", "namespace")
+    for where, pod_spec in _pod_specs(props):
+        account = at(pod_spec, "serviceAccountName")
+        for container in _containers(pod_spec):
+            env = at(container, "env")
+            for variable in env if isinstance(env, list) else []:
+                url = at(variable, "value")
+                if at(variable, "name") != COMPILE_CACHE_ENV or not isinstance(url, str) or not url.startswith("gs://"):
+                    continue
+                bucket = url.removeprefix("gs://").split("/", 1)[0]
+                if bucket:
+                    found.append(
+                        CompileCache(f"{_container_name(container)} of {where}", bucket, url, namespace, account)
+                    )
     return found
 
 

@@ -1,6 +1,8 @@
 """Cloud Storage: the checkpoint bucket stays private, and only the Ray pods' Workload Identity
 principal gets (non-admin) access to it. The dataset bucket, which the stack does not create, is
-only read.
+only read. The compilation cache in the checkpoint bucket is code the jobs run (JAX loads what it
+finds there as compiled programs): only the job's own principal may write it, in a bucket the
+stack creates.
 
 Checkpoints of a 70B model are the most expensive thing the project produces; a public or
 over-granted bucket leaks them, or lets someone delete them.
@@ -21,8 +23,19 @@ from pulumi_policy import (
 )
 
 from domain.gcp.gcp_resources import DATASET_ROLE
-from policies.rules.common import BUCKET, RAY_CLUSTER, UNKNOWN, StackView, at, described, known, on, plain
-from policies.rules.raycluster import dataset_buckets
+from policies.rules.common import (
+    BUCKET,
+    RAY_CLUSTER,
+    UNKNOWN,
+    StackResource,
+    StackView,
+    at,
+    described,
+    known,
+    on,
+    plain,
+)
+from policies.rules.raycluster import CompileCache, compile_caches, dataset_buckets
 
 # Resources that grant IAM roles on a bucket (or a managed folder in one), by how they hold
 # their grants: one member, a member list, or a whole policy document.
@@ -229,6 +242,89 @@ def dataset_bucket_read_only(args: StackValidationArgs, report_violation: Report
                 )
 
 
+def _is_writer(member: str, cache: CompileCache) -> bool:
+    suffix = cache.writer_suffix
+    return (
+        suffix is not None
+        and member.startswith(WORKLOAD_IDENTITY_PREFIXES[0])
+        and "/workloadIdentityPools/" in member
+        and member.endswith(suffix)
+    )
+
+
+def compile_cache_writers(args: StackValidationArgs, report_violation: ReportViolation) -> None:
+    """JAX loads whatever it finds in the compilation cache as the job's compiled programs, so
+    whoever can write the cache's bucket can run code in every job: no grant on that bucket (or a
+    managed folder in it) gives a role beyond reading to anyone but the job's own Workload
+    Identity principal, that of the Ray pods' service account in their namespace."""
+    stack = StackView(args.resources)
+    caches: dict[str, list[CompileCache]] = {}
+    for cluster in stack.of_type(RAY_CLUSTER):
+        for cache in compile_caches(cluster.props):
+            caches.setdefault(cache.bucket, []).append(cache)
+    for resource_type, kind in IAM_KINDS.items():
+        for grant in stack.of_type(resource_type):
+            bucket = at(grant.props, "bucket")
+            if not isinstance(bucket, str) or bucket not in caches:
+                continue
+            if any(cache.writer_suffix is None for cache in caches[bucket]):
+                continue  # whose pods these are is not known yet
+            for role, member in _grants(resource_type, grant.props):
+                if not (isinstance(role, str) and isinstance(member, str)) or role in READ_ONLY_ROLES:
+                    continue
+                if (
+                    role in ADMIN_ROLES
+                    or member in PUBLIC_PRINCIPALS
+                    or not member.startswith(WORKLOAD_IDENTITY_PREFIXES)
+                ):
+                    continue  # refused whatever the bucket holds: storage-no-admin-roles, -no-public-members, -workload-identity-members
+                if any(_is_writer(member, cache) for cache in caches[bucket]):
+                    continue
+                cache = caches[bucket][0]
+                report_violation(
+                    f"{described(kind, grant.name, grant.props)} grants {role} on bucket {bucket!r} to {member!r}, "
+                    f"but the bucket holds the jobs' compilation cache ({cache.url}, {cache.where}): JAX runs "
+                    "what it finds there as compiled code, so anyone who can write it can run code in the job. "
+                    f"Grant only the Ray pods' own Workload Identity principal (...{cache.writer_suffix}) a role "
+                    f"that writes, and others at most {DATASET_ROLE}.",
+                    grant.urn,
+                )
+
+
+def _could_be(bucket: StackResource, name: str, cluster: StackResource) -> bool:
+    """Whether `bucket` may be the bucket named `name`: by its name, or, with its name not known
+    yet (the provider's auto-naming), by the RayCluster's dependency on it."""
+    own = at(bucket.props, "name")
+    if isinstance(own, str):
+        return own == name
+    dependencies = {dependency.urn for dependency in cluster.resource.dependencies}
+    return not dependencies or bucket.urn in dependencies  # none listed: it cannot be told
+
+
+def compile_cache_own_bucket(args: StackValidationArgs, report_violation: ReportViolation) -> None:
+    """A compilation cache in a bucket the stack does not create (or in the dataset bucket, which
+    others fill) may be written by whoever else has access to that bucket: its grants are not in
+    this stack, so neither this pack nor the stack can hold them to the job's principal."""
+    stack = StackView(args.resources)
+    buckets = stack.of_type(BUCKET)
+    for cluster in stack.of_type(RAY_CLUSTER):
+        datasets = dataset_buckets(cluster.props)
+        for cache in compile_caches(cluster.props):
+            if cache.bucket in datasets:
+                why = "is the dataset bucket, which the stack only reads and others write"
+            elif not any(_could_be(bucket, cache.bucket, cluster) for bucket in buckets):
+                why = "is not a bucket this stack creates, so others may write it under grants this stack cannot see"
+            else:
+                continue
+            report_violation(
+                f"{described('RayCluster', cluster.name, cluster.props)}: the compilation cache of {cache.where} is "
+                f"{cache.url}, and bucket {cache.bucket!r} {why}; JAX runs what it finds in the cache as compiled "
+                "code, so anyone who can write it can run code in the job. Keep the cache in the checkpoint bucket "
+                "the stack creates.",
+                cluster.urn,
+            )
+
+
 ALL = [
     ResourceValidationPolicy(
         name="storage-bucket-uniform-access",
@@ -264,6 +360,18 @@ ALL = [
         name="storage-dataset-bucket-read-only",
         description="Grants on the dataset bucket (mounted at the dataset root, or read-only, by a RayCluster) only read it.",
         validate=dataset_bucket_read_only,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    StackValidationPolicy(
+        name="storage-compile-cache-writers",
+        description="Only the job's own Workload Identity principal is granted more than reading on the bucket that holds the compilation cache.",
+        validate=compile_cache_writers,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    StackValidationPolicy(
+        name="storage-compile-cache-own-bucket",
+        description="The compilation cache is in a bucket the stack creates, never the dataset bucket or one it does not create.",
+        validate=compile_cache_own_bucket,
         enforcement_level=EnforcementLevel.MANDATORY,
     ),
 ]
