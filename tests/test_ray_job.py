@@ -19,6 +19,7 @@ from domain.training.job_log import StepCollector
 from tests.support.fake_jobs_api import TRACEBACK_500, FakeJobsApi
 from tests.support.ray_job_harness import (
     FAKE_TRAINER,
+    LATE_STOP_SECONDS,
     NOW,
     STEP,
     ClockedJobsApi,
@@ -536,7 +537,7 @@ def test_the_timeout_does_not_depend_on_the_skew_between_the_two_clocks(offset, 
         error, seconds = timed_create(props, within=timeout + 15)
         assert isinstance(error, RayJobError) and "did not finish within timeout_seconds" in str(error)
         # The Date header has whole seconds: the job is stopped up to a second (and a poll) late.
-        assert timeout - 0.5 <= seconds <= timeout + 4, f"stopped after {seconds:.1f} s"
+        assert timeout - 0.5 <= seconds <= timeout + LATE_STOP_SECONDS, f"stopped after {seconds:.1f} s"
         assert api.jobs[submission_id(props)]["status"] == "STOPPED"
 
 
