@@ -136,7 +136,9 @@ class StartClock:
         self._phase("first_step", logged_at, max(logged_at - self._step_started_at, 0.0))
 
     def cache_result(self, result: CacheResult) -> None:
-        if self._step_started_at is None:
+        # Without a cache directory JAX still looks each program up (its cache is enabled by
+        # default, only never initialized) and logs a miss: a job without a cache stays "off".
+        if self._step_started_at is None and self.cache != "off":
             self.cache = result
 
     def _phase(self, phase: TrainerPhase, ended: float, seconds: float, **fields: Any) -> None:
