@@ -41,6 +41,7 @@ assert STOP_BOUND_SECONDS < STOP_TARGET_SECONDS
 
 @pytest.fixture
 def head():
+    """A head of the test's own, for the tests that stop it."""
     with LocalRayHead() as started:
         yield started
 
@@ -107,7 +108,8 @@ def test_the_jobs_api_wants_the_token(head):
     assert not head.token_path.exists(), "the token outlived its head"
 
 
-def test_the_token_file_is_private_and_the_token_stays_out_of_command_lines_and_logs(head):
+def test_the_token_file_is_private_and_the_token_stays_out_of_command_lines_and_logs(local_ray_head):
+    head = local_ray_head  # the session's (tests/conftest.py): this test leaves it running
     token = head.auth_headers["Authorization"].removeprefix("Bearer ").encode()
     assert head.token_path.read_bytes() == token
     assert stat.S_IMODE(head.token_path.stat().st_mode) == 0o600
@@ -138,7 +140,8 @@ def test_the_token_file_is_private_and_the_token_stays_out_of_command_lines_and_
             assert token not in path.read_bytes(), f"the token is in {path}"
 
 
-def test_a_jobs_driver_connects_under_token_auth(head):
+def test_a_jobs_driver_connects_under_token_auth(local_ray_head):
+    head = local_ray_head  # the session's (tests/conftest.py): this test leaves it running
     client = JobSubmissionClient(head.address, headers=head.auth_headers)
     job_id = client.submit_job(
         entrypoint="python -c \"import ray; ray.init(); print('resources', ray.cluster_resources())\""
@@ -149,7 +152,8 @@ def test_a_jobs_driver_connects_under_token_auth(head):
     assert "resources {" in logs and "'CPU'" in logs
 
 
-def test_clients_find_the_token_through_client_env(head):
+def test_clients_find_the_token_through_client_env(local_ray_head):
+    head = local_ray_head  # the session's (tests/conftest.py): this test leaves it running
     """What the Pulumi dynamic provider gets: the file's path and the mode, never the token."""
     assert set(head.client_env) == {"RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH"}
     assert head.client_env["RAY_AUTH_TOKEN_PATH"] == str(head.token_path)
@@ -168,7 +172,8 @@ def test_clients_find_the_token_through_client_env(head):
 
     with head.client_environment():
         assert os.environ["RAY_AUTH_TOKEN_PATH"] == str(head.token_path)
-        assert JobSubmissionClient(head.address).list_jobs() == []
+        # Answered (a refused token raises): what jobs other tests left on the head does not matter.
+        assert isinstance(JobSubmissionClient(head.address).list_jobs(), list)
 
 
 def test_stop_is_bounded_and_ends_a_running_jobs_processes(head, tmp_path):

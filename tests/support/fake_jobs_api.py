@@ -23,6 +23,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+# How often a fake's server thread looks for shutdown(): the most a `with` block's exit waits.
+SHUTDOWN_POLL_SECONDS = 0.05
+
 TRACEBACK_500 = (
     "Traceback (most recent call last):\n"
     '  File "job_head.py", line 591, in get_job_logs\n'
@@ -61,7 +64,11 @@ class FakeHttpServer:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # serve_forever looks for shutdown() every poll_interval (0.5 s by default): each fake's exit
+        # waited that long, in every test that starts one (issue 33).
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": SHUTDOWN_POLL_SECONDS}, daemon=True
+        )
 
     @property
     def address(self) -> str:
@@ -177,7 +184,11 @@ class FakeApiServer:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(cert, key)
         self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # serve_forever looks for shutdown() every poll_interval (0.5 s by default): each fake's exit
+        # waited that long, in every test that starts one (issue 33).
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": SHUTDOWN_POLL_SECONDS}, daemon=True
+        )
 
     @property
     def endpoint(self) -> str:

@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 from domain.training.job_events import event_line
+from tests.support.fake_jobs_api import SHUTDOWN_POLL_SECONDS
 from tests.support.ray_job_harness import STEP
 
 
@@ -79,7 +80,11 @@ class FakeRayHead:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # serve_forever looks for shutdown() every poll_interval (0.5 s by default): each fake's exit
+        # waited that long, in every test that starts one (issue 33).
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": SHUTDOWN_POLL_SECONDS}, daemon=True
+        )
 
     def tail(self, lines: int) -> bytes:
         if lines < 0:
