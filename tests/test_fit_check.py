@@ -91,7 +91,7 @@ def test_the_compile_runs_with_exactly_the_workers_libtpu_flags(tmp_path, monkey
     """One definition (the accelerator's, in domain/tpu/tpu_catalog.py) feeds the RayCluster's TPU
     workers and the fit check's compile."""
     settings = infra_settings({"gcp:project": "my-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b"})
-    cluster = kuberay.ray_cluster(settings, bucket_name="ckpt", image="img:1")
+    cluster = kuberay.ray_cluster(settings, bucket_name="ckpt", image="img:1", compile_cache="gs://ckpt/jax-cache")
     (worker,) = cluster["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"]
     workers_flags = {item["name"]: item["value"] for item in worker["env"]}["LIBTPU_INIT_ARGS"]
     assert workers_flags == ACCELERATORS["v6e"].libtpu_init_args() == fit_check.libtpu_flags(job())
