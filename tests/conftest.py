@@ -3,12 +3,14 @@ provider that polls fast."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from domain.paths import INFRA_PROJECT
+from domain.compile_cache import COMPILE_CACHE_ENV, COMPILE_CACHE_PREFIX
+from domain.paths import INFRA_PROJECT, PROJECT_ROOT
 from tests.support.infra_program import run_infra
 from tests.support.pulumi_harness import ProgramRun, stack_config
 from workloads import job_wait
@@ -16,6 +18,16 @@ from workloads import job_wait
 # What runs on a real Ray cluster or waits on the clock is `timed`: ./scripts/test runs it in the
 # foreground, and the rest beside it at a lower priority (docs/testing.md).
 TIMED_FIXTURES = frozenset({"local_ray_head", "fast_polling"})
+
+
+# The suite is the compilation cache's first user: every local Ray cluster the tests start
+# inherits this, so the jobs of every test share one persistent cache (domain/compile_cache.py),
+# as a stack's runs do. Only timings change with it: a test that needs an empty cache sets its own.
+TEST_COMPILE_CACHE = PROJECT_ROOT / ".cache" / f"{COMPILE_CACHE_PREFIX}-tests"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ.setdefault(COMPILE_CACHE_ENV, str(TEST_COMPILE_CACHE))
 
 
 @pytest.hookimpl(tryfirst=True)

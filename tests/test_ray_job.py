@@ -15,7 +15,7 @@ import pytest
 from ray.job_submission import JobStatus
 
 from domain.training.job_events import event_line
-from domain.training.job_log import StepCollector
+from domain.training.job_log import JobLog, StepCollector
 from tests.support.fake_jobs_api import TRACEBACK_500, FakeJobsApi
 from tests.support.ray_job_harness import (
     FAKE_TRAINER,
@@ -247,6 +247,31 @@ def test_progress_lines_show_steps_loss_and_eta():
     lines = stream.getvalue().splitlines()
     assert lines[0] == "RayJob job-1: step 1/10 (10%), loss 4.000"
     assert lines[1].startswith("RayJob job-1: step 5/10 (50%), loss 3.500, ETA 0m0")
+
+
+def test_progress_lines_show_each_phase_of_a_start_as_it_ends_and_every_start_at_the_end():
+    stream = io.StringIO()
+    progress = ProgressReporter("job-1", total_steps=10, stream=stream, every_seconds=60)
+    log = JobLog()
+    log.add_lines([event_line("attempt", time=104.0, workers=1, process_started=100.0)])
+    progress.starting(log.record, job_start_ms=90_000)
+    progress.starting(log.record, job_start_ms=90_000)  # nothing new: no line
+    log.add_lines(
+        [
+            event_line("phase", time=120.0, phase="trainer_start", seconds=16.0),
+            event_line("phase", time=120.0, phase="restore", seconds=0.0),
+            event_line("phase", time=123.5, phase="compile", seconds=3.5, cache="hit"),
+        ]
+    )
+    progress.starting(log.record, job_start_ms=90_000)
+    progress.started(log.record.summary(90.0, 130.0)["start_phases"])
+    assert stream.getvalue().splitlines() == [
+        "RayJob job-1: starting its worker group: queued 10.0 s, worker_start 4.0 s",
+        "RayJob job-1: starting its worker group: queued 10.0 s, worker_start 4.0 s, trainer_start 16.0 s, "
+        "restore 0.0 s, compile 3.5 s (cache hit)",
+        "RayJob job-1: its worker group started: queued 10.0 s, worker_start 4.0 s, trainer_start 16.0 s, "
+        "restore 0.0 s, compile 3.5 s (cache hit)",
+    ]
 
 
 def test_summary_of_a_log_without_steps():

@@ -2,6 +2,7 @@
 what it says, within seconds, when something else holds the dashboard's port."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -10,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from domain.compile_cache import COMPILE_CACHE_ENV
 from domain.paths import TRAINER_PYTHON
+from domain.training.start_phases import PHASES
 from tests.support.fake_jobs_api import FakeHttpServer
 from tests.support.port_holder import PortHolder
 from tests.support.pulumi_harness import PROJECT_ROOT
@@ -24,12 +27,13 @@ def reject_constant(name: str):
     raise ValueError(f"{name} is not JSON")  # what JSON.parse refuses: NaN, Infinity
 
 
-def run_smoke(*arguments: str) -> tuple[subprocess.CompletedProcess, dict]:
+def run_smoke(*arguments: str, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, dict]:
     """`./scripts/smoke ARGUMENTS` as a newcomer runs it: it must succeed and end with its result
     as one line of strict JSON."""
     completed = subprocess.run(
         [sys.executable, "-m", "workloads.smoke", *arguments],
         cwd=PROJECT_ROOT,
+        env=env,
         capture_output=True,
         text=True,
         timeout=600,
@@ -38,10 +42,7 @@ def run_smoke(*arguments: str) -> tuple[subprocess.CompletedProcess, dict]:
     return completed, json.loads(completed.stdout.strip().splitlines()[-1], parse_constant=reject_constant)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("arguments", [[], ["--elastic"]], ids=["multislice", "elastic"])
-def test_smoke_trains_the_tiny_preset_and_ends_with_the_result_as_json(arguments):
-    completed, result = run_smoke(*arguments)
+def assert_trained(completed: subprocess.CompletedProcess, result: dict) -> None:
     assert result["status"] == "SUCCEEDED"
     assert result["steps_completed"] == 6 and result["final_loss"] > 0 and result["diverged"] is False
     assert result["submission_id"].startswith("pulumi-maxtext-tpu-workloads-local-")
@@ -53,6 +54,32 @@ def test_smoke_trains_the_tiny_preset_and_ends_with_the_result_as_json(arguments
     assert 0 <= result["seconds_queued"] <= result["seconds_to_first_step"]  # the wait for the worker group, apart
     assert 0 < result["goodput_percent"] < 100
     assert list(result) == list(EXPORTED)
+    # Its worker group's start, phase by phase, adds up to the wait for the first step.
+    [start] = result["start_phases"]
+    assert all(start[phase] is not None and start[phase] >= 0 for phase in PHASES), start
+    assert sum(start[phase] for phase in PHASES) == pytest.approx(result["seconds_to_first_step"], abs=0.5)
+    assert result["seconds_lost_to_restarts_by_phase"] is None
+    assert f"its worker group started: queued {start['queued']:.1f} s" in completed.stderr
+
+
+@pytest.mark.slow
+def test_smoke_elastic_trains_the_tiny_preset_and_ends_with_the_result_as_json():
+    assert_trained(*run_smoke("--elastic"))
+
+
+@pytest.mark.slow
+def test_smoke_run_twice_compiles_once(tmp_path):
+    """The README's cold start: the second run loads the train step the first compiled, from a
+    cache of their own here (the suite's is shared by every test, so could be warm already)."""
+    env = {**os.environ, COMPILE_CACHE_ENV: str(tmp_path / "cache")}
+    completed, first = run_smoke(env=env)
+    assert_trained(completed, first)
+    completed, second = run_smoke(env=env)
+    assert_trained(completed, second)
+    [cold], [warm] = first["start_phases"], second["start_phases"]
+    assert (cold["compile_cache"], warm["compile_cache"]) == ("miss", "hit")
+    assert warm["compile"] < cold["compile"]
+    assert "(cache hit)" in completed.stderr
 
 
 def test_the_readme_names_every_field_of_the_smoke_result_in_order():

@@ -18,6 +18,7 @@ from domain.ray.queueing import waiting_line
 from domain.training.goodput import OUTPUTS as GOODPUT_OUTPUTS
 from domain.training.goodput import RunRecord
 from domain.training.job_log import JobLog, StepCollector
+from domain.training.start_phases import StartPhases
 from workloads.jobs_api import JobsApi, JobsApiError
 
 LOG_TAIL_LINES = 50
@@ -63,6 +64,14 @@ class ProgressReporter:
             number = len(starts)
             group = "its worker group" if number == 1 else f"worker group {number} (a restart)"
             self._emit(f"RayJob {self.job_id}: starting {group}: {line}", force=True)
+
+    def started(self, start_phases: list[dict[str, Any]] | None) -> None:
+        """Once the job has ended: how each of its worker groups started, phase by phase."""
+        for number, entry in enumerate(start_phases or [], start=1):
+            phases = StartPhases(**entry)
+            group = "its worker group" if number == 1 else f"worker group {number} (a restart)"
+            if line := phases.line():
+                self.status(f"{group} started: {line}")
 
     def update(self, steps: StepCollector) -> None:
         latest = steps.latest

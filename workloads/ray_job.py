@@ -218,6 +218,7 @@ class RayJobProvider(ResourceProvider):
         steps, goodput, log_problem = read_whole_log(api, info, steps)
         if log_problem is not None:
             progress.status(log_problem)
+        progress.started(goodput["start_phases"])
         summary = steps.summary()
         if summary.get("diverged"):
             progress.status("SUCCEEDED, but the run DIVERGED: its last loss is not a finite number")
