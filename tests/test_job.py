@@ -89,6 +89,19 @@ def test_json_round_trip():
     assert JobSpec.from_json(job.to_json()) == job
 
 
+def test_the_compilation_cache_is_the_clusters_or_beside_the_runs_and_its_default_changes_no_command():
+    job = resolve("tiny-cpu", checkpoint_root="/home/me/.runs/")
+    # A job with the cache on (the default) has the command it had before the cache existed, so
+    # its submission id too: a new id would run a finished job again.
+    assert "compile_cache" not in json.loads(job.to_json())
+    assert job.compile_cache_dir(None) == "/home/me/.runs/jax-cache"
+    assert job.compile_cache_dir("gs://ckpt/jax-cache") == "gs://ckpt/jax-cache"
+    off = resolve("tiny-cpu", compile_cache=False)
+    assert json.loads(off.to_json())["compile_cache"] is False
+    assert JobSpec.from_json(off.to_json()) == off
+    assert off.compile_cache_dir("gs://ckpt/jax-cache") is None
+
+
 @pytest.mark.parametrize(
     "kwargs, expected",
     [

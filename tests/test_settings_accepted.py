@@ -107,6 +107,9 @@ ROWS = [
     Stack("workloads-mfu", {}, {"assumedMfu": "0.45"}),
     Stack("workloads-secret-environment", {}, {"runtimeEnv": {"env_vars": {"WANDB_API_KEY": "k-123"}}}, ("runtimeEnv",)),
     Stack("workloads-70b", {"preset": "llama3-70b"}, {"elastic": "true"}),
+    # Without the compilation cache, MaxText may dump the HLO it compiles.
+    Stack("workloads-without-compile-cache", {}, {"compileCache": "false"}),
+    Stack("workloads-dumping-hlo-without-the-cache", {}, {"compileCache": "false", "maxtextOverrides": {"dump_hlo": "true"}}),
 ]  # fmt: skip
 
 

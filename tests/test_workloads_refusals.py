@@ -205,6 +205,23 @@ ROWS = [
         "runtimeEnv.env_vars.RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S = 30 is the job's queue deadline",
         "remove it from runtimeEnv and set queueTimeoutSeconds instead (`pulumi config set queueTimeoutSeconds "
         "SECONDS`)"),
+    # The persistent compilation cache is the job's (docs/training.md, "Cold start, phase by phase").
+    row("reserved-jax-cache-dir", {"maxtextOverrides": {"jax_cache_dir": "/tmp/cache"}},
+        "maxtextOverrides: MaxText key 'jax_cache_dir' cannot be overridden",
+        "set by the job to the stack's persistent compilation cache", "turn it off with the compileCache setting"),
+    row("runtime-env-jax-cache-variable",
+        {"runtimeEnv": {"env_vars": {"JAX_COMPILATION_CACHE_DIR": "gs://mine/cache"}}},
+        "runtimeEnv.env_vars.JAX_COMPILATION_CACHE_DIR = 'gs://mine/cache' does nothing",
+        "MaxText sets JAX's compilation cache itself", "`pulumi config set compileCache false`"),
+    row("runtime-env-cluster-cache-variable",
+        {"runtimeEnv": {"env_vars": {"MAXTEXT_TPU_COMPILE_CACHE": "gs://other/cache"}}},
+        "runtimeEnv.env_vars.MAXTEXT_TPU_COMPILE_CACHE = 'gs://other/cache' would move the job's compilation cache",
+        "anyone who can write a cache can run code in the job; remove it", stack="local"),
+    row("dump-hlo-with-the-cache", {"maxtextOverrides": {"dump_hlo": "true"}},
+        "maxtextOverrides.dump_hlo = 'true' turns the persistent compilation cache off",
+        "set compileCache false as well (`pulumi config set compileCache false`)", "or remove dump_hlo"),
+    row("compile-cache-not-boolean", {"compileCache": "yes"}, "compileCache = 'yes' is not a boolean",
+        "use true or false"),
     # Runtime envs that install at every job start.
     row("runtime-pip", {"runtimeEnv": {"pip": ["torch"]}},
         "runtimeEnv.pip = ['torch'] installs Python packages with pip", INSTALL_FIX),
