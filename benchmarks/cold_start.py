@@ -48,11 +48,11 @@ from domain.compile_cache import COMPILE_CACHE_ENV
 from domain.config.workload_settings import WorkloadSettings, WorkloadSettingsError, parse_workload_settings
 from domain.training.job import JobError, JobSpec
 from domain.training.start_phases import PHASES
-from workloads import job_inputs, job_resolution
+from workloads import job_resolution
 from workloads.jobs_api import JobsApiError
 from workloads.local_ray import LocalRayError, LocalRayHead
 from workloads.ray_job import RayJobError, RayJobProvider
-from workloads.smoke import PROJECT, local_stack_config
+from workloads.smoke import PROJECT, local_job_props, local_stack_config
 
 PRESET = "tiny-cpu"
 # Enough steps after the first checkpoint (step 0) that the kill lands before the job ends, and
@@ -190,16 +190,7 @@ def run_job(
     runs while create waits, given a function that says whether create still waits. Returns the
     job's outputs; raises what create raised."""
     provider = RayJobProvider()
-    props = {
-        # Not a Pulumi run, so no organization: the local stack's project and stack name.
-        "organization": None,
-        "project": PROJECT,
-        "stack": settings.stack,
-        "address": head.address,
-        "gke": None,
-        **job_inputs.ray_job_inputs(job, settings),
-    }
-    checked = provider.check({}, props)
+    checked = provider.check({}, local_job_props(job, settings, head.address))
     if checked.failures:
         raise BenchmarkError("; ".join(f"{failure.property}: {failure.reason}" for failure in checked.failures))
     outcome: dict[str, Any] = {}

@@ -14,6 +14,7 @@ from domain.ray.compiler_flags import CompilerFlags, added_to_workers, job_flags
 from domain.tpu.tpu_catalog import ACCELERATORS, Accelerator
 from domain.training.job import JobError, resolve_job
 from tests.support.cli_settings import infra_settings
+from tests.support.presets import TINY_COMPILE
 from tests.support.workloads_program import job_of, recorded_fit_check, run_workloads
 from trainer import fit_check
 
@@ -173,21 +174,7 @@ def test_a_result_file_of_other_flags_is_refused_with_the_command_that_compiles_
     assert "replaces the workers' flags" in str(caught.value) and "'${LIBTPU_INIT_ARGS} ...'" in str(caught.value)
 
 
-# A one-layer Llama on one 2x2 v6e slice: the same compiler path in seconds (tests/test_fit_check.py).
-TINY = {
-    "override_model_config": "true",
-    "base_num_decoder_layers": "1",
-    "base_emb_dim": "256",
-    "base_mlp_dim": "512",
-    "base_num_query_heads": "4",
-    "base_num_kv_heads": "4",
-    "head_dim": "64",
-    "vocab_size": "1024",
-    "max_target_length": "128",
-    "per_device_batch_size": "1",
-    "ici_fsdp_parallelism": "4",
-    "dcn_data_parallelism": "1",
-}
+TINY = TINY_COMPILE
 
 
 @pytest.mark.fitcheck

@@ -21,6 +21,7 @@ from domain.training.job import resolve_job
 from domain.training.presets import PRESETS, PROCEDURE_OVERRIDES
 from tests.support.anchors import CALIBRATING_8B
 from tests.support.cli_settings import infra_settings
+from tests.support.presets import TINY_COMPILE
 from tests.support.tiny_step import TINY_BUFFERS, TINY_HLO, fake_compile
 from trainer import fit_check
 
@@ -295,21 +296,7 @@ def test_the_published_8b_anchor_is_predicted_within_10_percent():
     assert "calibrated on the llama3 family" in result.report()
 
 
-# A one-layer, narrow Llama on a single 2x2 v6e slice: the same compiler path, in seconds.
-TINY = {
-    "override_model_config": "true",
-    "base_num_decoder_layers": "1",
-    "base_emb_dim": "256",
-    "base_mlp_dim": "512",
-    "base_num_query_heads": "4",
-    "base_num_kv_heads": "4",
-    "head_dim": "64",
-    "vocab_size": "1024",
-    "max_target_length": "128",
-    "per_device_batch_size": "1",
-    "ici_fsdp_parallelism": "4",
-    "dcn_data_parallelism": "1",
-}
+TINY = TINY_COMPILE
 
 
 def tiny_job():

@@ -33,7 +33,7 @@ from domain.config import cli_config
 from domain.config.workload_settings import WorkloadSettings, WorkloadSettingsError, parse_workload_settings
 from domain.paths import WORKLOADS_PROJECT
 from domain.training.dataset import DEFAULT_TOKENIZER, SHIPPED_TOKENIZERS
-from domain.training.job import JobError
+from domain.training.job import JobError, JobSpec
 from workloads import job_inputs, job_resolution
 from workloads.jobs_api import (
     AUTHENTICATION_MODE_PATH,
@@ -172,6 +172,19 @@ def result_line(outs: Mapping[str, Any]) -> str:
     return json.dumps({key: outs.get(key) for key in EXPORTED}, allow_nan=False)
 
 
+def local_job_props(job: JobSpec, settings: WorkloadSettings, address: str | None) -> dict[str, Any]:
+    """The RayJob's props for `job` on the local Ray head at `address`, as `pulumi up` would give
+    them: not a Pulumi run, so no organization, the local stack's project and stack name."""
+    return {
+        "organization": None,
+        "project": PROJECT,
+        "stack": settings.stack,
+        "address": address,
+        "gke": None,
+        **job_inputs.ray_job_inputs(job, settings),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     config = local_stack_config()
@@ -206,16 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         head = LocalRayHead(dashboard_port=port)
 
     provider = RayJobProvider()
-    props = {
-        # Not a Pulumi run, so no organization: the local stack's project and stack name.
-        "organization": None,
-        "project": PROJECT,
-        "stack": settings.stack,
-        "address": settings.address,
-        "gke": None,
-        **job_inputs.ray_job_inputs(job, settings),
-    }
-    checked = provider.check({}, props)
+    checked = provider.check({}, local_job_props(job, settings, settings.address))
     if checked.failures:
         for failure in checked.failures:
             print(f"{failure.property}: {failure.reason}", file=sys.stderr)
