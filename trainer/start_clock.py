@@ -123,8 +123,8 @@ class StartClock:
             if self._prepared_at is None or self._step_started_at is not None:
                 return
             self._step_started_at = at = self.now()
-        # A cache that was on but not asked for the train step: JAX compiled it without a
-        # lookup (it never does while the cache is on); said as unknown rather than guessed.
+        # None if the cache was on but JAX logged no lookup of the train step: unknown, not
+        # guessed.
         self._phase("compile", at, at - self._prepared_at, cache=self.cache)
 
     def step_logged(self, logged_at: float) -> None:
