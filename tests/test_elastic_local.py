@@ -20,6 +20,7 @@ import statistics
 
 import pytest
 
+from domain.compile_cache import COMPILE_CACHE_ENV
 from domain.ray.preemption import NOTICE_POLL_SECONDS, PREEMPTION_POLL_SECONDS, RESTART_LEAD_SECONDS
 from domain.training.goodput import OUTPUTS as GOODPUT_OUTPUTS
 from domain.training.job import resolve_job
@@ -66,6 +67,9 @@ FIRST_START_SECONDS = 900
 
 def test_a_preempted_node_saves_at_the_notice_shrinks_resumes_grows_back_and_succeeds(tmp_path, monkeypatch):
     monkeypatch.setattr(job_wait, "POLL_SECONDS", 0.5)
+    # A compilation cache of its own (the suite's may hold these programs already), which the
+    # Ray nodes started below pass to the trainer.
+    monkeypatch.setenv(COMPILE_CACHE_ENV, str(tmp_path / "jax-cache"))
     job = resolve_job(
         "tiny-cpu",
         run_name="elastic-run",
@@ -151,6 +155,12 @@ def test_a_preempted_node_saves_at_the_notice_shrinks_resumes_grows_back_and_suc
     print("measured:", measured, "; the save at the notice:", saved, "; attempts started, from the deadline:", started)
     # Two workers, then the one left after the preemption, then two again.
     assert [attempt.workers for attempt in record.attempts] == [2, 1, 2], record.attempts
+    # The cache's key holds the devices: the group of one compiles a program of its own (unless
+    # it grew back before compiling), and the group that grew back finds the first group's.
+    caches = [(phases["compile_cache"], phases["compile_cache_why"]) for phases in outs["start_phases"]]
+    assert caches[0][0] == "miss" and caches[0][1].startswith("no entry yet for this program"), caches
+    assert caches[1][0] is None or caches[1] == ("miss", "a program of its own for 1 worker (the start before had 2)")
+    assert caches[2][0] == "hit" or "JAX did not write it" in caches[2][1], caches
     restored = [int(step) for step in RESTORE_LINE.findall(full_log)]
     assert restored and restored[0] == saved_at_notice, (restored, saved_at_notice)
     # Resumed right after the step saved at the notice: nothing recomputed across the shrink.

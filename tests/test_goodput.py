@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
+from domain.paths import PROJECT_ROOT
 from domain.training.goodput import OUTPUTS, RunRecord
 from domain.training.job_events import event_line, maxtext_step, parse_event
 from domain.training.job_log import JobLog
@@ -31,18 +33,29 @@ def retry(source: str, count: int | str, allowed: str = "inf") -> list[str]:
     ]
 
 
-NO_PHASES = dict.fromkeys((*PHASES, "compile_cache"))
+NO_PHASES = dict.fromkeys((*PHASES, "compile_cache", "compile_cache_why"))
 
 
-def started(at: float, process: float, *, prepared: float, restore: float = 0.0, compiled: float, cache: str = "miss"):
+def started(
+    at: float,
+    process: float,
+    *,
+    prepared: float,
+    restore: float = 0.0,
+    compiled: float,
+    cache: str = "miss",
+    workers: int = 1,
+    **said: str,
+):
     """A group's `attempt` and the trainer's phase events, as rank 0 writes them: its process
     started at `process`, its loop at `at`, MaxText prepared at `prepared` (after a restore of
-    `restore` s) and compiled the train step by `compiled`."""
+    `restore` s) and compiled the train step by `compiled`; `said` is what JAX logged of the
+    lookup (cache_key, cache_not_written)."""
     return [
-        WORKER + event_line("attempt", time=at, workers=1, process_started=process),
+        WORKER + event_line("attempt", time=at, workers=workers, process_started=process),
         WORKER + event_line("phase", time=prepared - restore, phase="trainer_start", seconds=prepared - restore - at),
         WORKER + event_line("phase", time=prepared, phase="restore", seconds=restore),
-        WORKER + event_line("phase", time=compiled, phase="compile", seconds=compiled - prepared, cache=cache),
+        WORKER + event_line("phase", time=compiled, phase="compile", seconds=compiled - prepared, cache=cache, **said),
     ]
 
 
@@ -327,6 +340,7 @@ def test_a_start_phase_by_phase():
             "restore": 0.0,
             "compile": 30.0,
             "compile_cache": "miss",
+            "compile_cache_why": None,  # JAX logged no key: nothing to compare
             "first_step": 2.0,
         }
     ]
@@ -355,11 +369,64 @@ def test_a_restart_is_split_into_the_same_phases():
         "restore": 5.0,
         "compile": 3.0,
         "compile_cache": "hit",
+        "compile_cache_why": None,
         "first_step": 1.0,
     }
     assert summary["seconds_lost_to_restarts_by_phase"] == {phase: restart[phase] for phase in PHASES}
     # The restart's phases are the whole of the time it lost.
     assert sum(restart[phase] for phase in PHASES) == summary["seconds_lost_to_restarts"] == 42.0
+
+
+NOT_WRITTEN = "compiled in 0.40 s, under JAX's 1.00 s minimum (jax_persistent_cache_min_compile_time_secs)"
+
+
+def whys(*groups: dict) -> list[str | None]:
+    """The `compile_cache_why` of each group of a job whose groups start 100 s apart."""
+    lines: list[str] = []
+    for index, group in enumerate(groups):
+        at = 100.0 * (index + 1)
+        lines += started(at + 2, at, prepared=at + 10, compiled=at + 20, **group)
+        lines += steps(0, 2, start=at + 21)
+    return [phases["compile_cache_why"] for phases in read(lines).summary(90.0, 500.0)["start_phases"]]
+
+
+def test_a_miss_says_why_from_the_key_jax_logged():
+    """An elastic job that shrinks compiles a program of its own for the workers left (the key
+    holds the devices), and finds the first one again when it grows back."""
+    assert whys(
+        {"cache_key": "jit_train_step-a", "workers": 2},
+        {"cache_key": "jit_train_step-b", "workers": 1},
+        {"cache_key": "jit_train_step-a", "workers": 2, "cache": "hit"},
+    ) == [
+        "no entry yet for this program, its flags, JAX and libtpu versions and devices",
+        "a program of its own for 1 worker (the start before had 2)",
+        None,
+    ]
+    # The same workers, another key: the program or how it is compiled changed.
+    assert whys({"cache_key": "jit_train_step-a"}, {"cache_key": "jit_train_step-c"})[1] == (
+        "the program's key changed since the start before (its flags, versions or the program itself)"
+    )
+
+
+def test_a_miss_of_a_program_compiled_before_says_whether_jax_wrote_it():
+    first_unwritten = {"cache_key": "jit_train_step-a", "cache_not_written": NOT_WRITTEN}
+    assert whys(first_unwritten, {"cache_key": "jit_train_step-a"}) == [
+        "no entry yet for this program, its flags, JAX and libtpu versions and devices; not written "
+        f"({NOT_WRITTEN}), so the next start compiles it again",
+        f"an earlier start compiled this program and JAX did not write it: {NOT_WRITTEN}",
+    ]
+    assert whys({"cache_key": "jit_train_step-a"}, {"cache_key": "jit_train_step-a"})[1] == (
+        "an earlier start compiled this program, but its entry was not found (emptied, expired or unreadable)"
+    )
+
+
+def test_a_miss_without_a_key_and_a_cache_that_is_off_say_no_why():
+    assert whys({}, {"cache_key": "jit_train_step-a"}, {"cache": "off"}) == [
+        None,
+        # The group before logged no key: this is the first key the job saw.
+        "no entry yet for this program, its flags, JAX and libtpu versions and devices",
+        None,
+    ]
 
 
 def test_a_group_stopped_while_compiling_shows_the_phases_it_reached():
@@ -404,3 +471,17 @@ def test_a_damaged_phase_event_is_skipped_and_counted(fields):
     summary = read(lines).summary(90.0, 160.0)
     assert summary["event_lines_skipped"] == 1
     assert summary["start_phases"][0]["compile"] == 30.0
+
+
+def test_docs_list_every_why_a_miss_can_give():
+    """docs/training.md's table of `compile_cache_why`, against what the reader says."""
+    docs = (PROJECT_ROOT / "docs" / "training.md").read_text()
+    table = docs.split("| `compile_cache_why` | when |", 1)[1].split("\n\n", 1)[0]
+    rows = [line.split(" | ")[0].strip("| ") for line in table.splitlines()[2:]]
+    prefixes = {re.split(r" N | S |\(\.\.\.\)|:", row)[0].strip() for row in rows}
+    said = [
+        *whys({"cache_key": "a", "workers": 2}, {"cache_key": "b", "workers": 1}, {"cache_key": "c", "workers": 1}),
+        *whys({"cache_key": "a", "cache_not_written": NOT_WRITTEN}, {"cache_key": "a"}, {"cache_key": "a"}),
+    ]
+    matched = {prefix for prefix in prefixes for why in said if why is not None and why.startswith(prefix)}
+    assert matched == prefixes and len(prefixes) == len(rows) == 5, (prefixes, said)

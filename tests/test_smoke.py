@@ -78,6 +78,8 @@ def test_smoke_run_twice_compiles_once(tmp_path):
     assert_trained(completed, second)
     [cold], [warm] = first["start_phases"], second["start_phases"]
     assert (cold["compile_cache"], warm["compile_cache"]) == ("miss", "hit")
+    assert cold["compile_cache_why"].startswith("no entry yet for this program")
+    assert warm["compile_cache_why"] is None
     assert warm["compile"] < cold["compile"]
     assert "(cache hit)" in completed.stderr
 

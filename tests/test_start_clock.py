@@ -171,6 +171,7 @@ def test_jaxs_cache_lookups_are_read_and_only_what_passed_before_still_passes():
         logger.debug("Persistent compilation cache hit for '%s' with key %r", TRAIN_STEP_MODULE, "k1")
         assert clock.cache == "hit"
         logger.warning("Persistent compilation cache hit for '%s' with key %r", TRAIN_STEP_MODULE, "k2")
+        assert clock.cache_key == "k2"
     finally:
         uninstall()
         logger.removeHandler(handler)
@@ -179,7 +180,97 @@ def test_jaxs_cache_lookups_are_read_and_only_what_passed_before_still_passes():
     assert logger.level == logging.WARNING
 
 
+def test_a_miss_keeps_jaxs_key_and_why_it_did_not_write_the_entry():
+    clock, now, events = written()
+    logger = logging.getLogger(JAX_COMPILER_LOGGER)
+    uninstall = clock.install(
+        SimpleNamespace(create_goodput_recorder=lambda config: None),
+        SimpleNamespace(load_state_if_possible=lambda: (None, None)),
+    )
+    try:
+        clock.prepared()
+        logger.debug("PERSISTENT COMPILATION CACHE MISS for '%s' with key %r", TRAIN_STEP_MODULE, "jit_train_step-9f")
+        logger.debug(
+            "Not writing persistent cache entry for '%s' because it took < %.2f seconds to compile (%.2fs)",
+            TRAIN_STEP_MODULE,
+            1.0,
+            0.4,
+        )
+        now.at = 101.0
+        clock.step_started()
+    finally:
+        uninstall()
+    assert events[-1] == {
+        "event": "phase",
+        "time": 101.0,
+        "phase": "compile",
+        "seconds": 1.0,
+        "cache": "miss",
+        "cache_key": "jit_train_step-9f",
+        "cache_not_written": "compiled in 0.40 s, under JAX's 1.00 s minimum (jax_persistent_cache_min_compile_time_secs)",
+    }
+
+
 # ---------------------------------------------------------------- against MaxText and JAX
+# A train step compiled by the trainer's JAX with the clock installed, its compile event printed:
+# argv is the cache directory and JAX's minimum compile time for writing an entry.
+JAX_COMPILE = textwrap.dedent(
+    """
+    import json, sys, time, types
+    import jax, jax.numpy as jnp
+    from trainer.start_clock import StartClock
+
+    jax.config.update("jax_compilation_cache_dir", sys.argv[1])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", float(sys.argv[2]))
+    events = []
+    clock = StartClock(time.time(), lambda event, **fields: events.append(fields), cache_on=True)
+    uninstall = clock.install(
+        types.SimpleNamespace(create_goodput_recorder=lambda config: None),
+        types.SimpleNamespace(load_state_if_possible=lambda: (None, None)),
+    )
+    clock.prepared()
+
+    def train_step(x):
+        return jnp.tanh(x @ x.T).sum()
+
+    jax.jit(train_step)(jnp.ones((64, 64))).block_until_ready()
+    clock.step_started()
+    uninstall()
+    print(json.dumps(events[-1]))
+    """
+)
+
+
+def compile_step(cache: Path, minimum_seconds: float) -> dict[str, Any]:
+    if not TRAINER_PYTHON.is_file():
+        pytest.skip("the trainer environment is not installed here (./scripts/setup makes it)")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run(
+        [str(TRAINER_PYTHON), "-c", JAX_COMPILE, str(cache), str(minimum_seconds)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_jax_says_the_key_and_why_it_did_not_write_a_program(tmp_path):
+    """Fails if JAX rewords its lookup or its 'Not writing' line, or stops logging the key."""
+    unwritten = compile_step(tmp_path, minimum_seconds=1000.0)
+    assert (unwritten["phase"], unwritten["cache"]) == ("compile", "miss")
+    assert unwritten["cache_key"].startswith(TRAIN_STEP_MODULE)
+    assert unwritten["cache_not_written"].startswith("compiled in ")
+    assert "under JAX's 1000.00 s minimum" in unwritten["cache_not_written"]
+    written_now = compile_step(tmp_path, minimum_seconds=0.0)
+    assert (written_now["cache"], written_now["cache_key"]) == ("miss", unwritten["cache_key"])
+    assert "cache_not_written" not in written_now
+    served = compile_step(tmp_path, minimum_seconds=0.0)
+    assert (served["cache"], served["cache_key"]) == ("hit", unwritten["cache_key"])
+
+
 TINY = (
     "hardware=cpu dataset_type=synthetic per_device_batch_size=1 max_target_length=64 model_name=llama3-8b "
     "override_model_config=true base_emb_dim=64 base_num_decoder_layers=2 base_mlp_dim=128 base_num_query_heads=4 "
@@ -248,9 +339,10 @@ def test_maxtext_and_jax_give_the_clock_every_mark_it_times(tmp_path):
     assert list(fresh) == ["trainer_start", "restore", "compile", "first_step"]
     assert fresh["restore"]["seconds"] == 0.0
     assert fresh["compile"]["cache"] == "miss"
+    assert fresh["compile"]["cache_key"].startswith(TRAIN_STEP_MODULE)
     assert all(event["seconds"] >= 0.0 for event in fresh.values())
     resumed = run_maxtext(tmp_path, steps=4)
     assert resumed["restore"]["seconds"] > 0.0
-    assert resumed["compile"]["cache"] == "hit"
+    assert (resumed["compile"]["cache"], resumed["compile"]["cache_key"]) == ("hit", fresh["compile"]["cache_key"])
     assert resumed["compile"]["seconds"] < fresh["compile"]["seconds"]
-    assert start_clock.CACHE_HIT and start_clock.CACHE_MISS  # the texts read above
+    assert start_clock.CACHE_HIT and start_clock.CACHE_MISS and start_clock.CACHE_NOT_WRITTEN  # read above

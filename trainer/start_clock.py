@@ -20,14 +20,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from domain.training.start_phases import TRAIN_STEP_MODULE, CacheResult, TrainerPhase
+from domain.training.start_phases import TRAIN_STEP_MODULE, CacheResult, TrainerPhase, not_written
 
-# JAX logs each persistent-cache lookup under this logger, at DEBUG: "Persistent compilation
-# cache hit for 'jit_train_step' ..." or "PERSISTENT COMPILATION CACHE MISS for ...". A lookup
-# happens only when the cache is on.
+# JAX logs each persistent-cache lookup under this logger, at DEBUG, with the program's name and
+# its key: "Persistent compilation cache hit for 'jit_train_step' with key '...'" or
+# "PERSISTENT COMPILATION CACHE MISS for ...". After a miss it says, at DEBUG too, when it does
+# not write what it compiled: "Not writing persistent cache entry for 'jit_train_step' because it
+# took < 1.00 seconds to compile (0.52s)".
 JAX_COMPILER_LOGGER = "jax._src.compiler"
 CACHE_HIT = "Persistent compilation cache hit for"
 CACHE_MISS = "PERSISTENT COMPILATION CACHE MISS for"
+CACHE_NOT_WRITTEN = "Not writing persistent cache entry for"
 
 Emit = Callable[..., None]
 
@@ -51,12 +54,17 @@ class _CacheLookups(logging.Filter):
         self.passes = passes
 
     def filter(self, record: logging.LogRecord) -> bool:
-        message = str(record.msg)
-        if record.args and isinstance(record.args, tuple) and record.args[0] == TRAIN_STEP_MODULE:
+        message, args = str(record.msg), record.args
+        if isinstance(args, tuple) and args and args[0] == TRAIN_STEP_MODULE:
+            key = args[1] if len(args) > 1 and isinstance(args[1], str) else None
             if message.startswith(CACHE_HIT):
-                self.clock.cache_result("hit")
+                self.clock.cache_result("hit", key)
             elif message.startswith(CACHE_MISS):
-                self.clock.cache_result("miss")
+                self.clock.cache_result("miss", key)
+            elif message.startswith(CACHE_NOT_WRITTEN) and len(args) == 3:
+                minimum, took = args[1], args[2]
+                if isinstance(minimum, (int, float)) and isinstance(took, (int, float)):
+                    self.clock.cache_not_written(minimum, took)
         return record.levelno >= self.passes
 
 
@@ -94,6 +102,8 @@ class StartClock:
         self.emit = emit
         self.now = now
         self.cache: CacheResult | None = None if cache_on else "off"
+        self.cache_key: str | None = None
+        self.not_written: str | None = None
         self.restore_seconds = 0.0
         self._prepared_at: float | None = None
         self._step_started_at: float | None = None
@@ -124,8 +134,15 @@ class StartClock:
                 return
             self._step_started_at = at = self.now()
         # None if the cache was on but JAX logged no lookup of the train step: unknown, not
-        # guessed.
-        self._phase("compile", at, at - self._prepared_at, cache=self.cache)
+        # guessed. The key and the reason it was not written only where JAX said them.
+        said = {"cache_key": self.cache_key, "cache_not_written": self.not_written}
+        self._phase(
+            "compile",
+            at,
+            at - self._prepared_at,
+            cache=self.cache,
+            **{name: value for name, value in said.items() if value is not None},
+        )
 
     def step_logged(self, logged_at: float) -> None:
         """MaxText logged a step at `logged_at` (its own record's time): the first ends the start."""
@@ -135,11 +152,16 @@ class StartClock:
             self._first_step_written = True
         self._phase("first_step", logged_at, max(logged_at - self._step_started_at, 0.0))
 
-    def cache_result(self, result: CacheResult) -> None:
+    def cache_result(self, result: CacheResult, key: str | None = None) -> None:
         # Without a cache directory JAX still looks each program up (its cache is enabled by
         # default, only never initialized) and logs a miss: a job without a cache stays "off".
         if self._step_started_at is None and self.cache != "off":
-            self.cache = result
+            self.cache, self.cache_key = result, key
+
+    def cache_not_written(self, minimum_seconds: float, compile_seconds: float) -> None:
+        """JAX compiled the train step and did not write it: it took under JAX's minimum."""
+        if self._step_started_at is None and self.cache == "miss":
+            self.not_written = not_written(minimum_seconds, compile_seconds)
 
     def _phase(self, phase: TrainerPhase, ended: float, seconds: float, **fields: Any) -> None:
         self.emit("phase", time=round(ended, 3), phase=phase, seconds=round(seconds, 3), **fields)

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,7 +57,7 @@ from domain.training.job_events import (
     RetrySource,
     StepEvent,
 )
-from domain.training.start_phases import PHASES, CacheResult, StartPhases, TrainerPhase
+from domain.training.start_phases import PHASES, CacheLookup, CacheResult, StartPhases, TrainerPhase, cache_why
 
 OUTPUTS = (
     "restarts",
@@ -100,6 +101,13 @@ class Attempt:
     # The trainer's phases: (seconds, when the phase ended).
     phases: dict[TrainerPhase, tuple[float, float]] = field(default_factory=dict)
     cache: CacheResult | None = None
+    cache_key: str | None = None
+    cache_not_written: str | None = None
+
+    def cache_lookup(self) -> CacheLookup | None:
+        if self.cache is None:
+            return None
+        return CacheLookup(self.cache, self.cache_key, self.workers, self.cache_not_written)
 
     def last_seen(self) -> float | None:
         """The latest moment the log shows this group at: its last step, else the end of the last
@@ -109,10 +117,14 @@ class Attempt:
         ends = [end for _, end in self.phases.values()]
         return max(ends) if ends else self.started
 
-    def start_phases(self, asked: float | None) -> StartPhases:
-        """Its start, phase by phase, for a group asked for at `asked` (None: not known). A worker
-        process Ray had started before the ask (an idle one it keeps ready) counts from the ask."""
-        phases = StartPhases(compile_cache=self.cache)
+    def start_phases(self, asked: float | None, earlier: Sequence[CacheLookup] = ()) -> StartPhases:
+        """Its start, phase by phase, for a group asked for at `asked` (None: not known), after
+        groups whose train steps the cache looked up as `earlier`. A worker process Ray had
+        started before the ask (an idle one it keeps ready) counts from the ask."""
+        lookup = self.cache_lookup()
+        phases = StartPhases(
+            compile_cache=self.cache, compile_cache_why=cache_why(lookup, earlier) if lookup is not None else None
+        )
         placed = self.process_started
         if placed is not None and asked is not None:
             placed = max(placed, asked)
@@ -168,7 +180,8 @@ class RunRecord:
             attempt = self._current()
             attempt.phases[event.phase] = (event.seconds, event.time)
             if event.cache is not None:
-                attempt.cache = event.cache
+                attempt.cache, attempt.cache_key = event.cache, event.cache_key
+                attempt.cache_not_written = event.cache_not_written
         elif isinstance(event, FailedEvent):
             self.failure = event.message
         elif isinstance(event, StepEvent):
@@ -193,7 +206,11 @@ class RunRecord:
         group before it was last seen (its last step: the restart's wait for the failure or the
         notice's deadline is in its queued phase)."""
         asked = [start, *(attempt.last_seen() for attempt in self.attempts[:-1])]
-        return [attempt.start_phases(when) for attempt, when in zip(self.attempts, asked, strict=True)]
+        lookups = [attempt.cache_lookup() for attempt in self.attempts]
+        return [
+            attempt.start_phases(when, [lookup for lookup in lookups[:index] if lookup is not None])
+            for index, (attempt, when) in enumerate(zip(self.attempts, asked, strict=True))
+        ]
 
     def summary(self, start: float | None, end: float | None) -> dict[str, Any]:
         """The goodput outputs, for a job that ran from `start` to `end` (epoch seconds); a

@@ -70,8 +70,11 @@ class PhaseEvent(BaseModel):
     time: Time
     phase: TrainerPhase
     seconds: Seconds
-    # The compile phase only: what the persistent compilation cache did for the train step.
+    # The compile phase only: what the persistent compilation cache did for the train step, the
+    # key JAX looked it up by, and why JAX did not write what it compiled (start_phases.py).
     cache: CacheResult | None = None
+    cache_key: str | None = None
+    cache_not_written: str | None = None
 
 
 class StepEvent(BaseModel):

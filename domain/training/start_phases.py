@@ -13,7 +13,7 @@ slice scaled back from zero. Each pays, in turn:
   pipeline), without the restore;
 - restore: reading the latest checkpoint and the data position; zero on a fresh run;
 - compile: the train step's compile (MaxText compiles it ahead of the first step), and whether the
-  persistent compilation cache served it: hit, miss, or off;
+  persistent compilation cache served it: hit, miss, or off; for a miss, why (`cache_why`);
 - first_step: the first step, until MaxText logs it.
 
 The names follow the badput kinds of Google's ml-goodput-measurement where they mean the same
@@ -25,6 +25,7 @@ worker_start from the `attempt` event's times.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -42,6 +43,55 @@ CACHE_RESULTS: tuple[CacheResult, ...] = ("hit", "miss", "off")
 TRAIN_STEP_MODULE = "jit_train_step"
 
 
+def not_written(minimum_seconds: float, compile_seconds: float) -> str:
+    """Why JAX did not write a compiled train step to the cache: it writes only programs that took
+    at least `jax_persistent_cache_min_compile_time_secs` (1 s by default) to compile."""
+    return (
+        f"compiled in {compile_seconds:.2f} s, under JAX's {minimum_seconds:.2f} s minimum "
+        "(jax_persistent_cache_min_compile_time_secs)"
+    )
+
+
+@dataclass(frozen=True)
+class CacheLookup:
+    """What the persistent cache did for one group's train step, as the trainer saw it: JAX's
+    result and key (JAX logs the key with each lookup; None where it did not), the group's
+    workers, and why JAX did not write what it compiled (None: written, or a hit)."""
+
+    result: CacheResult
+    key: str | None = None
+    workers: int | None = None
+    not_written: str | None = None
+
+
+def _workers(count: int | None) -> str:
+    return f"{count} worker{'' if count == 1 else 's'}"
+
+
+def cache_why(lookup: CacheLookup, earlier: Sequence[CacheLookup]) -> str | None:
+    """Why the cache missed this group's train step, from JAX's key against the job's earlier
+    groups': the key holds the program, its flags, the JAX and libtpu versions and the devices, so
+    a group of another size (an elastic job that shrank) compiles a program of its own once. None
+    for a hit, a job without a cache, or a miss whose key JAX did not log."""
+    if lookup.result != "miss" or lookup.key is None:
+        return None
+    keyed = [before for before in earlier if before.key is not None]
+    same = [before for before in keyed if before.key == lookup.key]
+    if same and same[-1].not_written is not None:
+        why = f"an earlier start compiled this program and JAX did not write it: {same[-1].not_written}"
+    elif same:
+        why = "an earlier start compiled this program, but its entry was not found (emptied, expired or unreadable)"
+    elif keyed and None not in (keyed[-1].workers, lookup.workers) and keyed[-1].workers != lookup.workers:
+        why = f"a program of its own for {_workers(lookup.workers)} (the start before had {keyed[-1].workers})"
+    elif keyed:
+        why = "the program's key changed since the start before (its flags, versions or the program itself)"
+    else:
+        why = "no entry yet for this program, its flags, JAX and libtpu versions and devices"
+    if lookup.not_written is not None:
+        why += f"; not written ({lookup.not_written}), so the next start compiles it again"
+    return why
+
+
 @dataclass
 class StartPhases:
     """One worker group's start: each phase's seconds, None where the log does not say (a phase
@@ -53,6 +103,7 @@ class StartPhases:
     restore: float | None = None
     compile: float | None = None
     compile_cache: CacheResult | None = None
+    compile_cache_why: str | None = None  # for a miss: why (`cache_why`)
     first_step: float | None = None
 
     def seconds(self, phase: Phase) -> float | None:
@@ -65,6 +116,9 @@ class StartPhases:
             seconds = self.seconds(phase)
             if seconds is None:
                 continue
-            cache = f" (cache {self.compile_cache})" if phase == "compile" and self.compile_cache else ""
+            cache = ""
+            if phase == "compile" and self.compile_cache:
+                why = f": {self.compile_cache_why}" if self.compile_cache_why else ""
+                cache = f" (cache {self.compile_cache}{why})"
             parts.append(f"{phase} {seconds:.1f} s{cache}")
         return ", ".join(parts)
