@@ -15,6 +15,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 from ray.job_submission import JobStatus, JobSubmissionClient
@@ -31,6 +32,7 @@ from workloads.local_ray import (
     WorkerSlices,
     dashboard_answers,
 )
+from workloads.ray_job import AGENT_WAIT_SECONDS
 
 pytestmark = pytest.mark.slow
 
@@ -78,11 +80,24 @@ def wait_until(condition, timeout: float, what: str) -> None:
         time.sleep(0.2)
 
 
+def submit(client: JobSubmissionClient, **job: Any) -> str:
+    """Submits as the RayJob provider does: a head that has just started answers "No available
+    agent" until its job agent registers (seconds, more on a busy machine), so that is retried."""
+    deadline = time.monotonic() + AGENT_WAIT_SECONDS
+    while True:
+        try:
+            return client.submit_job(**job)
+        except RuntimeError as error:
+            if "No available agent" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
 def start_sleeping_job(head: LocalRayHead, pid_file: Path) -> tuple[int, int]:
     """A job whose entrypoint writes its pid and then sleeps; returns (pid, start time) once
     the job is RUNNING."""
     client = JobSubmissionClient(head.address, headers=head.auth_headers)
-    job_id = client.submit_job(entrypoint=f"sh -c 'echo $$ > {pid_file}; exec sleep 300'")
+    job_id = submit(client, entrypoint=f"sh -c 'echo $$ > {pid_file}; exec sleep 300'")
     wait_until(lambda: client.get_job_status(job_id) == JobStatus.RUNNING, 60, "the job RUNNING")
     wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), 30, "the job's pid file")
     pid = int(pid_file.read_text())
@@ -118,7 +133,7 @@ def test_the_token_file_is_private_and_the_token_stays_out_of_command_lines_and_
     assert head.token_path.parent.parent == Path(head.temp_dir)
     # Some authenticated traffic first, so that anything logging requests has had its chance.
     client = JobSubmissionClient(head.address, headers=head.auth_headers)
-    job_id = client.submit_job(entrypoint="echo hello")
+    job_id = submit(client, entrypoint="echo hello")
     wait_until(lambda: client.get_job_status(job_id).is_terminal(), 60, "the job's end")
 
     assert token not in Path(f"/proc/{head.process.pid}/cmdline").read_bytes()
@@ -386,7 +401,7 @@ def test_an_autoscaling_head_adds_a_loopback_node_for_a_job_and_stop_ends_it_all
         assert head.slice_nodes() == []
         client = JobSubmissionClient(head.address)
         pid_file = tmp_path / "job.pid"
-        job_id = client.submit_job(entrypoint=f"sh -c 'echo $$ > {pid_file}; exec sleep 300'", entrypoint_num_cpus=1)
+        job_id = submit(client, entrypoint=f"sh -c 'echo $$ > {pid_file}; exec sleep 300'", entrypoint_num_cpus=1)
         wait_until(lambda: client.get_job_status(job_id) == JobStatus.RUNNING, 90, "the job RUNNING")
         wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), 30, "the job's pid file")
         job_pid = int(pid_file.read_text())
