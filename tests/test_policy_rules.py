@@ -1033,6 +1033,20 @@ def test_the_memory_rules_defer_to_a_fit_check_of_exactly_the_job(shipped):
     # A compile that says it does not fit leaves the estimate's rules to speak.
     cached.write_text(dataclasses.replace(recorded_fit_check(job), fits=False).to_json())
     assert {v.policy_name for v in evaluate(resources, {})} == {"rayjob-hbm-headroom"}
+    # A job whose runtimeEnv adds a libtpu flag runs another executable: the workers' compile does
+    # not speak for it, the fit check compiled with its flags does.
+    cached.write_text(recorded_fit_check(job).to_json())
+    training = named(resources, "training")
+    training["props"]["runtime_env"] = {"env_vars": {"LIBTPU_INIT_ARGS": "${LIBTPU_INIT_ARGS} --xla_tpu_x=1"}}
+    assert {v.policy_name for v in evaluate(resources, {})} == {"rayjob-hbm-headroom"}
+    flags = fit_results.runtime_flags(job, training["props"]["runtime_env"]["env_vars"])
+    assert flags.libtpu_init_args.endswith(" --xla_tpu_x=1")
+    own = fit_results.result_path(job, flags.libtpu_init_args, flags.xla_flags)
+    own.write_text(recorded_fit_check(job).to_json())
+    assert evaluate(resources, {}) == []
+    # While its env_vars are not known (a preview), no compile speaks for it.
+    training["props"]["runtime_env"] = {"env_vars": UNKNOWN_STRING_VALUE}
+    assert {v.policy_name for v in evaluate(resources, {})} == {"rayjob-hbm-headroom"}
 
 
 def infra_with(**settings: Any) -> list[dict[str, Any]]:

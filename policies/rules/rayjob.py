@@ -28,16 +28,17 @@ from pulumi_policy import (
 
 from domain.config.workload_settings import WorkloadSettings
 from domain.perf.capacity import MemoryEstimate, estimate_memory, job_cost
-from domain.perf.fit_results import NOT_COMPILED
+from domain.perf.fit_results import NOT_COMPILED, FitResult, runtime_flags
 from domain.perf.maxtext_check import model_flops, recorded_result
 from domain.perf.published_recipes import model_family
+from domain.ray.compiler_flags import CompilerFlags
 from domain.ray.resource_types import RAY_JOB
 from domain.setting import settings_of
 from domain.tpu.tpu_catalog import Accelerator, SliceShape, accelerator_by_ray_type
 from domain.training.job import JobSpec
 from domain.training.maxtext_config import base_config, override_problems
 from domain.training.presets import PRESETS, maxtext_overrides
-from policies.rules.common import at, config_value, known, on, plain, schema, whole_number
+from policies.rules.common import UNKNOWN, at, config_value, known, on, plain, schema, whole_number
 
 # docs/capacity.md: the estimate is off by up to ~4 GiB (13% of a v6e chip's usable HBM) either
 # way on the compiles it is fitted to, so only a clear excess blocks; near the limit the ahead-of-time fit check decides.
@@ -150,7 +151,7 @@ def _sized(args: ResourceValidationArgs) -> tuple[JobSpec, str, MemoryEstimate, 
     if found is None or tpu is None or _mesh_problems(found[0], tpu[1]):
         return None
     (job, label), (accelerator, shape) = found, tpu
-    if _compiler_says_it_fits(job):
+    if _compiler_says_it_fits(job, args):
         return None  # the estimate is for when the compiler has not spoken
     try:
         memory = estimate_memory(job.maxtext_overrides, chips_per_slice=shape.chips, slices=_slice_counts(job)[0])
@@ -159,16 +160,37 @@ def _sized(args: ResourceValidationArgs) -> tuple[JobSpec, str, MemoryEstimate, 
     return job, label, memory, accelerator
 
 
-def _compiler_says_it_fits(job: JobSpec) -> bool:
+def _runs_with(job: JobSpec, args: ResourceValidationArgs) -> CompilerFlags | None:
+    """The compiler flags the job runs with: the workers', with the job's `runtime_env` env_vars
+    over them. None while its env_vars are not known."""
+    runtime_env = plain(args.props).get("runtime_env")
+    env_vars = runtime_env.get("env_vars") if isinstance(runtime_env, dict) else runtime_env
+    if env_vars is UNKNOWN or (env_vars is not None and not isinstance(env_vars, dict)):
+        return None
+    return runtime_flags(job, env_vars)
+
+
+def _compiled_as_it_runs(job: JobSpec, args: ResourceValidationArgs) -> FitResult | None:
+    """This checkout's fit check of exactly the job's configuration, compiled with the flags the
+    job runs with (one compiled with other flags is another executable); None without one."""
+    flags = _runs_with(job, args)
+    return recorded_result(job, flags) if flags is not None else None
+
+
+def _compiler_says_it_fits(job: JobSpec, args: ResourceValidationArgs) -> bool:
     """Whether the fit check has compiled exactly this job and it fits: a fit check in this
-    checkout's cache, or the preset's own configuration, whose compile the preset records
-    (`compiled_gib`, checked by a `fitcheck` test)."""
-    recorded = recorded_result(job)
+    checkout's cache, or the preset's own configuration with the workers' own flags, whose
+    compile the preset records (`compiled_gib`, checked by a `fitcheck` test)."""
+    flags = _runs_with(job, args)
+    if flags is None:
+        return False
+    recorded = recorded_result(job, flags)
     if recorded is not None:
         return recorded.fits
     preset = PRESETS.get(job.preset)
     return (
         preset is not None
+        and flags == runtime_flags(job)
         and preset.compiled_gib is not None
         and (job.topology, job.slices, job.min_slices) == (preset.topology, preset.slices, preset.slices)
         and _compiled(job.maxtext_overrides) == _compiled(maxtext_overrides(preset, preset.slices))
@@ -262,7 +284,7 @@ def predicted_mfu(job: JobSpec, label: str, args: ResourceValidationArgs, report
     """A layout much slower than its preset's pays for the difference in TPU hours. Reads the
     fit check this checkout has for exactly the job's configuration; without one it says nothing."""
     preset = PRESETS.get(job.preset)
-    result = recorded_result(job) if _tpu(job) is not None else None
+    result = _compiled_as_it_runs(job, args) if _tpu(job) is not None else None
     prediction = result.prediction if result is not None else None
     if preset is None or preset.predicted_mfu is None or prediction is None:
         return
@@ -290,7 +312,7 @@ def predicted_cost(job: JobSpec, label: str, args: ResourceValidationArgs, repor
         return
     accelerator, shape = tpu
     chips = shape.chips * max(_slice_counts(job))
-    result = recorded_result(job)
+    result = _compiled_as_it_runs(job, args)
     prediction = result.prediction if result is not None else None
     flops = None if prediction else model_flops(job)  # only the assumed MFU needs them
     estimate = job_cost(
