@@ -74,8 +74,8 @@ def test_the_checks_read_the_buckets_as_the_driver_reads_the_mounts(storage):
     }
     checked = check_data_files(dataset(), steps=1, **arguments)
     assert checked.problems == [] and checked.manifest.content_hash == "sha256:c0ffee"
-    short = check_data_files(dataset(), steps=100, **arguments)  # 640 sequences of 4096, 6400 needed
-    assert "set epochs to at least 10 " in short.problems[0]
+    short = check_data_files(dataset(), steps=100, **arguments)  # 400 documents: 400 sequences, 6400 needed
+    assert "set epochs to at least 16 " in short.problems[0]
     missing = check_data_files(dataset("/dataset/c5/*.array_record"), steps=1, **arguments)
     assert missing.problems[0].startswith("datasetFiles matches no file: '/dataset/c5/*.array_record'")
     earlier = checked.record.to_json().replace('"shuffle_seed": 0', '"shuffle_seed": 9')

@@ -103,30 +103,40 @@ def test_a_tokenizer_larger_than_the_model_is_refused():
 
 
 @pytest.mark.parametrize(
-    "packing, tokens, epochs, refused",
+    "documents, tokens, truncation, epochs, refused",
     [
-        (True, 6337, None, False),  # at most 100 sequences of 64 (the last one short), 100 needed
-        (True, 6336, None, True),  # at most 99
-        (True, 6336, 2, False),
-        (False, None, None, True),  # 50 documents, 100 sequences needed
-        (False, None, 2, False),
-        (True, None, None, False),  # no token count: no bound to hold it to
+        # MaxText truncates each document and a sequence holds at least one, packed or not: 50
+        # documents give at most 50 sequences, whatever their tokens (6337 once passed as "99").
+        (50, 6337, True, None, True),
+        (50, None, True, None, True),
+        (50, 6337, True, 2, False),
+        (100, 3000, True, None, False),  # 100 short documents: 100 sequences unpacked
+        # The corpus: 60 documents of about 100 tokens, 50 steps of 1 sequence of 128:
+        # refused before as "fill at most 48 sequences", while the pipeline gives 60.
+        (60, 6000, True, None, False),
+        # Without truncation a document is chunks of max_target_length: at most its tokens / 64
+        # plus one each.
+        (50, 3200, False, None, False),  # 50 + 50
+        (50, 3199, False, None, True),  # 50 + 49
+        (50, None, False, None, False),  # no token count: nothing bounds the chunks
     ],
 )
-def test_a_corpus_must_cover_the_run_in_the_passes_it_is_given(packing, tokens, epochs, refused):
+def test_a_corpus_is_refused_only_when_it_cannot_cover_the_run(documents, tokens, truncation, epochs, refused):
+    steps, batch = (50, 1) if documents == 60 else (10, 10)
     problem = coverage_problem(
-        documents=50,
-        steps=10,
-        global_batch=10,
-        packing=packing,
-        max_target_length=64,
+        documents=documents,
+        steps=steps,
+        global_batch=batch,
+        max_target_length=128 if documents == 60 else 64,
         tokens=tokens,
+        truncation=truncation,
         epochs=epochs,
         files="d/*",
     )
     assert (problem is not None) == refused, problem
     if refused:
-        assert "set epochs to at least" in problem
+        assert problem.startswith("datasetFiles = 'd/*' is too small for the run: its 50 documents ")
+        assert "but 10 steps of 10 sequences need 100; set epochs to at least " in problem
 
 
 def write_corpus(directory, documents=50, tokens=3000):
@@ -156,8 +166,8 @@ def test_the_files_the_manifest_and_the_runs_earlier_data_are_checked(tmp_path):
     missing = check(grain(str(tmp_path / "nowhere" / "*.array_record")), tmp_path / "run")
     assert "datasetFiles matches no file" in missing.problems[0]
 
-    short = check(dataset, tmp_path / "run", steps=100)  # 3000 tokens fill 47 sequences of 64
-    assert "set epochs to at least 3" in short.problems[0]
+    short = check(dataset, tmp_path / "run", steps=100)  # 50 documents: at most 50 sequences
+    assert "set epochs to at least 2" in short.problems[0]
 
     keep_record(str(tmp_path / "run"), checked.record)
     assert (tmp_path / "run" / DATA_RECORD).is_file()

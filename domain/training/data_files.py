@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
+from domain.setting import as_boolean
 from domain.training.dataset import (
     DATA_RECORD,
     DataRecord,
@@ -111,9 +112,9 @@ def check_data_files(
             documents=manifest.documents,
             steps=steps,
             global_batch=global_batch,
-            packing=dataset.packing,
             max_target_length=int(overrides.get("max_target_length", "0") or 0) or 1,
             tokens=tokens,
+            truncation=as_boolean(overrides.get("use_truncation", "true")) is not False,
             epochs=dataset.epochs,
             files=str(dataset.files),
         )

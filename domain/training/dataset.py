@@ -216,36 +216,50 @@ def sequences_needed(steps: int, global_batch: int) -> int:
     return steps * global_batch
 
 
+def most_sequences(*, documents: int, tokens: int | None, max_target_length: int, truncation: bool) -> int | None:
+    """The most sequences one pass over a corpus can give, packed or not; None when nothing bounds
+    it. MaxText truncates each document to max_target_length (its `use_truncation`, on by
+    default), and a sequence holds at least one document, so a pass gives at most one sequence
+    per document. Without truncation a document becomes chunks of max_target_length: at most
+    its tokens / max_target_length, plus one, each."""
+    if truncation:
+        return documents
+    if tokens is None:
+        return None
+    return documents + tokens // max_target_length
+
+
 def coverage_problem(
     *,
     documents: int,
     steps: int,
     global_batch: int,
-    packing: bool,
     max_target_length: int,
     tokens: int | None,
+    truncation: bool,
     epochs: int | None,
     files: str,
 ) -> str | None:
-    """A corpus that cannot fill the run's batches in the passes it is given. Each document is
-    at most one sequence without packing; with packing, sequences hold at most max_target_length
-    tokens each, so the corpus's tokens (when the manifest counts them) bound what it fills. The
-    bound is an upper one: a corpus that passes may still run out (the trainer then says so)."""
+    """A corpus that cannot fill the run's batches in the passes it is given, whatever the
+    packing: refused only when even the most sequences it can give (`most_sequences`) are too
+    few. A corpus that passes may still run out (packing fills sequences with fewer documents
+    than it has); the trainer then says so."""
     needed = sequences_needed(steps, global_batch)
     passes = epochs or 1
-    if packing and tokens is not None:
-        available = passes * math.ceil(tokens / max_target_length)
-        unit = f"{tokens} tokens fill at most {math.ceil(tokens / max_target_length)} sequences of {max_target_length}"
-    elif packing:
-        return None  # without a token count there is no bound to hold it to
-    else:
-        available = passes * documents
-        unit = f"{documents} documents are {documents} sequences (packing off)"
-    if available >= needed:
+    most = most_sequences(
+        documents=documents, tokens=tokens, max_target_length=max_target_length, truncation=truncation
+    )
+    if most is None or passes * most >= needed:
         return None
-    least = math.ceil(needed / (available / passes))
+    unit = (
+        f"{documents} documents give at most {most} sequences (MaxText truncates each to max_target_length "
+        f"{max_target_length}, and a sequence holds at least one)"
+        if truncation
+        else f"{documents} documents of {tokens} tokens give at most {most} chunks of {max_target_length}"
+    )
+    least = math.ceil(needed / most)
     return (
-        f"datasetFiles = {files!r} is too small for the run: its {unit}, {available} in {passes} "
+        f"datasetFiles = {files!r} is too small for the run: its {unit}, {passes * most} in {passes} "
         f"pass{'es' if passes > 1 else ''}, but {steps} steps of {global_batch} sequences need {needed}; set epochs to "
         f"at least {least} (`pulumi config set epochs {least}`), or lower maxtextOverrides.steps"
     )
