@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import requests
 
-from domain.training.data_files import check_data_files
+from domain.training.data_files import MatchedFile, check_data_files
 from domain.training.dataset import DATA_RECORD, GRAIN, Dataset
-from domain.training.dataset_manifest import MANIFEST_NAME, DatasetManifest
+from domain.training.dataset_manifest import MANIFEST_NAME, DatasetManifest, md5_base64
 from domain.training.job import resolve_job
-from tests.support.corpus import corpus_manifest
+from tests.support.corpus import corpus_manifest, shard_files
 from tests.support.fake_storage import FakeStorage
 from tests.support.workloads_program import INFRA_OUTPUTS
 from workloads import job_resolution
@@ -40,11 +40,14 @@ def storage(monkeypatch):
 def test_worker_paths_are_listed_and_read_in_the_buckets_behind_their_mounts(storage):
     files = BucketFiles(MOUNTS, requests.Session())
     assert files.url_of("/dataset/c4/data-*.array_record") == "gs://acme-corpus/corpora/c4/data-*.array_record"
-    assert files.count("/dataset/c4/data-*.array_record") == 1  # `*` stays within its folder
-    assert files.count("/dataset/c4/other-*.array_record") == 0
+    matched = files.matches("/dataset/c4/data-*.array_record")  # `*` stays within its folder
+    assert matched == [MatchedFile("/dataset/c4/data-00000-of-00001.array_record", 1)]
+    assert files.md5(matched[0]) == md5_base64(b"x")  # as the listing gave it
+    assert files.matches("/dataset/c4/other-*.array_record") == []
     assert DatasetManifest.from_json(files.read_text(f"/dataset/c4/{MANIFEST_NAME}")).documents == 400
     assert files.read_text("/data/run-1/data.json") is None
     ((method, asked),) = [request for request in storage.requests if "matchGlob" in request[1]][:1]
+    assert "fields=items%28name%2Csize%2Cmd5Hash%29%2CnextPageToken" in asked
     assert method == "GET" and "prefix=corpora%2Fc4%2Fdata-" in asked
     with pytest.raises(OSError, match=r"/etc/passwd is on none of the cluster's bucket mounts"):
         files.read_text("/etc/passwd")
@@ -55,11 +58,46 @@ def test_an_api_refusal_is_an_error_naming_the_object_and_the_reason(monkeypatch
         monkeypatch.setenv(STORAGE_API_OVERRIDE_ENV, f"{server.address}/storage/v1/")
         files = BucketFiles(MOUNTS, requests.Session())
         with pytest.raises(OSError, match=r"HTTP 403 for gs://acme-corpus/corpora/c4/\*: caller lacks storage"):
-            files.count("/dataset/c4/*")
+            files.matches("/dataset/c4/*")
 
 
 def dataset(files: str = "/dataset/c4/data-*.array_record") -> Dataset:
     return Dataset(kind=GRAIN, tokenizer="llama3", shuffle_seed=0, packing=True, files=files)
+
+
+def test_the_shards_in_the_bucket_are_checked_against_the_manifest_by_size_and_md5(monkeypatch):
+    """Through the Storage API a shard's MD5 comes with the listing, so a shard of the same size
+    but other bytes is caught too; a shard not uploaded is named."""
+    files = shard_files(3)
+    objects = {f"corpora/c4/{name}": data for name, data in files.items()}
+    objects[f"corpora/c4/{MANIFEST_NAME}"] = corpus_manifest(60, None, files=files).to_json().encode()
+    first_name, second_name, _ = files
+    first, second = f"corpora/c4/{first_name}", f"corpora/c4/{second_name}"
+    objects[first] = objects[first][:-1] + b"?"  # same size, other bytes
+    del objects[second]
+    with FakeStorage({"acme-corpus": objects, "acme-ckpt": {}}) as server:
+        monkeypatch.setenv(STORAGE_API_OVERRIDE_ENV, f"{server.address}/storage/v1/")
+        view = BucketFiles(MOUNTS, requests.Session())
+        problems = check_data_files(
+            dataset("/dataset/c4/data-*-of-00003.array_record"),
+            run_name="run-1",
+            run_directory="/data/run-1",
+            overrides={"per_device_batch_size": "1", "max_target_length": "64"},
+            steps=1,
+            global_batch=1,
+            model_vocab=128256,
+            files=view,
+        ).problems
+    assert problems[0].startswith(
+        "datasetFiles = '/dataset/c4/data-*-of-00003.array_record' matches 2 of the 3 shards its manifest lists "
+        "(not matched: data-00001-of-00003.array_record)"
+    )
+    assert problems[1] == (
+        f"shard /dataset/c4/{first_name} has MD5 {md5_base64(objects[first])}, where its manifest says "
+        f"{md5_base64(files[first_name])}: it changed since the corpus was prepared; copy it again from the "
+        "prepared corpus, or prepare the corpus again"
+    )
+    assert len(problems) == 2
 
 
 def test_the_checks_read_the_buckets_as_the_driver_reads_the_mounts(storage):

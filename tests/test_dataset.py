@@ -21,7 +21,7 @@ from domain.training.dataset import (
 from domain.training.dataset_manifest import MANIFEST_NAME
 from domain.training.job import JobError, resolve_job
 from tests.support.cli_settings import workload_settings
-from tests.support.corpus import SHARD, corpus_manifest
+from tests.support.corpus import SHARD, corpus_manifest, shard_files
 from tests.support.workloads_program import INFRA_OUTPUTS
 from workloads import job_resolution
 from workloads.infra_outputs import read_infra_outputs
@@ -177,6 +177,68 @@ def test_the_files_the_manifest_and_the_runs_earlier_data_are_checked(tmp_path):
     assert "shuffle_seed: 0 -> 1" in changed and "start a new run" in changed
     bigger = check(dataset, tmp_path / "run", overrides={"per_device_batch_size": "2", "max_target_length": "64"})
     assert "per_device_batch_size: '1' -> '2'" in bigger.problems[0]
+
+
+def prepared(directory, count=3, copied=None, documents=60):
+    """A corpus of `count` shards and their manifest, with only the shards numbered in `copied`
+    (all by default) copied beside the manifest."""
+    files = shard_files(count)
+    directory.mkdir()
+    for index, (name, data) in enumerate(files.items()):
+        if copied is None or index in copied:
+            (directory / name).write_bytes(data)
+    (directory / MANIFEST_NAME).write_text(corpus_manifest(documents, None, files=files).to_json())
+    return files
+
+
+def test_the_files_matched_are_exactly_the_manifests_shards(tmp_path):
+    """A shard not copied or not matched trains on part of the corpus while the coverage check
+    and dataset_hash speak for all of it: refused, naming the shards (before: trained)."""
+    prepared(tmp_path / "c", copied={0, 2})
+    two = check(grain(str(tmp_path / "c" / "data-*-of-00003.array_record")), tmp_path / "run")
+    assert two.problems[0].startswith(
+        f"datasetFiles = '{tmp_path}/c/data-*-of-00003.array_record' matches 2 of the 3 shards its manifest lists "
+        "(not matched: data-00001-of-00003.array_record)"
+    )
+    assert "match them all (data-*-of-00003.array_record)" in two.problems[0]
+    assert two.manifest is None and two.record.content_hash is None  # its hash is not of these files
+    one = check(grain(str(tmp_path / "c" / "data-00000-of-00003.array_record")), tmp_path / "run")
+    assert "matches 1 of the 3 shards" in one.problems[0]
+    assert "not matched: data-00001-of-00003.array_record, data-00002-of-00003.array_record)" in one.problems[0]
+    whole = tmp_path / "whole"
+    prepared(whole)
+    assert check(grain(str(whole / "data-*.array_record")), tmp_path / "run2").problems == []
+
+
+def test_a_file_beside_the_shards_or_a_changed_shard_is_refused(tmp_path):
+    files = prepared(tmp_path / "c")
+    (tmp_path / "c" / "data-00009-of-00010.array_record").write_bytes(b"another corpus")
+    extra = check(grain(str(tmp_path / "c" / "data-*.array_record")), tmp_path / "run")
+    assert extra.problems == [
+        f"datasetFiles = '{tmp_path}/c/data-*.array_record' matches files its manifest does not list "
+        "(data-00009-of-00010.array_record): they are not part of the prepared corpus; match only its shards "
+        "(data-*-of-00003.array_record), or prepare the corpus again with them"
+    ]
+    first = tmp_path / "c" / "data-00000-of-00003.array_record"
+    first.write_bytes(files[first.name] + b"!")
+    changed = check(grain(str(tmp_path / "c" / "data-*-of-00003.array_record")), tmp_path / "run")
+    assert changed.problems == [
+        f"shard {first} is {len(files[first.name]) + 1} bytes, where its manifest says {len(files[first.name])}: it "
+        "changed since the corpus was prepared; copy it again from the prepared corpus, or prepare the corpus again"
+    ]
+
+
+@pytest.mark.parametrize("empty", ["part-1.parquet", "data-00000-of-00001.array_record"])
+def test_an_empty_file_is_refused_naming_it(tmp_path, empty):
+    """A 0-byte file failed the job at its first batch, 50 s after submitting, naming no file."""
+    (tmp_path / "part-0.parquet").write_bytes(b"PAR1")
+    (tmp_path / empty).write_bytes(b"")
+    pattern = str(tmp_path / ("*.parquet" if empty.endswith(".parquet") else "*.array_record"))
+    problems = check(grain(pattern), tmp_path / "run").problems
+    assert problems[0] == (
+        f"datasetFiles = {pattern!r} matches an empty file, {tmp_path / empty} (0 bytes): MaxText cannot read it and "
+        "the job would fail at its first batch; remove it, or narrow the pattern to the files that hold the data"
+    )
 
 
 def test_the_data_record_names_what_a_resume_must_keep():

@@ -4,6 +4,8 @@ MaxText's Example records plus a manifest, read back here through MaxText's own 
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import subprocess
@@ -127,6 +129,10 @@ def test_jsonl_becomes_shards_maxtext_reads_back_in_order(tmp_path):
     assert manifest.bytes == sum(len(text.encode()) for text in DOCUMENTS) == summary["bytes"]
     assert manifest.content_hash == content_hash(DOCUMENTS) == summary["content_hash"]
     assert summary["pattern"] == str(tmp_path / "prepared" / "data-*-of-00003.array_record")
+    # Each shard's size and MD5 (as Cloud Storage reports an object's), to check copies against.
+    for shard in manifest.shards:
+        data = (tmp_path / "prepared" / shard.file).read_bytes()
+        assert (shard.file_bytes, shard.md5) == (len(data), base64.b64encode(hashlib.md5(data).digest()).decode())
     read = trainer_python("-c", READ_BACK, str(tmp_path / "prepared"))
     assert read.returncode == 0, read.stderr
     assert json.loads(read.stdout) == DOCUMENTS

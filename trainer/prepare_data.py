@@ -31,6 +31,7 @@ from domain.training.dataset_manifest import (
     DatasetManifest,
     Shard,
     content_hash,
+    md5_base64,
     shard_bounds,
     shard_count,
     shard_name,
@@ -190,12 +191,15 @@ def prepare(
         for text in documents[start:end]:
             writer.write(_example(text))
         writer.close()
+        data = (output / name).read_bytes()
         written.append(
             Shard(
                 file=name,
                 documents=end - start,
                 bytes=sum(len(text.encode("utf-8")) for text in documents[start:end]),
-                sha256="sha256:" + hashlib.sha256((output / name).read_bytes()).hexdigest(),
+                sha256="sha256:" + hashlib.sha256(data).hexdigest(),
+                file_bytes=len(data),
+                md5=md5_base64(data),
             )
         )
     manifest = DatasetManifest(

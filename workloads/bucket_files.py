@@ -20,11 +20,14 @@ from urllib.parse import quote
 
 import requests
 
+from domain.training.data_files import MatchedFile
+
 STORAGE_API_OVERRIDE_ENV = "CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE"
 STORAGE_API_DEFAULT = "https://storage.googleapis.com/storage/v1/"
 REQUEST_TIMEOUT_SECONDS = 30
-# A pattern matching more objects than this is counted no further (the checks ask "any?").
-COUNT_AT_MOST = 10_000
+# A pattern may match at most this many objects: a longer listing (a hundred requests) is not
+# checked here but by the job's driver, through the mount.
+LIST_AT_MOST = 100_000
 _GLOB = re.compile(r"[*?\[{]")
 
 
@@ -40,6 +43,7 @@ class BucketFiles:
     def __init__(self, mounts: Mapping[str, str], session: requests.Session):
         self.mounts = {PurePosixPath(path): url.removeprefix("gs://").rstrip("/") for path, url in mounts.items()}
         self.session = session
+        self._md5: dict[MatchedFile, str] = {}
 
     def url_of(self, path: str) -> str:
         bucket, name = self._object(path)
@@ -64,22 +68,44 @@ class BucketFiles:
             raise OSError(f"the Storage API answered HTTP {response.status_code} for {what}: {_reason(response)}")
         return response
 
-    def count(self, pattern: str) -> int:
+    def _worker_path(self, bucket: str, name: str) -> str | None:
+        """An object's path on the workers (through the first mount that backs it)."""
+        for mount, backing in self.mounts.items():
+            mount_bucket, _, prefix = backing.partition("/")
+            if mount_bucket == bucket and (not prefix or name.startswith(prefix + "/")):
+                return str(mount / name[len(prefix) :].lstrip("/")) if prefix else str(mount / name)
+        return None
+
+    def matches(self, pattern: str) -> list[MatchedFile]:
+        """The objects `pattern` matches, with their sizes; their MD5s (absent from composite
+        objects) are kept for `md5`. Raises OSError past LIST_AT_MOST objects."""
         bucket, name = self._object(pattern)
         literal = name[: match.start()] if (match := _GLOB.search(name)) else name
         what = f"gs://{bucket}/{name}"
-        params = {"prefix": literal, "matchGlob": name, "fields": "items(name),nextPageToken"}
-        count = 0
-        while count < COUNT_AT_MOST:
+        params = {"prefix": literal, "matchGlob": name, "fields": "items(name,size,md5Hash),nextPageToken"}
+        found: list[MatchedFile] = []
+        while True:
+            if len(found) > LIST_AT_MOST:
+                raise OSError(f"{what} matches more than {LIST_AT_MOST} objects, more than this check lists")
             response = self._get(f"{storage_api()}b/{quote(bucket, safe='')}/o", params, what)
             if response.status_code == 404:
                 raise OSError(f"the Storage API knows no bucket {bucket} (for {what})")
             page = response.json()
-            count += len(page.get("items") or [])
+            for item in page.get("items") or []:
+                path = self._worker_path(bucket, str(item["name"]))
+                if path is None:
+                    continue
+                file = MatchedFile(path, int(item.get("size") or 0))
+                found.append(file)
+                if isinstance(item.get("md5Hash"), str):
+                    self._md5[file] = item["md5Hash"]
             if not page.get("nextPageToken"):
                 break
             params = {**params, "pageToken": page["nextPageToken"]}
-        return count
+        return found
+
+    def md5(self, file: MatchedFile) -> str | None:
+        return self._md5.get(file)
 
     def read_text(self, path: str) -> str | None:
         bucket, name = self._object(path)

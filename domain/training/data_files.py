@@ -27,11 +27,28 @@ from domain.training.dataset_manifest import MANIFEST_NAME, DatasetManifest
 from domain.training.job import JobSpec
 
 
+@dataclass(frozen=True)
+class MatchedFile:
+    """A file a pattern matches: its path as the workers see it, and its size."""
+
+    path: str
+    size: int
+
+    @property
+    def name(self) -> str:
+        return PurePosixPath(self.path).name
+
+
 class FileView(Protocol):
     """The job's files, by the paths its workers open."""
 
-    def count(self, pattern: str) -> int:
-        """How many files match `pattern` (a glob: `*` within one path segment)."""
+    def matches(self, pattern: str) -> list[MatchedFile]:
+        """The files `pattern` matches (a glob: `*` within one path segment), by path."""
+        ...
+
+    def md5(self, file: MatchedFile) -> str | None:
+        """The file's MD5 as Cloud Storage reports it (base64); None where the view does not know
+        it without reading the file."""
         ...
 
     def read_text(self, path: str) -> str | None:
@@ -42,8 +59,13 @@ class FileView(Protocol):
 class LocalFiles:
     """This machine's filesystem."""
 
-    def count(self, pattern: str) -> int:
-        return len(glob.glob(pattern))
+    def matches(self, pattern: str) -> list[MatchedFile]:
+        return [MatchedFile(path, Path(path).stat().st_size) for path in sorted(glob.glob(pattern))]
+
+    def md5(self, file: MatchedFile) -> str | None:
+        # Not read to find out: the trainer's driver checks the files again through the bucket's
+        # mount, where hashing a corpus would read all of it. The size stands for it here.
+        return None
 
     def read_text(self, path: str) -> str | None:
         return Path(path).read_text() if Path(path).is_file() else None
@@ -66,6 +88,48 @@ def _manifest(files: FileView, pattern: str) -> tuple[DatasetManifest | None, st
         return None, f"the manifest {path} beside datasetFiles cannot be read ({error}); prepare the corpus again"
 
 
+def _names(names: list[str], most: int = 5) -> str:
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def shard_problems(pattern: str, manifest: DatasetManifest, matched: list[MatchedFile], view: FileView) -> list[str]:
+    """The files `pattern` matches against the shards its manifest lists: every shard and nothing
+    else, each of the size and MD5 the manifest recorded (where it did). A corpus with a shard
+    missing trains on part of the data while its counts and hash speak for all of it."""
+    listed = {shard.file: shard for shard in manifest.shards}
+    found = {file.name: file for file in matched}
+    missing = sorted(set(listed) - set(found))
+    extra = sorted(set(found) - set(listed))
+    problems = []
+    if missing:
+        problems.append(
+            f"datasetFiles = {pattern!r} matches {len(set(listed) & set(found))} of the {len(listed)} shards its "
+            f"manifest lists (not matched: {_names(missing)}): the job would train on part of the corpus while its "
+            f"coverage check and dataset_hash count all of it; put every shard beside the manifest and match them "
+            f"all ({manifest.file_pattern}), or prepare the files you have as a corpus of their own "
+            "(python -m trainer.prepare_data)"
+        )
+    if extra:
+        problems.append(
+            f"datasetFiles = {pattern!r} matches files its manifest does not list ({_names(extra)}): they are not "
+            f"part of the prepared corpus; match only its shards ({manifest.file_pattern}), or prepare the corpus "
+            "again with them"
+        )
+    for name in sorted(set(listed) & set(found)):
+        shard, file = listed[name], found[name]
+        if shard.file_bytes is not None and file.size != shard.file_bytes:
+            changed = f"is {file.size} bytes, where its manifest says {shard.file_bytes}"
+        elif shard.md5 is not None and (md5 := view.md5(file)) is not None and md5 != shard.md5:
+            changed = f"has MD5 {md5}, where its manifest says {shard.md5}"
+        else:
+            continue
+        problems.append(
+            f"shard {file.path} {changed}: it changed since the corpus was prepared; copy it again from the "
+            "prepared corpus, or prepare the corpus again"
+        )
+    return problems
+
+
 def check_data_files(
     dataset: Dataset,
     *,
@@ -85,11 +149,11 @@ def check_data_files(
     raises OSError."""
     view = files or LocalFiles()
     problems: list[str] = []
-    manifest, matched = None, 0
+    manifest, matched = None, []
     for what, pattern in (("datasetFiles", dataset.files), ("evalFiles", dataset.eval_files)):
         if pattern is None:
             continue
-        matched_here = view.count(pattern)
+        matched_here = view.matches(pattern)
         if what == "datasetFiles":
             matched = matched_here
         if not matched_here:
@@ -97,10 +161,20 @@ def check_data_files(
                 f"{what} matches no file: {pattern!r} (as the job's workers see it); check the pattern and that the "
                 "files were uploaded (gcloud storage ls)"
             )
+        problems += [
+            f"{what} = {pattern!r} matches an empty file, {file.path} (0 bytes): MaxText cannot read it and the job "
+            "would fail at its first batch; remove it, or narrow the pattern to the files that hold the data"
+            for file in matched_here
+            if file.size == 0
+        ]
     if dataset.files is not None and matched:
         manifest, problem = _manifest(view, dataset.files)
         if problem is not None:
             problems.append(problem)
+    shards_problems = shard_problems(dataset.files or "", manifest, matched, view) if manifest is not None else []
+    problems += shards_problems
+    if shards_problems:
+        manifest = None  # its counts are not of the files the job reads
     vocab = tokenizer_vocab or dataset.tokenizer_vocab
     if vocab is not None and model_vocab is not None:
         problem = vocab_problem(dataset.tokenizer, vocab, model_vocab)
@@ -132,7 +206,7 @@ def check_data_files(
             problem = changed_record_problem(run_name, record, earlier)
             if problem is not None:
                 problems.append(problem)
-    return DataCheck(problems=problems, record=record, manifest=manifest, files=matched)
+    return DataCheck(problems=problems, record=record, manifest=manifest, files=len(matched))
 
 
 def check_job_data(

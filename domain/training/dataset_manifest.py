@@ -9,6 +9,7 @@ they are sharded.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from collections.abc import Iterable
@@ -37,6 +38,11 @@ def shard_bounds(documents: int, shards: int) -> list[tuple[int, int]]:
     return [(index * documents // shards, (index + 1) * documents // shards) for index in range(shards)]
 
 
+def md5_base64(data: bytes) -> str:
+    """A file's MD5 as Cloud Storage reports it (an object's `md5Hash`: base64 of the digest)."""
+    return base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode("ascii")
+
+
 def content_hash(documents: Iterable[str]) -> str:
     digest = hashlib.sha256()
     for document in documents:
@@ -52,6 +58,11 @@ class Shard:
     documents: int
     bytes: int  # UTF-8 bytes of its documents' text
     sha256: str  # of the shard file
+    # The shard file's size and its MD5 as Cloud Storage reports it (base64 of the digest), so the
+    # files a pattern matches can be checked against the manifest without reading them; None in
+    # manifests without.
+    file_bytes: int | None = None
+    md5: str | None = None
 
 
 @dataclass(frozen=True)
@@ -107,7 +118,15 @@ def _field(data: dict[str, Any], name: str, kind: type) -> Any:
 def _fields(data: Any, cls: type) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError(f"a manifest entry is not an object where a {cls.__name__} belongs")
-    kinds = {"file": str, "sha256": str, "format": str, "text_feature": str, "content_hash": str, "tokenizer": str}
+    kinds = {
+        "file": str,
+        "sha256": str,
+        "md5": str,
+        "format": str,
+        "text_feature": str,
+        "content_hash": str,
+        "tokenizer": str,
+    }
     return {
         entry.name: _field(data, entry.name, kinds.get(entry.name, int))
         for entry in fields(cls)
@@ -115,4 +134,4 @@ def _fields(data: Any, cls: type) -> dict[str, Any]:
     }
 
 
-_OPTIONAL = ("tokenizer", "tokens")
+_OPTIONAL = ("tokenizer", "tokens", "file_bytes", "md5")

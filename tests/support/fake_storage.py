@@ -9,6 +9,7 @@ import json
 import re
 from urllib.parse import parse_qs, unquote, urlparse
 
+from domain.training.dataset_manifest import md5_base64
 from tests.support.fake_jobs_api import FakeHttpServer
 
 
@@ -44,7 +45,15 @@ class FakeStorage(FakeHttpServer):
                 for name in sorted(bucket)
                 if name.startswith(query.get("prefix", "")) and (match is None or match.fullmatch(name))
             ]
-            items = [{"name": name, "bucket": unquote(listing[1]), "size": str(len(bucket[name]))} for name in names]
+            items = [
+                {
+                    "name": name,
+                    "bucket": unquote(listing[1]),
+                    "size": str(len(bucket[name])),
+                    "md5Hash": md5_base64(bucket[name]),
+                }
+                for name in names
+            ]
             return 200, json.dumps({"kind": "storage#objects", "items": items}).encode()
         if media:
             bucket_name, name = unquote(media[1]), unquote(media[2])
