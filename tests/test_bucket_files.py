@@ -3,10 +3,13 @@ Storage JSON API on loopback (objects list with matchGlob, media download, a ref
 
 from __future__ import annotations
 
+import io
+import os
+
 import pytest
 import requests
 
-from domain.training.data_files import MatchedFile, check_data_files
+from domain.training.data_files import PARQUET_TAIL_BYTES, MatchedFile, check_data_files
 from domain.training.dataset import DATA_RECORD, GRAIN, Dataset
 from domain.training.dataset_manifest import MANIFEST_NAME, DatasetManifest, md5_base64
 from domain.training.job import resolve_job
@@ -98,6 +101,34 @@ def test_the_shards_in_the_bucket_are_checked_against_the_manifest_by_size_and_m
         "prepared corpus, or prepare the corpus again"
     )
     assert len(problems) == 2
+
+
+def test_a_parquet_object_is_read_for_its_columns_from_its_end_only(monkeypatch):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sink = io.BytesIO()
+    pq.write_table(pa.table({"body": [os.urandom(500).hex() for _ in range(200)]}), sink)  # 200 KB of rows
+    assert len(sink.getvalue()) > 3 * PARQUET_TAIL_BYTES
+    objects = {"corpora/raw/part-0.parquet": sink.getvalue()}
+    with FakeStorage({"acme-corpus": objects, "acme-ckpt": {}}) as server:
+        monkeypatch.setenv(STORAGE_API_OVERRIDE_ENV, f"{server.address}/storage/v1/")
+        problems = check_data_files(
+            Dataset(kind=GRAIN, tokenizer="llama3", shuffle_seed=0, packing=True, files="/dataset/raw/*.parquet"),
+            run_name="run-1",
+            run_directory="/data/run-1",
+            overrides={"per_device_batch_size": "1", "max_target_length": "64"},
+            steps=1,
+            global_batch=1,
+            model_vocab=128256,
+            files=BucketFiles(MOUNTS, requests.Session()),
+        ).problems
+        ranges = [headers.get("range") for headers in server.headers if "range" in headers]
+    assert problems[0].startswith(
+        "datasetFiles = '/dataset/raw/*.parquet' matches /dataset/raw/part-0.parquet, which has no 'text' column "
+        "(its columns: body)"
+    )
+    assert ranges == [f"bytes=-{PARQUET_TAIL_BYTES}"]  # the footer, not the 200 KB of rows
 
 
 def test_the_checks_read_the_buckets_as_the_driver_reads_the_mounts(storage):

@@ -3,13 +3,14 @@ submitted (the settings, the job's resolution, and the files as the local stack 
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
 
 from domain.config.stack_outputs import ClusterOutputs
 from domain.config.workload_settings import WorkloadSettingsError
-from domain.training.data_files import check_data_files, keep_record
+from domain.training.data_files import PARQUET_TAIL_BYTES, check_data_files, keep_record
 from domain.training.dataset import (
     DATA_RECORD,
     GRAIN,
@@ -231,14 +232,47 @@ def test_a_file_beside_the_shards_or_a_changed_shard_is_refused(tmp_path):
 @pytest.mark.parametrize("empty", ["part-1.parquet", "data-00000-of-00001.array_record"])
 def test_an_empty_file_is_refused_naming_it(tmp_path, empty):
     """A 0-byte file failed the job at its first batch, 50 s after submitting, naming no file."""
-    (tmp_path / "part-0.parquet").write_bytes(b"PAR1")
+    (tmp_path / "part-0.parquet").write_bytes(parquet_bytes(text=["a document"]))
     (tmp_path / empty).write_bytes(b"")
     pattern = str(tmp_path / ("*.parquet" if empty.endswith(".parquet") else "*.array_record"))
     problems = check(grain(pattern), tmp_path / "run").problems
-    assert problems[0] == (
+    assert problems == [
         f"datasetFiles = {pattern!r} matches an empty file, {tmp_path / empty} (0 bytes): MaxText cannot read it and "
         "the job would fail at its first batch; remove it, or narrow the pattern to the files that hold the data"
-    )
+    ]
+
+
+def parquet_bytes(**columns: list[str]) -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sink = io.BytesIO()
+    pq.write_table(pa.table(columns), sink)
+    return sink.getvalue()
+
+
+def test_each_parquet_file_is_read_for_the_text_column_before_submit(tmp_path):
+    """A Parquet file without MaxText's `text` column, or a file that is not Parquet, failed the
+    job 50 s after submitting, naming no file (issue 32); its footer says so before."""
+    (tmp_path / "part-0.parquet").write_bytes(parquet_bytes(text=["a document"] * 10))
+    assert check(grain(str(tmp_path / "*.parquet")), tmp_path / "run").problems == []
+    (tmp_path / "part-1.parquet").write_bytes(parquet_bytes(body=["x"], title=["y"]))
+    (tmp_path / "part-2.parquet").write_bytes(b"text,comma,separated\n" * 10)
+    pattern = str(tmp_path / "*.parquet")
+    assert check(grain(pattern), tmp_path / "run").problems == [
+        f"datasetFiles = {pattern!r} matches {tmp_path / 'part-1.parquet'}, which has no 'text' column (its columns: "
+        "body, title): MaxText reads each document's text from 'text'; rename the column, or prepare the files with "
+        "`python -m trainer.prepare_data FILES --text-column NAME --output DIR`",
+        f"datasetFiles = {pattern!r} matches {tmp_path / 'part-2.parquet'}, which is not a Parquet file (no Parquet "
+        "footer): MaxText would fail reading it; remove it, or narrow the pattern to the Parquet files",
+    ]
+
+
+def test_a_parquet_footer_longer_than_one_read_is_read_whole(tmp_path):
+    wide = parquet_bytes(text=["t"], **{f"column_{index:04d}": ["v"] for index in range(800)})
+    (tmp_path / "wide.parquet").write_bytes(wide)
+    assert int.from_bytes(wide[-8:-4], "little") > PARQUET_TAIL_BYTES
+    assert check(grain(str(tmp_path / "*.parquet")), tmp_path / "run").problems == []
 
 
 def test_the_data_record_names_what_a_resume_must_keep():

@@ -107,6 +107,21 @@ class BucketFiles:
     def md5(self, file: MatchedFile) -> str | None:
         return self._md5.get(file)
 
+    def read_tail(self, file: MatchedFile, size: int) -> bytes:
+        """The object's last `size` bytes, in one ranged read."""
+        bucket, name = self._object(file.path)
+        url = f"{storage_api()}b/{quote(bucket, safe='')}/o/{quote(name, safe='')}"
+        what = f"gs://{bucket}/{name}"
+        try:
+            response = self.session.get(
+                url, params={"alt": "media"}, headers={"Range": f"bytes=-{size}"}, timeout=REQUEST_TIMEOUT_SECONDS
+            )
+        except requests.RequestException as error:
+            raise OSError(f"the Storage API did not answer for {what} ({type(error).__name__})") from None
+        if response.status_code not in (200, 206):
+            raise OSError(f"the Storage API answered HTTP {response.status_code} for {what}: {_reason(response)}")
+        return response.content[-size:] if size else b""
+
     def read_text(self, path: str) -> str | None:
         bucket, name = self._object(path)
         url = f"{storage_api()}b/{quote(bucket, safe='')}/o/{quote(name, safe='')}"

@@ -23,7 +23,7 @@ from domain.training.dataset import (
     data_record,
     vocab_problem,
 )
-from domain.training.dataset_manifest import MANIFEST_NAME, DatasetManifest
+from domain.training.dataset_manifest import MANIFEST_NAME, TEXT_FEATURE, DatasetManifest
 from domain.training.job import JobSpec
 
 
@@ -55,6 +55,10 @@ class FileView(Protocol):
         """The file's text; None when there is no such file."""
         ...
 
+    def read_tail(self, file: MatchedFile, size: int) -> bytes:
+        """The file's last `size` bytes (all of it when it is shorter)."""
+        ...
+
 
 class LocalFiles:
     """This machine's filesystem."""
@@ -69,6 +73,11 @@ class LocalFiles:
 
     def read_text(self, path: str) -> str | None:
         return Path(path).read_text() if Path(path).is_file() else None
+
+    def read_tail(self, file: MatchedFile, size: int) -> bytes:
+        with open(file.path, "rb") as opened:
+            opened.seek(max(file.size - size, 0))
+            return opened.read(size)
 
 
 @dataclass(frozen=True)
@@ -86,6 +95,55 @@ def _manifest(files: FileView, pattern: str) -> tuple[DatasetManifest | None, st
         return (DatasetManifest.from_json(text), None) if text is not None else (None, None)
     except (OSError, ValueError) as error:
         return None, f"the manifest {path} beside datasetFiles cannot be read ({error}); prepare the corpus again"
+
+
+PARQUET_MAGIC = b"PAR1"
+# A Parquet file ends with its footer (the schema among it), the footer's length and the magic:
+# one read of this many bytes from the end holds most footers whole.
+PARQUET_TAIL_BYTES = 64 * 1024
+
+
+def parquet_columns(view: FileView, file: MatchedFile) -> list[str] | None:
+    """The columns of a Parquet file, from its footer alone (the file's last bytes); None when it
+    is not a Parquet file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tail = view.read_tail(file, min(file.size, PARQUET_TAIL_BYTES))
+    if len(tail) < 12 or not tail.endswith(PARQUET_MAGIC):
+        return None
+    footer = int.from_bytes(tail[-8:-4], "little")
+    if footer + 8 > file.size - len(PARQUET_MAGIC):
+        return None
+    if footer + 8 > len(tail):
+        tail = view.read_tail(file, footer + 8)
+    try:
+        # The footer after a leading magic reads as a file whose row groups are not needed.
+        return list(pq.read_schema(pa.BufferReader(PARQUET_MAGIC + tail[-(footer + 8) :])).names)
+    except (pa.ArrowException, OSError):
+        return None
+
+
+def format_problems(what: str, pattern: str, matched: list[MatchedFile], view: FileView, column: str) -> list[str]:
+    """Each Parquet file a pattern matches is one, with the column MaxText reads the text from."""
+    problems = []
+    for file in matched:
+        if not file.path.endswith(".parquet") or file.size == 0:
+            continue
+        columns = parquet_columns(view, file)
+        if columns is None:
+            problems.append(
+                f"{what} = {pattern!r} matches {file.path}, which is not a Parquet file (no Parquet footer): MaxText "
+                "would fail reading it; remove it, or narrow the pattern to the Parquet files"
+            )
+        elif column not in columns:
+            problems.append(
+                f"{what} = {pattern!r} matches {file.path}, which has no {column!r} column (its columns: "
+                f"{', '.join(columns) or 'none'}): MaxText reads each document's text from {column!r}; rename the "
+                "column, or prepare the files with `python -m trainer.prepare_data FILES --text-column NAME "
+                "--output DIR`"
+            )
+    return problems
 
 
 def _names(names: list[str], most: int = 5) -> str:
@@ -167,6 +225,7 @@ def check_data_files(
             for file in matched_here
             if file.size == 0
         ]
+        problems += format_problems(what, pattern, matched_here, view, TEXT_FEATURE)
     if dataset.files is not None and matched:
         manifest, problem = _manifest(view, dataset.files)
         if problem is not None:

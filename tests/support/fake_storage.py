@@ -1,7 +1,7 @@
 """A fake Cloud Storage JSON API on 127.0.0.1: buckets of objects, listed (with `prefix` and
-`matchGlob`, whose `**` crosses folders and `*` and `?` do not) and downloaded (`alt=media`, at
-the JSON API's path and at the `/download` path Google's client library uses), or every request
-refused with one status."""
+`matchGlob`, whose `**` crosses folders and `*` and `?` do not; with each object's size and MD5)
+and downloaded (`alt=media`, whole or a suffix range, at the JSON API's path and at the
+`/download` path Google's client library uses), or every request refused with one status."""
 
 from __future__ import annotations
 
@@ -61,6 +61,8 @@ class FakeStorage(FakeHttpServer):
             if content is None:
                 return 404, b'{"error": {"code": 404, "message": "No such object"}}'
             if query.get("alt") == "media":
-                return 200, content
+                # A suffix range (`Range: bytes=-N`), as a ranged read of a file's end asks.
+                ranged = re.fullmatch(r"bytes=-(\d+)", self.headers[-1].get("range", ""))
+                return (206, content[-int(ranged[1]) :]) if ranged else (200, content)
             return 200, json.dumps({"name": name, "bucket": bucket_name, "size": str(len(content))}).encode()
         return 400, b"{}"
