@@ -4,6 +4,7 @@ what it says, within seconds, when something else holds the dashboard's port."""
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -13,7 +14,9 @@ import pytest
 
 from domain.compile_cache import COMPILE_CACHE_ENV
 from domain.paths import TRAINER_PYTHON
+from domain.training.dataset_manifest import MANIFEST_NAME
 from domain.training.start_phases import PHASES
+from tests.support.corpus import corpus_manifest, shard_files
 from tests.support.fake_jobs_api import FakeHttpServer
 from tests.support.port_holder import PortHolder
 from tests.support.pulumi_harness import PROJECT_ROOT
@@ -113,6 +116,27 @@ def test_smoke_trains_on_the_parquet_files_a_pattern_matches(tmp_path):
     assert result["tensorboard_dir"] is None  # MaxText on CPU workers (no Google Cloud) writes none
     data_record = json.loads((Path(result["checkpoint_dir"]) / "data.json").read_text())
     assert (data_record["files"], data_record["tokenizer"], data_record["shuffle_seed"]) == (pattern, "llama3", 0)
+
+
+def test_a_corpus_too_small_tells_the_smoke_run_its_own_flags(tmp_path, capsys):
+    """The smoke run cannot `pulumi config set epochs`, and its --set num_epoch is refused (the
+    data settings own it): it has --epochs, and the refusal names it (issue 32)."""
+    files = shard_files(2)
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    (tmp_path / MANIFEST_NAME).write_text(corpus_manifest(60, None, files=files).to_json())
+    with socket.socket() as probe:  # a port nothing listens on: no head is probed or started
+        probe.bind(("127.0.0.1", 0))
+        address = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    argv = ["--address", address, "--dataset", str(tmp_path / "data-*.array_record"), "--set", "steps=500"]
+    assert smoke.main([*argv, "--epochs", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "its 60 documents give at most 60 sequences" in err and "120 in 2 passes" in err
+    assert "the smoke run's --epochs 9), or lower maxtextOverrides.steps (the smoke run's --set steps=N)" in err
+    assert "starting a loopback-only Ray head" not in err
+    with pytest.raises(SystemExit):
+        smoke.parse_args(["--epochs", "2"])
+    assert "--epochs applies to --dataset" in capsys.readouterr().err
 
 
 # A process of its own holds the port on 127.0.0.1 (tests/support/port_holder.py).

@@ -99,6 +99,8 @@ def test_a_run_that_ran_out_of_data_fails_naming_its_last_checkpoint(monkeypatch
     assert maxtext_trainer.main(["--job", job.to_json()], elastic=False) == 1
     out = capsys.readouterr().out
     assert "training ran out of data after step 11 of 40" in out and "the last checkpoint is step 8" in out
+    # A fix where the user is: the stack's setting, and the smoke run's flags.
+    assert "set epochs to at least N (`pulumi config set epochs N`; the smoke run's --epochs N)" in out
     failed = [json.loads(line.split(" ", 1)[1]) for line in out.splitlines() if line.startswith("maxtext-tpu-event")]
     assert failed[-1]["event"] == "failed" and "ran out of data" in failed[-1]["message"]
     ended["committed_step"] = 11  # the trainer's save where the data ended

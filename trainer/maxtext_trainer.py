@@ -23,6 +23,7 @@ from typing import Any
 from domain.compile_cache import COMPILE_CACHE_ENV
 from domain.ray.preemption import NOTICE_POLL_SECONDS, RESTART_GRACE_SECONDS, run_completed
 from domain.training.data_files import check_job_data, keep_record
+from domain.training.dataset import more_passes
 from domain.training.job import CPU_WORKER_ENV, JobSpec
 from domain.training.job_events import NOTICE_SAVED_EVENT, event_line, maxtext_step
 from domain.training.maxtext_config import base_config_path
@@ -467,7 +468,7 @@ def main(argv: Sequence[str], *, elastic: bool) -> int:
         )
         message = (
             f"training ran out of data after step {last} of {job.total_steps}: the corpus holds fewer sequences than "
-            f"the run's steps x global batch; {saved}; set epochs (passes over the data) or lower steps"
+            f"the run's steps x global batch; {saved}; {more_passes('N')}"
         )
         print(message, flush=True)
         _emit("failed", message=message)

@@ -79,6 +79,12 @@ def parse_args(argv: list[str] | None):
         "column: python -m trainer.prepare_data makes them), with the Llama 3 tokenizer MaxText ships",
     )
     parser.add_argument(
+        "--epochs",
+        type=int,
+        metavar="N",
+        help="with --dataset: passes over the files the run may make (the stack's epochs; default one)",
+    )
+    parser.add_argument(
         "--set",
         dest="overrides",
         action="append",
@@ -87,6 +93,8 @@ def parse_args(argv: list[str] | None):
         help="a MaxText setting to add or override, e.g. --set steps=20 (repeatable)",
     )
     args = parser.parse_args(argv)
+    if args.epochs is not None and args.dataset is None:
+        parser.error("--epochs applies to --dataset: the synthetic data never runs out")
     for pair in args.overrides:
         if "=" not in pair or pair.startswith("="):
             parser.error(f"--set {pair!r}: use KEY=VALUE, for example --set steps=20")
@@ -196,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         config["datasetFiles"] = str(Path(args.dataset).absolute())
         # The tiny model's 256-token vocabulary cannot hold the Llama 3 tokenizer's ids.
         config["maxtextOverrides"].setdefault("vocab_size", str(SHIPPED_TOKENIZERS[DEFAULT_TOKENIZER].vocab_size))
+        if args.epochs is not None:
+            config["epochs"] = args.epochs
     try:
         settings = parse_workload_settings(config, stack="local", project_name=PROJECT)
         settings = dataclasses.replace(settings, run_name=fresh_run_name(settings.preset or "run"))

@@ -216,6 +216,15 @@ def sequences_needed(steps: int, global_batch: int) -> int:
     return steps * global_batch
 
 
+def more_passes(epochs: int | str) -> str:
+    """What to set where the data runs out: more passes, or fewer steps, in the stack and in the
+    smoke run (which has no stack to `pulumi config set`)."""
+    return (
+        f"set epochs to at least {epochs} (`pulumi config set epochs {epochs}`; the smoke run's --epochs "
+        f"{epochs}), or lower maxtextOverrides.steps (the smoke run's --set steps=N)"
+    )
+
+
 def most_sequences(*, documents: int, tokens: int | None, max_target_length: int, truncation: bool) -> int | None:
     """The most sequences one pass over a corpus can give, packed or not; None when nothing bounds
     it. MaxText truncates each document to max_target_length (its `use_truncation`, on by
@@ -260,6 +269,6 @@ def coverage_problem(
     least = math.ceil(needed / most)
     return (
         f"datasetFiles = {files!r} is too small for the run: its {unit}, {passes * most} in {passes} "
-        f"pass{'es' if passes > 1 else ''}, but {steps} steps of {global_batch} sequences need {needed}; set epochs to "
-        f"at least {least} (`pulumi config set epochs {least}`), or lower maxtextOverrides.steps"
+        f"pass{'es' if passes > 1 else ''}, but {steps} steps of {global_batch} sequences need {needed}; "
+        f"{more_passes(least)}"
     )
