@@ -124,6 +124,36 @@ def test_each_step_s_tokens_count_once_however_often_it_ran():
     assert collector.summary()["tokens_trained"] == 4 * 64
 
 
+def weighted(step: int, tokens: int) -> str:
+    return line(step).replace("total_weights: 64", f"total_weights: {tokens}")
+
+
+def saved(step: int, tokens: int, process: int, processes: int = 2) -> str:
+    return event_line("step_tokens", step=step, tokens=tokens, process=process, processes=processes)
+
+
+def test_a_checkpointed_step_never_logged_counts_as_its_processes_said():
+    """A preemption save at step 3: MaxText logs step 2 (one step late) and stops before logging
+    3; the group restarted from that checkpoint logs from step 4. Counting step 3 as step 4's
+    size was off by their difference (issue 32: 6047 or 6141 tokens against a true 6059)."""
+    lines = [weighted(0, 50), weighted(1, 51), weighted(2, 52), saved(3, 20, 0), saved(3, 33, 1)]
+    lines += [weighted(4, 90), weighted(5, 55)]
+    collector = StepCollector()
+    collector.add("\n".join(lines))
+    assert collector.summary()["tokens_trained"] == 50 + 51 + 52 + 53 + 90 + 55
+
+
+def test_a_step_whose_processes_did_not_all_say_counts_as_its_successor():
+    lines = [weighted(0, 50), saved(1, 20, 0), weighted(2, 90)]  # process 1 of 2 never said
+    collector = StepCollector()
+    collector.add("\n".join(lines))
+    assert collector.summary()["tokens_trained"] == 50 + 90 + 90
+    # A checkpointed step that was logged counts once, as logged; a share read after is no more.
+    collector = StepCollector()
+    collector.add("\n".join([saved(0, 7, 0, 1), weighted(0, 50), saved(0, 9, 0, 1), weighted(1, 60)]))
+    assert collector.summary()["tokens_trained"] == 110
+
+
 def test_the_data_outputs_name_the_corpus_and_count_its_passes_and_the_last_eval():
     dataset = event_line("dataset", files="/dataset/c/data-*.array_record", content_hash="sha256:ab", tokens=128)
     evaluated = (

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from domain.paths import PROJECT_ROOT
@@ -121,3 +122,49 @@ def test_maxtexts_eval_summary_is_the_line_the_eval_loss_is_read_from():
     assert 'max_logging.log(", ".join(log_parts))' in source
     line = ", ".join(["Completed eval after train step 9", "loss=7.412", "perplexity=1655.203", "total_weights=512"])
     assert eval_loss(line) == (9, 7.412)
+
+
+def test_a_batchs_real_tokens_are_its_nonzero_target_segments_as_maxtext_counts_them():
+    train = maxtext_source("trainers/pre_train/train.py")
+    assert 'total_weights = jnp.sum(data["targets_segmentation"] != 0)' in train
+    batch = {"targets_segmentation": np.array([[1, 1, 2, 0], [1, 0, 0, 0]]), "inputs": np.ones((2, 4))}
+    assert maxtext_trainer.real_tokens(batch) == 4
+    assert maxtext_trainer.real_tokens({"inputs": np.ones((2, 4))}) is None
+
+    class Batches:
+        def load_next_batch_pre_sharding(self):
+            return batch
+
+    wait = maxtext_trainer._DataWait()
+    wait.time(Batches)
+    Batches().load_next_batch_pre_sharding()
+    assert wait.batch_tokens == 4
+
+
+def test_each_process_says_a_steps_tokens_before_its_checkpoint_may_be_written(monkeypatch, capsys):
+    """At each periodic checkpoint, and at every step after the preemption notice (MaxText saves
+    at the step its processes agree on), before MaxText's own maybe_save_checkpoint runs."""
+    train = maxtext_source("trainers/pre_train/train.py")
+    assert "checkpointing.maybe_save_checkpoint(checkpoint_manager, state, config, data_iterator, step)" in train
+    saves: list[int | None] = []
+    checkpointing = SimpleNamespace(
+        maybe_save_checkpoint=lambda manager, state, config, iterator, step=None: saves.append(step)
+    )
+    notice = SimpleNamespace(received=False)
+    monkeypatch.setattr(maxtext_trainer.DATA_WAIT, "batch_tokens", 42)
+    uninstall = maxtext_trainer.say_checkpointed_tokens(checkpointing, notice)
+    config = SimpleNamespace(checkpoint_period=4)
+    for step in (3, 4):
+        checkpointing.maybe_save_checkpoint("manager", "state", config, "iterator", step)
+    checkpointing.maybe_save_checkpoint(None, "state", config, "iterator", 8)  # checkpointing off
+    notice.received = True
+    checkpointing.maybe_save_checkpoint("manager", "state", config, "iterator", step=5)
+    checkpointing.maybe_save_checkpoint("manager", "state", config, "iterator")  # the save at completion
+    uninstall()
+    checkpointing.maybe_save_checkpoint("manager", "state", config, "iterator", 12)
+    assert saves == [3, 4, 8, 5, None, 12]  # every call reached MaxText's
+    said = [read_event(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(event.step, event.tokens, event.process, event.processes) for event in said] == [
+        (4, 42, 0, 1),
+        (5, 42, 0, 1),
+    ]

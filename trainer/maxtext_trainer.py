@@ -16,7 +16,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +139,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     stopped = _DataStop()
     logging.getLogger("absl").addHandler(stopped)
     uninstall = clock.install(train, checkpointing) if clock is not None else None
+    unsay = say_checkpointed_tokens(checkpointing, notice)
     # An empty jax_cache_dir is MaxText's "no cache" (its default is a folder in the pod).
     argv = [*config["argv"], f"jax_cache_dir={cache_dir or ''}"]
     notice.start()
@@ -149,6 +150,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     finally:
         notice.stop()
         logging.getLogger("absl").removeHandler(stopped)
+        unsay()
         if uninstall is not None:
             uninstall()
     if stopped.failure is not None:
@@ -272,6 +274,9 @@ class _DataWait:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._seconds = 0.0
+        # The real (not padding) target tokens of the last batch this process fetched: the
+        # batch of the step MaxText runs (it fetches one batch per step, at the step's start).
+        self.batch_tokens: int | None = None
 
     def add(self, seconds: float) -> None:
         with self._lock:
@@ -292,15 +297,59 @@ class _DataWait:
         def timed(loader: Any, *args: Any, **kwargs: Any) -> Any:
             started = time.monotonic()
             try:
-                return fetch(loader, *args, **kwargs)
+                batch = fetch(loader, *args, **kwargs)
             finally:
                 wait.add(time.monotonic() - started)
+            wait.batch_tokens = real_tokens(batch)
+            return batch
 
         timed._timed_by = self  # type: ignore[attr-defined]
         loader_class.load_next_batch_pre_sharding = timed
 
 
 DATA_WAIT = _DataWait()
+
+
+def real_tokens(batch: Any) -> int | None:
+    """A batch's real target tokens, as MaxText counts them for a step (its total_weights: the
+    target positions whose segment is not 0, padding); None for a batch without segments."""
+    import numpy as np
+
+    segments = batch.get("targets_segmentation") if isinstance(batch, dict) else None
+    return int(np.count_nonzero(np.asarray(segments))) if segments is not None else None
+
+
+def say_checkpointed_tokens(checkpointing_module: Any, notice: PreemptionNotice) -> Callable[[], None]:
+    """Wraps MaxText's `checkpointing.maybe_save_checkpoint` so that, before a step's checkpoint
+    may be written (a periodic one, or any after the preemption notice), this process says its
+    share of the step's tokens (`step_tokens`): a run resumed from that checkpoint may never log
+    the step. Returns what undoes it."""
+    import jax
+
+    save = checkpointing_module.maybe_save_checkpoint
+
+    def maybe_save_checkpoint(checkpoint_manager: Any, state: Any, config: Any, *args: Any, **kwargs: Any) -> Any:
+        given = kwargs.get("step", args[1] if len(args) > 1 else None)
+        step = int(given) if given is not None else None  # None: the save at completion
+        tokens = DATA_WAIT.batch_tokens
+        period = getattr(config, "checkpoint_period", 0) or 0
+        due = step is not None and (notice.received or (period > 0 and step % period == 0))
+        if checkpoint_manager is not None and due and tokens is not None:
+            _emit(
+                "step_tokens",
+                step=step,
+                tokens=tokens,
+                process=jax.process_index(),
+                processes=jax.process_count(),
+            )
+        return save(checkpoint_manager, state, config, *args, **kwargs)
+
+    checkpointing_module.maybe_save_checkpoint = maybe_save_checkpoint
+
+    def uninstall() -> None:
+        checkpointing_module.maybe_save_checkpoint = save
+
+    return uninstall
 
 
 class _StepEvents(logging.Handler):

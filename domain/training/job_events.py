@@ -5,7 +5,9 @@ The trainer writes one line per event, `maxtext-tpu-event {json}` (`event_line`)
 worker group writes `attempt` when it starts, `step` for each step MaxText completes (with the
 wall-clock time MaxText logged it at), `notice` when Ray Train tells it that a node of the group
 is being drained for preemption and `notice_saved` for the checkpoint written at that notice, and
-`phase` as each phase of its start ends (domain/training/start_phases.py); the driver writes
+`phase` as each phase of its start ends (domain/training/start_phases.py); every rank writes
+`step_tokens` before a checkpoint of a step is written (its share of the step's tokens); the
+driver writes
 `failed` with the budget that ran out. Writers and readers take the kinds, fields
 and prefix from here; domain/training/job_log.py is the one reader of a log.
 
@@ -109,6 +111,21 @@ class FailedEvent(BaseModel):
     message: str
 
 
+class StepTokensEvent(BaseModel):
+    """Before a checkpoint of a step is written, each process of the group says its share of the
+    step's batch: its real (not padding) target tokens. A run resumed from that checkpoint may
+    never log the step (MaxText logs a step one step late, and stops at a preemption save before
+    logging it), so its tokens would otherwise be unknown."""
+
+    model_config = _STRICT
+    event: Literal["step_tokens"]
+    time: Time | None = None
+    step: Step
+    tokens: Annotated[int, Field(ge=0)]
+    process: Annotated[int, Field(ge=0)]
+    processes: Annotated[int, Field(ge=1)]
+
+
 class DatasetEvent(BaseModel):
     """The driver read the job's data files before the first step: which, and their prepared
     corpus's manifest figures when it has one (domain/training/dataset_manifest.py)."""
@@ -122,7 +139,7 @@ class DatasetEvent(BaseModel):
     tokens: Annotated[int, Field(ge=0)] | None = None
 
 
-Event = AttemptEvent | StepEvent | NoticeEvent | FailedEvent | DatasetEvent | PhaseEvent
+Event = AttemptEvent | StepEvent | NoticeEvent | FailedEvent | DatasetEvent | PhaseEvent | StepTokensEvent
 # The kinds the job's reader uses. Any other kind is another reader's: passed over, not damaged.
 EVENT_KINDS: dict[str, type[Event]] = {
     "attempt": AttemptEvent,
@@ -131,6 +148,7 @@ EVENT_KINDS: dict[str, type[Event]] = {
     "failed": FailedEvent,
     "dataset": DatasetEvent,
     "phase": PhaseEvent,
+    "step_tokens": StepTokensEvent,
 }
 
 

@@ -20,6 +20,7 @@ from domain.training.job_events import (
     BadEventLine,
     DatasetEvent,
     StepMetrics,
+    StepTokensEvent,
     eval_loss,
     ray_train_retry_line,
     read_event,
@@ -59,17 +60,42 @@ class StepCollector:
         self.eval_loss: float | None = None
         self.dataset: DatasetEvent | None = None
         self._samples: deque[tuple[float, float]] = deque(maxlen=window)
+        # The tokens of checkpointed steps not yet logged, by step and process: a run resumed
+        # from one may never log it (StepTokensEvent).
+        self._saved: dict[int, dict[int, int]] = {}
+        self._processes: dict[int, int] = {}
 
     def add(self, text: str) -> None:
         """Reads a piece of the log for its steps (through the job's reader)."""
         JobLog(self).add_text(text)
 
+    def saved_step(self, event: StepTokensEvent) -> None:
+        """A process's share of a step about to be checkpointed."""
+        if event.step > self.highest_step:
+            self._saved.setdefault(event.step, {})[event.process] = event.tokens
+            self._processes[event.step] = event.processes
+
+    def _saved_tokens(self, step: int) -> int | None:
+        """A checkpointed step's tokens, when every process of its group said its share."""
+        shares = self._saved.get(step, {})
+        return sum(shares.values()) if shares and len(shares) == self._processes[step] else None
+
     def add_step(self, step: StepMetrics) -> None:
         if step.step > self.highest_step:
-            self.tokens_trained += step.tokens * (step.step - self.highest_step)
+            # Steps the log skipped: a checkpointed one counts as its processes said, any other
+            # (a stretch of log not read) as this step's size.
+            skipped = step.step - self.highest_step - 1
+            said = [
+                tokens
+                for saved in self._saved
+                if self.highest_step < saved < step.step and (tokens := self._saved_tokens(saved)) is not None
+            ]
+            self.tokens_trained += step.tokens * (1 + skipped - len(said)) + sum(said)
             if step.step > 0 and (sample := step.throughput) is not None:
                 self._samples.append(sample)
             self.highest_step = step.step
+            for saved in [saved for saved in self._saved if saved <= step.step]:
+                del self._saved[saved], self._processes[saved]
         self.latest = step
 
     def summary(self) -> dict[str, float | int | bool | str | None]:
@@ -98,8 +124,9 @@ class StepCollector:
 
     def _data_summary(self) -> dict[str, float | int | str | None]:
         """What the job trained on: the data's identity (synthetic: none), its tokens (each step
-        once; a step the log lost counts as its successor's size), the passes over a corpus whose
-        manifest counts its tokens, and the last evaluation's loss."""
+        once; a checkpointed step never logged as its processes said before the checkpoint, any
+        other step the log lost as its successor's size), the passes over a corpus whose manifest
+        counts its tokens, and the last evaluation's loss."""
         dataset = self.dataset
         corpus_tokens = dataset.tokens if dataset is not None else None
         return {
@@ -147,6 +174,8 @@ class JobLog:
             return
         if isinstance(event, DatasetEvent):
             self.steps.dataset = event
+        elif isinstance(event, StepTokensEvent):
+            self.steps.saved_step(event)
         elif event is not None:
             self.record.add(event)
         elif (retry := ray_train_retry_line(line)) is not None:
