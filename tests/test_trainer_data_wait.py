@@ -131,6 +131,19 @@ def test_a_batchs_real_tokens_are_its_nonzero_target_segments_as_maxtext_counts_
     assert maxtext_trainer.real_tokens(batch) == 4
     assert maxtext_trainer.real_tokens({"inputs": np.ones((2, 4))}) is None
 
+    class Global:
+        """A jax.Array spanning other processes' devices: fetching it raises, as JAX does."""
+
+        is_fully_addressable = False
+
+        def __array__(self, *args, **kwargs):
+            raise RuntimeError("Fetching value for `jax.Array` that spans non-addressable devices")
+
+    # The synthetic data of a two-process group (the elastic test's): not counted, never raised.
+    assert maxtext_trainer.real_tokens({"targets_segmentation": Global()}) is None
+    Global.is_fully_addressable = True
+    assert maxtext_trainer.real_tokens({"targets_segmentation": Global()}) is None
+
     class Batches:
         def load_next_batch_pre_sharding(self):
             return batch

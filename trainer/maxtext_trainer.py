@@ -311,12 +311,20 @@ DATA_WAIT = _DataWait()
 
 
 def real_tokens(batch: Any) -> int | None:
-    """A batch's real target tokens, as MaxText counts them for a step (its total_weights: the
-    target positions whose segment is not 0, padding); None for a batch without segments."""
+    """This process's share of a batch's real target tokens, as MaxText counts them for a step
+    (its total_weights: the target positions whose segment is not 0, padding). None for a batch
+    without segments, and for one that is a global array across processes (MaxText's synthetic
+    data on several processes), whose share is not this process's to count. Never raises: it
+    runs inside MaxText's fetch of the batch."""
     import numpy as np
 
     segments = batch.get("targets_segmentation") if isinstance(batch, dict) else None
-    return int(np.count_nonzero(np.asarray(segments))) if segments is not None else None
+    if segments is None or getattr(segments, "is_fully_addressable", True) is False:
+        return None
+    try:
+        return int(np.count_nonzero(np.asarray(segments)))
+    except Exception:  # a count is not worth a failed step
+        return None
 
 
 def say_checkpointed_tokens(checkpointing_module: Any, notice: PreemptionNotice) -> Callable[[], None]:
