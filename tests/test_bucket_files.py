@@ -68,6 +68,24 @@ def dataset(files: str = "/dataset/c4/data-*.array_record") -> Dataset:
     return Dataset(kind=GRAIN, tokenizer="llama3", shuffle_seed=0, packing=True, files=files)
 
 
+def problems_in_buckets(objects: dict[str, bytes], files: str, monkeypatch) -> tuple[list[str], list[dict]]:
+    """The data check of a one-step job on `files`, with `objects` in the dataset bucket; and the
+    headers of each request the Storage API got."""
+    with FakeStorage({"acme-corpus": objects, "acme-ckpt": {}}) as server:
+        monkeypatch.setenv(STORAGE_API_OVERRIDE_ENV, f"{server.address}/storage/v1/")
+        problems = check_data_files(
+            dataset(files),
+            run_name="run-1",
+            run_directory="/data/run-1",
+            overrides={"per_device_batch_size": "1", "max_target_length": "64"},
+            steps=1,
+            global_batch=1,
+            model_vocab=128256,
+            files=BucketFiles(MOUNTS, requests.Session()),
+        ).problems
+    return problems, server.headers
+
+
 def test_the_shards_in_the_bucket_are_checked_against_the_manifest_by_size_and_md5(monkeypatch):
     """Through the Storage API a shard's MD5 comes with the listing, so a shard of the same size
     but other bytes is caught too; a shard not uploaded is named."""
@@ -78,19 +96,7 @@ def test_the_shards_in_the_bucket_are_checked_against_the_manifest_by_size_and_m
     first, second = f"corpora/c4/{first_name}", f"corpora/c4/{second_name}"
     objects[first] = objects[first][:-1] + b"?"  # same size, other bytes
     del objects[second]
-    with FakeStorage({"acme-corpus": objects, "acme-ckpt": {}}) as server:
-        monkeypatch.setenv(STORAGE_API_OVERRIDE_ENV, f"{server.address}/storage/v1/")
-        view = BucketFiles(MOUNTS, requests.Session())
-        problems = check_data_files(
-            dataset("/dataset/c4/data-*-of-00003.array_record"),
-            run_name="run-1",
-            run_directory="/data/run-1",
-            overrides={"per_device_batch_size": "1", "max_target_length": "64"},
-            steps=1,
-            global_batch=1,
-            model_vocab=128256,
-            files=view,
-        ).problems
+    problems, _ = problems_in_buckets(objects, "/dataset/c4/data-*-of-00003.array_record", monkeypatch)
     assert problems[0].startswith(
         "datasetFiles = '/dataset/c4/data-*-of-00003.array_record' matches 2 of the 3 shards its manifest lists "
         "(not matched: data-00001-of-00003.array_record)"
@@ -111,19 +117,8 @@ def test_a_parquet_object_is_read_for_its_columns_from_its_end_only(monkeypatch)
     pq.write_table(pa.table({"body": [os.urandom(500).hex() for _ in range(200)]}), sink)  # 200 KB of rows
     assert len(sink.getvalue()) > 3 * PARQUET_TAIL_BYTES
     objects = {"corpora/raw/part-0.parquet": sink.getvalue()}
-    with FakeStorage({"acme-corpus": objects, "acme-ckpt": {}}) as server:
-        monkeypatch.setenv(STORAGE_API_OVERRIDE_ENV, f"{server.address}/storage/v1/")
-        problems = check_data_files(
-            Dataset(kind=GRAIN, tokenizer="llama3", shuffle_seed=0, packing=True, files="/dataset/raw/*.parquet"),
-            run_name="run-1",
-            run_directory="/data/run-1",
-            overrides={"per_device_batch_size": "1", "max_target_length": "64"},
-            steps=1,
-            global_batch=1,
-            model_vocab=128256,
-            files=BucketFiles(MOUNTS, requests.Session()),
-        ).problems
-        ranges = [headers.get("range") for headers in server.headers if "range" in headers]
+    problems, headers = problems_in_buckets(objects, "/dataset/raw/*.parquet", monkeypatch)
+    ranges = [asked["range"] for asked in headers if "range" in asked]
     assert problems[0].startswith(
         "datasetFiles = '/dataset/raw/*.parquet' matches /dataset/raw/part-0.parquet, which has no 'text' column "
         "(its columns: body)"
