@@ -1,9 +1,11 @@
 """A job's data files as a view of them shows them: the local filesystem (the local stack before
 it submits, the trainer's driver on the cluster before the first step) or the buckets behind the
-cluster's mounts (the GKE stack before it submits: workloads/bucket_files.py). What the files must
-be is decided in domain/training/dataset.py; this module only looks: the pattern's matches, the
-prepared corpus's manifest beside them, and the record of the data an earlier run of the run
-name read. Paths are the workers' paths in every view.
+cluster's mounts (the GKE stack before it submits: workloads/bucket_files.py). What the run needs
+of the corpus (coverage, vocabulary, the same data as before) is decided in
+domain/training/dataset.py; this module looks at the files: the pattern's matches (none empty, each
+Parquet file with the text column, exactly the shards a manifest lists), the prepared corpus's
+manifest beside them, and the record of the data an earlier run of the run name read. Paths are
+the workers' paths in every view.
 """
 
 from __future__ import annotations
