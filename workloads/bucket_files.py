@@ -49,15 +49,19 @@ class BucketFiles:
         bucket, name = self._object(path)
         return f"gs://{bucket}/{name}"
 
-    def _object(self, path: str) -> tuple[str, str]:
+    def _mount(self, path: str) -> tuple[PurePosixPath, str, str]:
+        """The mount `path` is on: its path, and the bucket and prefix behind it."""
         worker = PurePosixPath(path)
         for mount, backing in self.mounts.items():
             if worker == mount or mount in worker.parents:
                 bucket, _, prefix = backing.partition("/")
-                rest = worker.relative_to(mount).as_posix()
-                name = "/".join(part for part in (prefix, rest) if part and part != ".")
-                return bucket, name
+                return mount, bucket, prefix
         raise OSError(f"{path} is on none of the cluster's bucket mounts ({', '.join(map(str, self.mounts))})")
+
+    def _object(self, path: str) -> tuple[str, str]:
+        mount, bucket, prefix = self._mount(path)
+        rest = PurePosixPath(path).relative_to(mount).as_posix()
+        return bucket, "/".join(part for part in (prefix, rest) if part and part != ".")
 
     def _get(self, url: str, params: Mapping[str, str], what: str) -> requests.Response:
         try:
@@ -68,17 +72,10 @@ class BucketFiles:
             raise OSError(f"the Storage API answered HTTP {response.status_code} for {what}: {_reason(response)}")
         return response
 
-    def _worker_path(self, bucket: str, name: str) -> str | None:
-        """An object's path on the workers (through the first mount that backs it)."""
-        for mount, backing in self.mounts.items():
-            mount_bucket, _, prefix = backing.partition("/")
-            if mount_bucket == bucket and (not prefix or name.startswith(prefix + "/")):
-                return str(mount / name[len(prefix) :].lstrip("/")) if prefix else str(mount / name)
-        return None
-
     def matches(self, pattern: str) -> list[MatchedFile]:
         """The objects `pattern` matches, with their sizes; their MD5s (absent from composite
         objects) are kept for `md5`. Raises OSError past LIST_AT_MOST objects."""
+        mount, _, prefix = self._mount(pattern)
         bucket, name = self._object(pattern)
         literal = name[: match.start()] if (match := _GLOB.search(name)) else name
         what = f"gs://{bucket}/{name}"
@@ -92,9 +89,9 @@ class BucketFiles:
                 raise OSError(f"the Storage API knows no bucket {bucket} (for {what})")
             page = response.json()
             for item in page.get("items") or []:
-                path = self._worker_path(bucket, str(item["name"]))
-                if path is None:
-                    continue
+                # The object's path on the workers, through the pattern's mount (the listing is
+                # under its prefix).
+                path = str(mount / str(item["name"]).removeprefix(prefix).lstrip("/"))
                 file = MatchedFile(path, int(item.get("size") or 0))
                 found.append(file)
                 if isinstance(item.get("md5Hash"), str):

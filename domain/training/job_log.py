@@ -60,10 +60,9 @@ class StepCollector:
         self.eval_loss: float | None = None
         self.dataset: DatasetEvent | None = None
         self._samples: deque[tuple[float, float]] = deque(maxlen=window)
-        # The tokens of checkpointed steps not yet logged, by step and process: a run resumed
-        # from one may never log it (StepTokensEvent).
-        self._saved: dict[int, dict[int, int]] = {}
-        self._processes: dict[int, int] = {}
+        # Checkpointed steps not yet logged: the group's process count, and each process's share
+        # of the step's tokens. A run resumed from one may never log it (StepTokensEvent).
+        self._saved: dict[int, tuple[int, dict[int, int]]] = {}
 
     def add(self, text: str) -> None:
         """Reads a piece of the log for its steps (through the job's reader)."""
@@ -72,13 +71,13 @@ class StepCollector:
     def saved_step(self, event: StepTokensEvent) -> None:
         """A process's share of a step about to be checkpointed."""
         if event.step > self.highest_step:
-            self._saved.setdefault(event.step, {})[event.process] = event.tokens
-            self._processes[event.step] = event.processes
+            _, shares = self._saved.get(event.step, (event.processes, {}))
+            self._saved[event.step] = (event.processes, {**shares, event.process: event.tokens})
 
     def _saved_tokens(self, step: int) -> int | None:
         """A checkpointed step's tokens, when every process of its group said its share."""
-        shares = self._saved.get(step, {})
-        return sum(shares.values()) if shares and len(shares) == self._processes[step] else None
+        processes, shares = self._saved[step]
+        return sum(shares.values()) if len(shares) == processes else None
 
     def add_step(self, step: StepMetrics) -> None:
         if step.step > self.highest_step:
@@ -94,8 +93,7 @@ class StepCollector:
             if step.step > 0 and (sample := step.throughput) is not None:
                 self._samples.append(sample)
             self.highest_step = step.step
-            for saved in [saved for saved in self._saved if saved <= step.step]:
-                del self._saved[saved], self._processes[saved]
+            self._saved = {saved: said for saved, said in self._saved.items() if saved > step.step}
         self.latest = step
 
     def summary(self) -> dict[str, float | int | bool | str | None]:
