@@ -1049,6 +1049,26 @@ def test_the_memory_rules_defer_to_a_fit_check_of_exactly_the_job(shipped):
     assert {v.policy_name for v in evaluate(resources, {})} == {"rayjob-hbm-headroom"}
 
 
+def test_a_presets_recorded_compile_speaks_only_for_a_job_with_the_workers_own_flags():
+    """docs/fit-check.md: the preset's configuration fits as its compile recorded, unless the job's
+    runtimeEnv changes the compiler's flags (another executable); flags written as the workers'
+    own change nothing."""
+    from types import SimpleNamespace
+
+    from domain.training.job import resolve_job
+    from policies.rules.rayjob import _compiler_says_it_fits
+
+    job = resolve_job("llama3-8b", run_name="r", checkpoint_root="/c")
+
+    def with_env(env_vars: dict[str, str] | None) -> bool:
+        props = {} if env_vars is None else {"runtime_env": {"env_vars": env_vars}}
+        return _compiler_says_it_fits(job, SimpleNamespace(props=props))
+
+    assert with_env(None)
+    assert not with_env({"LIBTPU_INIT_ARGS": "${LIBTPU_INIT_ARGS} --xla_tpu_preset_probe=1"})
+    assert with_env({"LIBTPU_INIT_ARGS": "${LIBTPU_INIT_ARGS}"})
+
+
 def infra_with(**settings: Any) -> list[dict[str, Any]]:
     config = stack_config("dev")
     config.update({f"maxtext-tpu-infra:{key}": value for key, value in settings.items()})
