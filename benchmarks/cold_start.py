@@ -250,7 +250,7 @@ def run_scenarios(head: LocalRayHead, workdir: Path) -> dict[str, dict[str, Any]
     for scenario in SCENARIOS:
         run_name = f"cold-start-{scenario.key}-{os.getpid()}"
         settings = settings_for(head.address, workdir / scenario.root, run_name, scenario)
-        job = job_resolution.resolve_local(settings)
+        job = job_resolution.resolve_local(settings, warn=lambda warning: print(f"warning: {warning}", file=sys.stderr))
         print(f"{scenario.label}: run {run_name}", file=sys.stderr, flush=True)
         during = kill_after_first_checkpoint(job, head.address) if scenario.kill else None
         started = time.monotonic()

@@ -164,9 +164,9 @@ def test_a_gke_job_is_refused_before_submission_for_what_the_buckets_hold(storag
     job = resolve_job(
         "llama3-8b", run_name="run-1", checkpoint_root="/data", dataset=dataset("/dataset/c5/*.array_record")
     )
-    problems, warning = job_resolution.bucket_data_check(job, CLUSTER)
-    assert warning is None and problems[0].startswith("datasetFiles matches no file: '/dataset/c5/*.array_record'")
+    problems, warnings = job_resolution.bucket_data_check(job, CLUSTER)
+    assert warnings == [] and problems[0].startswith("datasetFiles matches no file: '/dataset/c5/*.array_record'")
     storage.refuse = 403
-    problems, warning = job_resolution.bucket_data_check(job, CLUSTER)
+    problems, [warning] = job_resolution.bucket_data_check(job, CLUSTER)
     assert problems == [] and "could not be checked in gs://acme-corpus/corpora" in warning
     assert "HTTP 403" in warning and "the job's driver checks them before the first step" in warning

@@ -3,6 +3,7 @@ submitted (the settings, the job's resolution, and the files as the local stack 
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 
@@ -15,11 +16,11 @@ from domain.training.dataset import (
     DATA_RECORD,
     GRAIN,
     Dataset,
-    coverage_problem,
+    coverage,
     data_record,
     vocab_problem,
 )
-from domain.training.dataset_manifest import MANIFEST_NAME
+from domain.training.dataset_manifest import MANIFEST_NAME, PassTokens, chunks, pass_tokens, token_lengths
 from domain.training.job import JobError, resolve_job
 from tests.support.cli_settings import workload_settings
 from tests.support.corpus import SHARD, corpus_manifest, shard_files
@@ -103,41 +104,89 @@ def test_a_tokenizer_larger_than_the_model_is_refused():
     assert "set maxtextOverrides.vocab_size to at least 128256" in vocab_problem("llama3", 128256, 256)
 
 
+HUNDREDS = ((100, 60),)  # the issue's corpus: 60 documents of 100 tokens
+
+
 @pytest.mark.parametrize(
-    "documents, tokens, truncation, epochs, refused",
+    "documents, tokens, lengths, truncation, packing, epochs, steps, batch, verdict",
     [
-        # MaxText truncates each document and a sequence holds at least one, packed or not: 50
-        # documents give at most 50 sequences, whatever their tokens (6337 once passed as "99").
-        (50, 6337, True, None, True),
-        (50, None, True, None, True),
-        (50, 6337, True, 2, False),
-        (100, 3000, True, None, False),  # 100 short documents: 100 sequences unpacked
-        # The issue's corpus: 60 documents of about 100 tokens, 50 steps of 1 sequence of 128:
-        # refused before as "fill at most 48 sequences", while the pipeline gives 60.
-        (60, 6000, True, None, False),
-        # Without truncation a document is chunks of max_target_length: at most its tokens / 64
-        # plus one each.
-        (50, 3200, False, None, False),  # 50 + 50
-        (50, 3199, False, None, True),  # 50 + 49
-        (50, None, False, None, False),  # no token count: nothing bounds the chunks
+        # Trimmed and unpacked, a document is one sequence: exact, and a part batch is a step.
+        (50, None, None, True, False, None, 10, 5, "fits"),
+        (49, None, None, True, False, None, 10, 5, "fits"),  # 9 batches of 5 and one of 4
+        (45, None, None, True, False, None, 10, 5, "refused"),
+        (45, None, None, True, False, 2, 10, 5, "fits"),
+        # Packed: no more sequences than documents, no fewer than the kept tokens fill. The
+        # issue's corpus, 50 steps of 1 sequence of 128: refused before as "fill at most 48
+        # sequences" while the pipeline gives 60; between 47 and 60 it may run out: a warning.
+        (60, 6000, HUNDREDS, True, True, None, 50, 1, "warned"),
+        (60, 6000, HUNDREDS, True, True, None, 47, 1, "fits"),
+        (60, 6000, HUNDREDS, True, True, None, 61, 1, "refused"),
+        (60, None, None, True, True, None, 50, 1, "warned"),  # no token count: at least one
+        # Without truncation a document is chunks of max_target_length: exact with each
+        # document's tokens (two chunks of 100 tokens here), bounded by documents + tokens / 128
+        # without them.
+        (60, 6000, HUNDREDS, False, False, None, 60, 1, "fits"),
+        (60, 6000, HUNDREDS, False, False, None, 61, 1, "refused"),
+        (60, 6000, None, False, False, None, 106, 1, "warned"),  # at most 60 + 46
+        (60, 6000, None, False, False, None, 107, 1, "refused"),
+        (60, None, None, False, True, None, 10_000, 1, "warned"),  # nothing bounds the chunks
     ],
 )
-def test_a_corpus_is_refused_only_when_it_cannot_cover_the_run(documents, tokens, truncation, epochs, refused):
-    steps, batch = (50, 1) if documents == 60 else (10, 10)
-    problem = coverage_problem(
+def test_a_corpus_is_refused_only_when_it_cannot_feed_the_run_and_warned_of_when_it_may_not(
+    documents, tokens, lengths, truncation, packing, epochs, steps, batch, verdict
+):
+    problem, warning = coverage(
         documents=documents,
         steps=steps,
         global_batch=batch,
-        max_target_length=128 if documents == 60 else 64,
+        max_target_length=128,
         tokens=tokens,
+        lengths=lengths,
         truncation=truncation,
+        packing=packing,
         epochs=epochs,
         files="d/*",
     )
-    assert (problem is not None) == refused, problem
-    if refused:
-        assert problem.startswith("datasetFiles = 'd/*' is too small for the run: its 50 documents ")
-        assert "but 10 steps of 10 sequences need 100; set epochs to at least " in problem
+    assert {"fits": (None, None), "refused": (problem, None), "warned": (None, warning)}[verdict] == (problem, warning)
+    if problem is not None:
+        assert problem.startswith(f"datasetFiles = 'd/*' is too small for the run: its {documents} documents give ")
+        assert f"but the run takes {steps} steps of {batch} sequences; set epochs to at least " in problem
+    if warning is not None:
+        assert warning.startswith("datasetFiles = 'd/*' may run out before the run ends: packed into sequences of 128")
+        assert "the job saves at the last step the data held and fails saying so" in warning
+
+
+def test_a_pass_keeps_each_document_up_to_the_sequence_and_cuts_it_without_truncation():
+    lengths = token_lengths([100, 300, 129, 128, 100])
+    assert lengths == ((100, 2), (128, 1), (129, 1), (300, 1))
+    assert pass_tokens(lengths, max_target_length=128, truncation=True) == PassTokens(
+        kept=100 + 100 + 128 + 128 + 128, truncated=1 + 172, documents_truncated=2
+    )
+    assert pass_tokens(lengths, max_target_length=128, truncation=False) == PassTokens(757, 0, 0)
+    assert chunks(lengths, 128) == 1 + 1 + 1 + 2 + 3
+
+
+def test_the_tokens_truncation_drops_are_a_warning_naming_the_fix(tmp_path):
+    directory = tmp_path / "c"
+    directory.mkdir()
+    (directory / SHARD).write_bytes(b"x")
+    manifest = dataclasses.replace(corpus_manifest(3, 300), token_lengths=((50, 2), (200, 1)))
+    (directory / MANIFEST_NAME).write_text(manifest.to_json())
+    checked = check(grain(str(directory / SHARD)), tmp_path / "run", steps=1)
+    assert checked.problems == [] and checked.pass_tokens == PassTokens(kept=164, truncated=136, documents_truncated=1)
+    [warning] = checked.warnings
+    assert "1 documents are longer than max_target_length 64" in warning
+    assert "each pass trains 164 of the corpus's tokens and drops 136 (45.3%" in warning
+    assert "set maxtextOverrides.use_truncation to false (the smoke run's --set use_truncation=false" in warning
+    untrimmed = check(
+        grain(str(directory / SHARD)),
+        tmp_path / "run2",
+        steps=1,
+        overrides={"max_target_length": "64", "use_truncation": "false"},
+    )
+    assert untrimmed.warnings == [] and untrimmed.pass_tokens == PassTokens(
+        kept=300, truncated=0, documents_truncated=0
+    )
 
 
 def write_corpus(directory, documents=50, tokens=3000):

@@ -164,11 +164,21 @@ def test_the_data_outputs_name_the_corpus_and_count_its_passes_and_the_last_eval
     summary = collector.summary()
     assert {key: summary[key] for key in DATA_OUTPUTS} == {
         "tokens_trained": 256,
+        "tokens_truncated": None,  # a manifest without each document's tokens
         "epochs": 2.0,
         "eval_loss": 5.125,
         "dataset_files": "/dataset/c/data-*.array_record",
         "dataset_hash": "sha256:ab",
     }
+
+
+def test_a_pass_is_what_the_trim_keeps_so_a_full_pass_is_one_epoch():
+    """Issue 32: 7,521 of a corpus's tokens dropped by truncation made a full pass 0.85 epochs."""
+    dataset = event_line("dataset", files="/d/c.array_record", tokens=160, tokens_truncated=32)
+    collector = StepCollector()
+    collector.add("\n".join([dataset, line(0), line(1)]))  # 2 x 64 = the 128 tokens a pass trains
+    summary = collector.summary()
+    assert (summary["tokens_trained"], summary["tokens_truncated"], summary["epochs"]) == (128, 32, 1.0)
 
 
 def test_throughput_numbers_that_overflow_are_left_out_of_the_medians():

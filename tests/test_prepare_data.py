@@ -94,6 +94,12 @@ def test_the_content_hash_is_the_documents_in_order_and_nothing_else():
         (lambda data: data.update(documents="300"), "the manifest's 'documents' is not a int"),
         (lambda data: data.update(format="parquet"), "this product reads 'arrayrecord'"),
         (lambda data: data.update(documents=299), "do not add up to its documents"),
+        (
+            lambda data: data.update(token_lengths=[[20, 300]]),
+            "token_lengths do not add up to its documents and tokens",
+        ),
+        (lambda data: data.update(token_lengths=[[20, 299], [25, 1]]), "token_lengths do not add up"),
+        (lambda data: data.update(token_lengths=[[20, "300"]]), "'token_lengths' is not a list of"),
     ],
 )
 def test_a_manifest_is_read_once_into_a_record_and_a_wrong_one_says_which_field(change, says):
@@ -106,8 +112,12 @@ def test_a_manifest_is_read_once_into_a_record_and_a_wrong_one_says_which_field(
         "shards": [{"file": "data-00000-of-00001.array_record", "documents": 300, "bytes": 8000, "sha256": "x"}],
         "sources": ["corpus.jsonl"],
         "skipped_empty": 0,
+        "tokenizer": "llama3",
+        "tokens": 6004,
+        "token_lengths": [[20, 299], [24, 1]],
     }
     manifest = DatasetManifest.from_json(json.dumps(good))
+    assert manifest.token_lengths == ((20, 299), (24, 1))
     assert DatasetManifest.from_json(manifest.to_json()) == manifest
     assert manifest.file_pattern == "data-*-of-00001.array_record"
     change(good)
@@ -128,6 +138,10 @@ def test_jsonl_becomes_shards_maxtext_reads_back_in_order(tmp_path):
     assert [shard.documents for shard in manifest.shards] == [100, 100, 100]
     assert manifest.bytes == sum(len(text.encode()) for text in DOCUMENTS) == summary["bytes"]
     assert manifest.content_hash == content_hash(DOCUMENTS) == summary["content_hash"]
+    # Each document's tokens, by length, adding up to the corpus's.
+    assert manifest.token_lengths is not None and manifest.token_lengths == tuple(sorted(manifest.token_lengths))
+    assert sum(count for _, count in manifest.token_lengths) == 300
+    assert sum(tokens * count for tokens, count in manifest.token_lengths) == manifest.tokens == summary["tokens"]
     assert summary["pattern"] == str(tmp_path / "prepared" / "data-*-of-00003.array_record")
     # Each shard's size and MD5 (as Cloud Storage reports an object's), to check copies against.
     for shard in manifest.shards:

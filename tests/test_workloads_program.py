@@ -168,7 +168,7 @@ def test_a_missing_trainer_program_is_refused_before_submission(monkeypatch):
     from workloads import job_inputs, job_resolution
 
     settings = workload_settings({"address": "http://127.0.0.1:8265", "preset": "tiny-cpu"}, stack="local")
-    job = job_resolution.resolve_local(settings)
+    job = job_resolution.resolve_local(settings, warn=pytest.fail)  # no data: nothing to warn of
     monkeypatch.setattr(job_inputs.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(
         JobError, match=r"the trainer program trainer\.maxtext_multi_slice_trainer is not in this checkout"
@@ -264,7 +264,9 @@ def test_the_job_description_gives_exactly_the_job_inputs_the_resource_declares(
     from workloads.ray_job import JOB_INPUTS
 
     settings = workload_settings({"address": "http://127.0.0.1:8265", "preset": "tiny-cpu"}, stack="local")
-    assert set(job_inputs.ray_job_inputs(job_resolution.resolve_local(settings), settings)) == set(JOB_INPUTS)
+    assert set(job_inputs.ray_job_inputs(job_resolution.resolve_local(settings, warn=pytest.fail), settings)) == set(
+        JOB_INPUTS
+    )
 
 
 def test_a_deadline_shorter_than_the_predicted_run_is_warned_of_with_by_how_much(caplog):

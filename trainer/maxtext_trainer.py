@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -582,6 +583,8 @@ def check_data(job: JobSpec) -> list[str]:
         return checked.problems
     if checked.record is not None:
         keep_record(job.run_directory, checked.record)
+    for warning in checked.warnings:
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
     manifest = checked.manifest
     _emit(
         "dataset",
@@ -589,6 +592,7 @@ def check_data(job: JobSpec) -> list[str]:
         content_hash=manifest.content_hash if manifest else None,
         documents=manifest.documents if manifest else None,
         tokens=manifest.tokens if manifest and manifest.tokenizer == job.dataset.tokenizer else None,
+        tokens_truncated=checked.pass_tokens.truncated if checked.pass_tokens else None,
     )
     return []
 

@@ -35,6 +35,7 @@ from domain.training.dataset_manifest import (
     shard_bounds,
     shard_count,
     shard_name,
+    token_lengths,
 )
 
 
@@ -148,8 +149,8 @@ def _example(text: str) -> bytes:
     return example.SerializeToString()
 
 
-def count_tokens(documents: Sequence[str], tokenizer: str) -> int:
-    """The documents' tokens as MaxText's pipeline makes them (BOS and EOS added), with one of
+def document_tokens(documents: Sequence[str], tokenizer: str) -> list[int]:
+    """Each document's tokens as MaxText's pipeline makes them (BOS and EOS added), with one of
     the tokenizers MaxText ships."""
     import os
 
@@ -159,7 +160,7 @@ def count_tokens(documents: Sequence[str], tokenizer: str) -> int:
     shipped = SHIPPED_TOKENIZERS[tokenizer]
     path = os.path.join(os.path.dirname(maxtext.__file__), "assets", "tokenizers", shipped.file)
     encoder = build_tokenizer(path, shipped.type, add_bos=True, add_eos=True, hf_access_token="")
-    return sum(len(encoder.encode(text)) for text in documents)
+    return [len(encoder.encode(text)) for text in documents]
 
 
 def prepare(
@@ -202,6 +203,7 @@ def prepare(
                 md5=md5_base64(data),
             )
         )
+    lengths = document_tokens(documents, tokenizer) if tokenizer is not None else None
     manifest = DatasetManifest(
         format=FORMAT,
         text_feature=TEXT_FEATURE,
@@ -212,7 +214,8 @@ def prepare(
         sources=tuple(files),
         skipped_empty=len(all_texts) - len(documents),
         tokenizer=tokenizer,
-        tokens=count_tokens(documents, tokenizer) if tokenizer is not None else None,
+        tokens=sum(lengths) if lengths is not None else None,
+        token_lengths=token_lengths(lengths) if lengths is not None else None,
     )
     (output / MANIFEST_NAME).write_text(manifest.to_json())
     return manifest

@@ -3,6 +3,7 @@ machine) and checking it before anything is submitted: presets, data, and MaxTex
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from domain.config.stack_outputs import ClusterOutputs
@@ -100,23 +101,21 @@ def _cluster_data_problems(settings: WorkloadSettings, cluster: ClusterOutputs) 
     return problems
 
 
-def resolve_local(settings: WorkloadSettings) -> JobSpec:
+def resolve_local(settings: WorkloadSettings, *, warn: Callable[[str], None]) -> JobSpec:
+    """The local stack's job, its data checked where it is (this machine) before anything is
+    submitted: the files, the tokenizer against the model MaxText resolves, the corpus against
+    the run, and the data of the run's earlier runs (on GKE the trainer's driver checks the same
+    before the first step: docs/training.md). Raises JobError with the problems; passes each
+    warning (data that may run short, tokens truncation drops) to `warn`."""
     assert settings.preset is not None
     job = _settings_job(settings, settings.preset, checkpoint_root=local_checkpoint_root(settings))
-    problems = local_data_problems(job)
-    if problems:
-        raise JobError(problems)
+    if job.dataset is not None:
+        checked = _data_check(job)
+        if checked.problems:
+            raise JobError(checked.problems)
+        for warning in checked.warnings:
+            warn(warning)
     return job
-
-
-def local_data_problems(job: JobSpec) -> list[str]:
-    """A local job's data, checked where it is (this machine) before anything is submitted:
-    the files, the tokenizer against the model MaxText resolves, the corpus against the run, and
-    the data of the run's earlier runs. (On GKE the trainer's driver checks the same before the
-    first step: docs/training.md.)"""
-    if job.dataset is None:
-        return []
-    return _data_check(job).problems
 
 
 def _data_check(job: JobSpec, files: FileView | None = None) -> DataCheck:
@@ -169,24 +168,25 @@ def checked_by_maxtext(job: JobSpec, settings: WorkloadSettings) -> JobSpec:
     return job
 
 
-def bucket_data_check(job: JobSpec, cluster: ClusterOutputs) -> tuple[list[str], str | None]:
+def bucket_data_check(job: JobSpec, cluster: ClusterOutputs) -> tuple[list[str], list[str]]:
     """A GKE job's data files, checked in the buckets behind the cluster's mounts before anything
-    is submitted (workloads/bucket_files.py): (the problems, a warning when the buckets could not
-    be asked). The job's driver checks the same files again before the first step."""
+    is submitted (workloads/bucket_files.py): (the problems, the warnings: the check's own, or
+    that the buckets could not be asked). The job's driver checks the same files again before
+    the first step."""
     if job.dataset is None or job.dataset.files is None:
-        return [], None
+        return [], []
     mounts = {
         str(cluster.dataset_root): cluster.dataset_uri or "",
         cluster.checkpoint_root: cluster.checkpoint_bucket_url or "",
     }
     if not all(mounts.values()):
-        return [], "the infra stack does not say which buckets back its mounts (re-run pulumi up on it)"
+        return [], ["the infra stack does not say which buckets back its mounts (re-run pulumi up on it)"]
     try:
         with operator_session(gke_target(cluster)) as session:
             checked = _data_check(job, BucketFiles(mounts, session))
     except (OSError, JobsApiError) as error:
-        return [], (
+        return [], [
             f"the data files could not be checked in {mounts[str(cluster.dataset_root)]} before submitting ({error}); "
             "the job's driver checks them before the first step"
-        )
-    return checked.problems, None
+        ]
+    return checked.problems, checked.warnings

@@ -78,10 +78,10 @@ async def build(settings: WorkloadSettings) -> dict[str, Any]:
         known = _cluster_plan(settings, infra_stack, values) if values is not None else None
         if known is not None:
             job_inputs.fit_check_result(known.job, settings)  # refuses another configuration's result
-            problems, warning = job_resolution.bucket_data_check(known.job, known.cluster)
+            problems, warnings = job_resolution.bucket_data_check(known.job, known.cluster)
             if problems:
                 raise JobError(problems)
-            if warning is not None:
+            for warning in warnings:
                 pulumi.log.warn(warning)
         plan = raw.apply(lambda values: known if known is not None else _cluster_plan(settings, infra_stack, values))
         cluster = plan.apply(lambda planned: planned.cluster)
@@ -96,7 +96,7 @@ async def build(settings: WorkloadSettings) -> dict[str, Any]:
             )
         )
     else:
-        resolved = job_resolution.resolve_local(settings)
+        resolved = job_resolution.resolve_local(settings, warn=pulumi.log.warn)
         built = job_inputs.ray_job_inputs(resolved, settings)  # refuses a missing trainer program
         job = _secret_if(secret_job, pulumi.Output.from_input(resolved))
         inputs = job.apply(lambda _: built)

@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # First: it takes seconds, and a port held by something else needs no job resolved.
         reuse = existing_head(settings.address)
-        job = job_resolution.resolve_local(settings)
+        job = job_resolution.resolve_local(settings, warn=lambda warning: print(f"warning: {warning}", file=sys.stderr))
     except (SmokeError, JobError) as error:
         print(error, file=sys.stderr)
         return 2

@@ -11,21 +11,23 @@ the workers' paths in every view.
 from __future__ import annotations
 
 import glob
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
 from domain.setting import as_boolean
 from domain.training.dataset import (
     DATA_RECORD,
+    MAXTEXT_MAX_TARGET_LENGTH,
     DataRecord,
     Dataset,
     changed_record_problem,
-    coverage_problem,
+    coverage,
     data_record,
+    truncation_warning,
     vocab_problem,
 )
-from domain.training.dataset_manifest import MANIFEST_NAME, TEXT_FEATURE, DatasetManifest
+from domain.training.dataset_manifest import MANIFEST_NAME, TEXT_FEATURE, DatasetManifest, PassTokens, pass_tokens
 from domain.training.job import JobSpec
 
 
@@ -88,6 +90,9 @@ class DataCheck:
     record: DataRecord | None  # what this run reads, to keep beside its checkpoints
     manifest: DatasetManifest | None
     files: int
+    warnings: list[str] = field(default_factory=list)  # what may go wrong, or is lost, but runs
+    # What a pass trains of the corpus's tokens, where its manifest counts each document's.
+    pass_tokens: PassTokens | None = None
 
 
 def _manifest(files: FileView, pattern: str) -> tuple[DatasetManifest | None, str | None]:
@@ -241,20 +246,29 @@ def check_data_files(
         problem = vocab_problem(dataset.tokenizer, vocab, model_vocab)
         if problem is not None:
             problems.append(problem)
+    warnings: list[str] = []
+    counted = manifest is not None and manifest.tokenizer == dataset.tokenizer
+    max_target_length = int(overrides.get("max_target_length", MAXTEXT_MAX_TARGET_LENGTH))
+    truncation = as_boolean(overrides.get("use_truncation", "true")) is not False
+    lengths = manifest.token_lengths if manifest is not None and counted else None
+    per_pass = pass_tokens(lengths, max_target_length=max_target_length, truncation=truncation) if lengths else None
+    if per_pass is not None and per_pass.truncated:
+        warnings.append(truncation_warning(per_pass, max_target_length, str(dataset.files)))
     if manifest is not None and steps is not None and global_batch is not None:
-        tokens = manifest.tokens if manifest.tokenizer == dataset.tokenizer else None
-        problem = coverage_problem(
+        problem, warning = coverage(
             documents=manifest.documents,
             steps=steps,
             global_batch=global_batch,
-            max_target_length=int(overrides.get("max_target_length", "0") or 0) or 1,
-            tokens=tokens,
-            truncation=as_boolean(overrides.get("use_truncation", "true")) is not False,
+            max_target_length=max_target_length,
+            tokens=manifest.tokens if counted else None,
+            lengths=lengths,
+            truncation=truncation,
+            packing=dataset.packing,
             epochs=dataset.epochs,
             files=str(dataset.files),
         )
-        if problem is not None:
-            problems.append(problem)
+        problems += [problem] if problem is not None else []
+        warnings += [warning] if warning is not None else []
     record = data_record(dataset, overrides, manifest.content_hash if manifest else None)
     earlier_path = str(PurePosixPath(run_directory) / DATA_RECORD)
     earlier_text = view.read_text(earlier_path)
@@ -267,7 +281,14 @@ def check_data_files(
             problem = changed_record_problem(run_name, record, earlier)
             if problem is not None:
                 problems.append(problem)
-    return DataCheck(problems=problems, record=record, manifest=manifest, files=len(matched))
+    return DataCheck(
+        problems=problems,
+        record=record,
+        manifest=manifest,
+        files=len(matched),
+        warnings=warnings,
+        pass_tokens=per_pass,
+    )
 
 
 def check_job_data(

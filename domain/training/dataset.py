@@ -14,6 +14,8 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from domain.training.dataset_manifest import PassTokens, chunks, pass_tokens
+
 SYNTHETIC, GRAIN, HUGGING_FACE = "synthetic", "grain", "hf"
 # MaxText's grain_file_type for each file suffix this product reads.
 FILE_TYPES = {".array_record": "arrayrecord", ".parquet": "parquet"}
@@ -212,10 +214,6 @@ def vocab_problem(tokenizer: str, tokenizer_vocab: int, model_vocab: int) -> str
     )
 
 
-def sequences_needed(steps: int, global_batch: int) -> int:
-    return steps * global_batch
-
-
 def more_passes(epochs: int | str) -> str:
     """What to set where the data runs out: more passes, or fewer steps, in the stack and in the
     smoke run (which has no stack to `pulumi config set`)."""
@@ -225,50 +223,114 @@ def more_passes(epochs: int | str) -> str:
     )
 
 
-def most_sequences(*, documents: int, tokens: int | None, max_target_length: int, truncation: bool) -> int | None:
-    """The most sequences one pass over a corpus can give, packed or not; None when nothing bounds
-    it. MaxText truncates each document to max_target_length (its `use_truncation`, on by
-    default), and a sequence holds at least one document, so a pass gives at most one sequence
-    per document. Without truncation a document becomes chunks of max_target_length: at most
-    its tokens / max_target_length, plus one, each."""
-    if truncation:
-        return documents
-    if tokens is None:
-        return None
-    return documents + tokens // max_target_length
+# MaxText's defaults (its base.yml, MaxText 0.2.5) for the keys a corpus's coverage depends on.
+MAXTEXT_MAX_TARGET_LENGTH = 2048
 
 
-def coverage_problem(
+@dataclass(frozen=True)
+class PassSequences:
+    """The sequences one pass over a corpus gives a run, at least and at most. Without packing a
+    sequence is one document, trimmed to max_target_length (`use_truncation`, MaxText's default)
+    or cut into chunks of it, so the count is exact where the manifest counts each document's
+    tokens. Packing puts several documents, or chunks, into one sequence of max_target_length:
+    no fewer sequences than the pass's tokens fill, no more than without packing."""
+
+    least: int
+    most: int | None  # None: not bounded (no truncation and no token count)
+
+    @property
+    def exact(self) -> bool:
+        return self.least == self.most
+
+
+def pass_sequences(
+    *,
+    documents: int,
+    tokens: int | None,
+    lengths: tuple[tuple[int, int], ...] | None,
+    max_target_length: int,
+    truncation: bool,
+    packing: bool,
+) -> PassSequences:
+    if lengths is not None:
+        most: int | None = documents if truncation else chunks(lengths, max_target_length)
+        kept = pass_tokens(lengths, max_target_length=max_target_length, truncation=truncation).kept
+    elif truncation:
+        most, kept = documents, None
+    else:
+        # Each document is at most its tokens / max_target_length chunks, plus one.
+        most, kept = (documents + tokens // max_target_length, tokens) if tokens is not None else (None, None)
+    if not packing and most is not None and (lengths is not None or truncation):
+        return PassSequences(least=most, most=most)
+    least = -(-kept // max_target_length) if kept is not None else 1
+    return PassSequences(least=least, most=most)
+
+
+def truncation_warning(per_pass: PassTokens, max_target_length: int, files: str) -> str:
+    """Tokens MaxText's trim drops from documents longer than the sequence, each pass."""
+    share = per_pass.truncated / (per_pass.kept + per_pass.truncated)
+    return (
+        f"datasetFiles = {files!r}: {per_pass.documents_truncated} documents are longer than max_target_length "
+        f"{max_target_length}, and MaxText trims them: each pass trains {per_pass.kept} of the corpus's tokens and "
+        f"drops {per_pass.truncated} ({share:.1%}; the tokensTruncated output). To train on them, set "
+        "maxtextOverrides.use_truncation to false (the smoke run's --set use_truncation=false: long documents are "
+        "then cut into sequences, none dropped), or raise max_target_length"
+    )
+
+
+def batches(sequences: int, global_batch: int) -> int:
+    """The steps `sequences` feed: MaxText pads the last batch of a pass's end, so a part batch
+    is a step too."""
+    return -(-sequences // global_batch)
+
+
+def coverage(
     *,
     documents: int,
     steps: int,
     global_batch: int,
     max_target_length: int,
     tokens: int | None,
+    lengths: tuple[tuple[int, int], ...] | None,
     truncation: bool,
+    packing: bool,
     epochs: int | None,
     files: str,
-) -> str | None:
-    """A corpus that cannot fill the run's batches in the passes it is given, whatever the
-    packing: refused only when even the most sequences it can give (`most_sequences`) are too
-    few. A corpus that passes may still run out (packing fills sequences with fewer documents
-    than it has); the trainer then says so."""
-    needed = sequences_needed(steps, global_batch)
+) -> tuple[str | None, str | None]:
+    """Whether a corpus can feed the run's steps in the passes it is given: (a problem, when even
+    the most sequences it gives are too few; a warning, when packing may leave it short: it gives
+    between `least` and `most`, and the run needs more than the least). The trainer says so if
+    the data runs out."""
     passes = epochs or 1
-    most = most_sequences(
-        documents=documents, tokens=tokens, max_target_length=max_target_length, truncation=truncation
+    bounds = pass_sequences(
+        documents=documents,
+        tokens=tokens,
+        lengths=lengths,
+        max_target_length=max_target_length,
+        truncation=truncation,
+        packing=packing,
     )
-    if most is None or passes * most >= needed:
-        return None
-    unit = (
-        f"{documents} documents give at most {most} sequences (MaxText truncates each to max_target_length "
-        f"{max_target_length}, and a sequence holds at least one)"
-        if truncation
-        else f"{documents} documents of {tokens} tokens give at most {most} chunks of {max_target_length}"
+    in_passes = f"in {passes} pass{'es' if passes > 1 else ''}"
+    run = f"the run takes {steps} steps of {global_batch} sequences"
+    if bounds.most is not None and batches(passes * bounds.most, global_batch) < steps:
+        how = "trims each to" if truncation else "cuts each into chunks of"
+        unit = (
+            f"{documents} documents give {'exactly' if bounds.exact else 'at most'} {bounds.most} sequences (MaxText "
+            f"{how} max_target_length {max_target_length}{', and a packed sequence holds at least one' if packing else ''})"
+        )
+        enough = math.ceil(((steps - 1) * global_batch + 1) / bounds.most)
+        problem = (
+            f"datasetFiles = {files!r} is too small for the run: its {unit}, "
+            f"{batches(passes * bounds.most, global_batch)} steps {in_passes}, but {run}; {more_passes(enough)}"
+        )
+        return problem, None
+    if batches(passes * bounds.least, global_batch) >= steps:
+        return None, None
+    most = "more" if bounds.most is None else f"{batches(passes * bounds.most, global_batch)}"
+    warning = (
+        f"datasetFiles = {files!r} may run out before the run ends: packed into sequences of {max_target_length} "
+        f"tokens, it feeds between {batches(passes * bounds.least, global_batch)} and {most} steps {in_passes}, and "
+        f"{run}; if it runs out, the job saves at the last step the data held and fails saying so. To be sure, "
+        f"{more_passes(math.ceil(((steps - 1) * global_batch + 1) / bounds.least))}"
     )
-    least = math.ceil(needed / most)
-    return (
-        f"datasetFiles = {files!r} is too small for the run: its {unit}, {passes * most} in {passes} "
-        f"pass{'es' if passes > 1 else ''}, but {steps} steps of {global_batch} sequences need {needed}; "
-        f"{more_passes(least)}"
-    )
+    return None, warning

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -79,6 +80,10 @@ class DatasetManifest:
     # pipeline adds them), which bound what a packed run can fill; None in manifests without.
     tokenizer: str | None = None
     tokens: int | None = None
+    # The documents by token count: (tokens, documents of that many) pairs, shortest first, as
+    # counted for `tokens`; what a pass keeps of them depends on the run's max_target_length
+    # (`pass_tokens`). None in manifests without.
+    token_lengths: tuple[tuple[int, int], ...] | None = None
 
     @property
     def file_pattern(self) -> str:
@@ -99,12 +104,68 @@ class DatasetManifest:
         if not isinstance(data, dict):
             raise ValueError("the manifest is not a JSON object")
         shards = tuple(Shard(**_fields(shard, Shard)) for shard in _field(data, "shards", list))
-        manifest = cls(**{**_fields(data, cls), "shards": shards, "sources": tuple(_field(data, "sources", list))})
+        lengths = _token_lengths(data.get("token_lengths"))
+        manifest = cls(
+            **{**_fields(data, cls), "shards": shards, "sources": tuple(_field(data, "sources", list))},
+            token_lengths=lengths,
+        )
         if manifest.format != FORMAT:
             raise ValueError(f"the manifest's format is {manifest.format!r}; this product reads {FORMAT!r}")
         if sum(shard.documents for shard in shards) != manifest.documents:
             raise ValueError("the manifest's shards do not add up to its documents")
+        if lengths is not None and (
+            sum(count for _, count in lengths) != manifest.documents
+            or sum(tokens * count for tokens, count in lengths) != manifest.tokens
+        ):
+            raise ValueError("the manifest's token_lengths do not add up to its documents and tokens")
         return manifest
+
+
+def token_lengths(lengths: Iterable[int]) -> tuple[tuple[int, int], ...]:
+    """Documents' token counts as the manifest keeps them: (tokens, documents) pairs, shortest
+    first. As many pairs as distinct lengths, however many documents."""
+    return tuple(sorted(Counter(lengths).items()))
+
+
+@dataclass(frozen=True)
+class PassTokens:
+    """What one pass over a corpus trains of its tokens: MaxText trims each document to
+    max_target_length when `use_truncation` is on (its default), and cuts it into chunks of
+    max_target_length, losing nothing, when it is off."""
+
+    kept: int
+    truncated: int  # tokens the trim drops
+    documents_truncated: int
+
+
+def pass_tokens(lengths: tuple[tuple[int, int], ...], *, max_target_length: int, truncation: bool) -> PassTokens:
+    longer = [(tokens, count) for tokens, count in lengths if tokens > max_target_length] if truncation else []
+    truncated = sum((tokens - max_target_length) * count for tokens, count in longer)
+    return PassTokens(
+        kept=sum(tokens * count for tokens, count in lengths) - truncated,
+        truncated=truncated,
+        documents_truncated=sum(count for _, count in longer),
+    )
+
+
+def chunks(lengths: tuple[tuple[int, int], ...], max_target_length: int) -> int:
+    """The sequences MaxText cuts a corpus into without truncation: each document's tokens in
+    chunks of max_target_length, the last one shorter."""
+    return sum(-(-tokens // max_target_length) * count for tokens, count in lengths)
+
+
+def _token_lengths(value: Any) -> tuple[tuple[int, int], ...] | None:
+    if value is None:
+        return None
+    pairs = value if isinstance(value, list) else None
+    if pairs is None or not all(
+        isinstance(pair, list)
+        and len(pair) == 2
+        and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in pair)
+        for pair in pairs
+    ):
+        raise ValueError("the manifest's 'token_lengths' is not a list of [tokens, documents] pairs")
+    return tuple((tokens, count) for tokens, count in pairs)
 
 
 def _field(data: dict[str, Any], name: str, kind: type) -> Any:
@@ -130,7 +191,8 @@ def _fields(data: Any, cls: type) -> dict[str, Any]:
     return {
         entry.name: _field(data, entry.name, kinds.get(entry.name, int))
         for entry in fields(cls)
-        if entry.name not in ("shards", "sources") and (entry.name not in _OPTIONAL or data.get(entry.name) is not None)
+        if entry.name not in ("shards", "sources", "token_lengths")
+        and (entry.name not in _OPTIONAL or data.get(entry.name) is not None)
     }
 
 

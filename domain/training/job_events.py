@@ -137,6 +137,15 @@ class DatasetEvent(BaseModel):
     content_hash: str | None = None
     documents: Annotated[int, Field(ge=0)] | None = None
     tokens: Annotated[int, Field(ge=0)] | None = None
+    # Of `tokens`, what MaxText's trim to max_target_length drops each pass, where the manifest
+    # counts each document's tokens; a pass trains the rest.
+    tokens_truncated: Annotated[int, Field(ge=0)] | None = None
+
+    @property
+    def tokens_per_pass(self) -> int | None:
+        if self.tokens is None:
+            return None
+        return self.tokens - (self.tokens_truncated or 0)
 
 
 Event = AttemptEvent | StepEvent | NoticeEvent | FailedEvent | DatasetEvent | PhaseEvent | StepTokensEvent

@@ -33,7 +33,7 @@ MEDIAN_WINDOW_STEPS = 1000
 
 
 # What a job trained on, among its outputs (StepCollector.summary).
-DATA_OUTPUTS = ("tokens_trained", "epochs", "eval_loss", "dataset_files", "dataset_hash")
+DATA_OUTPUTS = ("tokens_trained", "tokens_truncated", "epochs", "eval_loss", "dataset_files", "dataset_hash")
 # Where MaxText writes a run's TensorBoard logs (its tensorboard_dir: base.yml's default, under the
 # run's directory); `tensorboard --logdir DIR` shows them.
 TENSORBOARD_SUBDIRECTORY = "tensorboard"
@@ -124,12 +124,14 @@ class StepCollector:
         """What the job trained on: the data's identity (synthetic: none), its tokens (each step
         once; a checkpointed step never logged as its processes said before the checkpoint, any
         other step the log lost as its successor's size), the passes over a corpus whose manifest
-        counts its tokens, and the last evaluation's loss."""
+        counts its tokens (a pass: what MaxText keeps of them, where the manifest says what its trim
+        drops), and the last evaluation's loss."""
         dataset = self.dataset
-        corpus_tokens = dataset.tokens if dataset is not None else None
+        per_pass = dataset.tokens_per_pass if dataset is not None else None
         return {
             "tokens_trained": self.tokens_trained if self.latest is not None else None,
-            "epochs": round(self.tokens_trained / corpus_tokens, 3) if corpus_tokens else None,
+            "tokens_truncated": dataset.tokens_truncated if dataset is not None else None,
+            "epochs": round(self.tokens_trained / per_pass, 3) if per_pass else None,
             "eval_loss": finite(self.eval_loss, 4) if self.eval_loss is not None else None,
             "dataset_files": dataset.files if dataset is not None else None,
             "dataset_hash": dataset.content_hash if dataset is not None else None,
