@@ -217,7 +217,8 @@ DELIBERATE_DIFFERENCES = {
     "file cache on the checkpoint mount: file-cache:max-size-mb:-1 fills the node's boot disk with every "
     "checkpoint a restore reads (policy raycluster-fuse-file-cache-bounded); and GKE's checkpoint advice: "
     "a rename-dir-limit, without which Orbax's rename of a finished checkpoint fails on a flat bucket, "
-    "and streaming writes instead of staging each file on the boot disk",
+    'streaming writes instead of staging each file on the boot disk, no caching of "not found" (what '
+    "another host writes shows at once), found metadata kept, and a 1 MiB kernel read-ahead for restores",
     "RayCluster.spec.workerGroupSpecs[0].template.spec.volumes[1].csi.volumeAttributes.mountOptions": "the "
     "checkpoint mount's options, as on the head",
     "RayCluster.spec.workerGroupSpecs[0].template.spec.containers[0].env[4].value": "LIBTPU_INIT_ARGS "
@@ -478,11 +479,13 @@ def test_autopilot_uses_the_compute_class_exactly_when_it_decides_something():
 
 # ---------------------------------------------------------------- the dataset and checkpoint mounts (issue 27)
 
-# GKE's options for training reads (https://cloud.google.com/kubernetes-engine/docs/how-to/cloud-storage-fuse-csi-driver-perf):
-# metadata caches unbounded and never expiring, the kernel's list cache kept.
+# GKE's options for training reads (https://cloud.google.com/kubernetes-engine/docs/how-to/cloud-storage-fuse-csi-driver-perf,
+# and its TPU training sample, gcsfuse's samples/gke-csi-yaml/tpu/training-pv.yaml): metadata caches
+# unbounded and never expiring, the kernel's list cache kept, "not found" never cached.
 TRAINING_READS = (
     "metadata-cache:ttl-secs:-1,metadata-cache:stat-cache-max-size-mb:-1,"
-    "metadata-cache:type-cache-max-size-mb:-1,file-system:kernel-list-cache-ttl-secs:-1"
+    "metadata-cache:type-cache-max-size-mb:-1,file-system:kernel-list-cache-ttl-secs:-1,"
+    "metadata-cache:negative-ttl-secs:0"
 )
 OWNER = "implicit-dirs,uid=1000,gid=1000,dir-mode=555,file-mode=444"
 
@@ -506,7 +509,8 @@ def volume(pod_spec: dict[str, Any], name: str) -> dict[str, Any] | None:
         (
             {"datasetFileCacheMib": "8192"},
             f"{OWNER},{TRAINING_READS},file-cache:max-size-mb:8192,"
-            "file-cache:cache-file-for-range-read:true,file-cache:enable-parallel-downloads:true",
+            "file-cache:cache-file-for-range-read:true,file-cache:enable-parallel-downloads:true,"
+            "read_ahead_kb=1024",
         ),
     ],
     ids=["whole-bucket", "prefix", "file-cache"],
@@ -514,7 +518,8 @@ def volume(pod_spec: dict[str, Any], name: str) -> dict[str, Any] | None:
 def test_every_worker_reads_the_dataset_read_only_with_gkes_training_options(overrides, options):
     """The dataset bucket at /dataset, read-only on the CSI volume and on the mount, its metadata
     prefetched on mount (with the prefetch sidecar's memory raised as GKE says), its folder as
-    only-dir; no file cache unless datasetFileCacheMib bounds one."""
+    only-dir; no file cache unless datasetFileCacheMib bounds one, and the kernel's read-ahead
+    raised only beside that cache, as GKE's TPU training sample pairs them."""
     template = worker_pod(datasetBucket="acme-corpus", **overrides)
     spec = template["spec"]
     assert volume(spec, kuberay.DATASET_VOLUME) == {
@@ -568,7 +573,9 @@ def test_the_head_mounts_the_dataset_read_only_without_a_file_cache():
     head = ray_cluster_of(datasetBucket="acme-corpus", datasetFileCacheMib="4096")["spec"]["headGroupSpec"]["template"]
     dataset = volume(head["spec"], kuberay.DATASET_VOLUME)["csi"]
     assert dataset["readOnly"] is True
-    assert "file-cache:max-size-mb:0" in dataset["volumeAttributes"]["mountOptions"].split(",")
+    options = dataset["volumeAttributes"]["mountOptions"].split(",")
+    assert "file-cache:max-size-mb:0" in options
+    assert not [option for option in options if option.startswith("read_ahead_kb")]
     assert volume(head["spec"], kuberay.GCS_FUSE_CACHE_VOLUME) is None
     [mount] = [m for m in head["spec"]["containers"][0]["volumeMounts"] if m["mountPath"] == kuberay.DATASET_MOUNT]
     assert mount["readOnly"] is True
@@ -576,12 +583,18 @@ def test_the_head_mounts_the_dataset_read_only_without_a_file_cache():
 
 def test_the_checkpoint_mount_follows_gkes_checkpoint_advice():
     """Read-write, no file cache at all (none of the procedure's boot-disk cache), a rename limit
-    for Orbax's directory rename on a flat bucket, and streaming writes."""
+    for Orbax's directory rename on a flat bucket, streaming writes, and GKE's checkpointing
+    metadata cache (gcsfuse's samples/gke-csi-yaml/tpu/checkpointing-pv.yaml): "not found" never
+    cached, so the files and commit another host writes are seen at once, what was found kept.
+    The kernel reads ahead 1 MiB for restores. Neither the kernel's list cache (a listing of the
+    steps must show a step another host has just committed) nor a metadata prefetch of the whole
+    bucket (every run's checkpoints and the compilation cache, at each pod start)."""
     cluster = ray_cluster_of(datasetBucket="acme-corpus")
     pods = [cluster["spec"]["headGroupSpec"]["template"], cluster["spec"]["workerGroupSpecs"][0]["template"]]
     for template in pods:
         checkpoint = volume(template["spec"], kuberay.GCS_FUSE_VOLUME)["csi"]
         assert "readOnly" not in checkpoint
+        assert set(checkpoint["volumeAttributes"]) == {"bucketName", "mountOptions"}  # no prefetch on mount
         options = checkpoint["volumeAttributes"]["mountOptions"].split(",")
         assert options == [
             "implicit-dirs",
@@ -591,8 +604,11 @@ def test_the_checkpoint_mount_follows_gkes_checkpoint_advice():
             "file-mode=664",
             "rename-dir-limit=200000",
             "write:enable-streaming-writes:true",
+            "metadata-cache:negative-ttl-secs:0",
+            "metadata-cache:ttl-secs:-1",
+            "read_ahead_kb=1024",
         ]
-        assert not [option for option in options if option.startswith("file-cache")]
+        assert not [option for option in options if option.startswith(("file-cache", "file-system:kernel-list"))]
         assert [m for m in template["spec"]["containers"][0]["volumeMounts"] if m["mountPath"] == "/data"] == [
             {"name": "gcs-fuse-csi-ephemeral", "mountPath": "/data"}
         ]
