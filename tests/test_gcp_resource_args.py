@@ -30,6 +30,7 @@ VARIANTS = {
     "standard-dataset": settings(datasetBucket="acme-corpus", datasetPrefix="web/v1"),
     "standard-image-cache-disk": settings(imageCacheDisk="projects/image-project/global/images/maxtext-ray-2-60-0"),
     "standard-no-streaming": settings(imageStreaming="false", compileCacheMaxAgeDays="7"),
+    "standard-hierarchical-bucket": settings(bucketHierarchicalNamespace="true", bucketForceDestroy="false"),
 }
 PRINCIPAL = "principal://iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/p.svc.id.goog/subject/ns/default/sa/maxtext-ray"
 
@@ -241,6 +242,29 @@ def test_the_bucket_deletes_only_old_compile_cache_entries(variant, age):
     assert isinstance(rule.condition, gcp.storage.BucketLifecycleRuleConditionArgs)
     assert rule.action.type == "Delete" and rule.action.storage_class is None
     assert rule.condition.age == age
+    assert rule.condition.matches_prefixes == [f"{COMPILE_CACHE_PREFIX}/"]
+
+
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if v != "standard-hierarchical-bucket"])
+def test_a_bucket_is_flat_unless_the_stack_asks_for_hierarchical_namespace(variant):
+    """Without bucketHierarchicalNamespace the bucket's arguments name no namespace at all, as
+    before the setting existed: Cloud Storage fixes it when it creates a bucket, so any change to
+    it would replace the bucket of every existing stack, checkpoints and all."""
+    assert "hierarchical_namespace" not in gcp_resources.bucket_args(VARIANTS[variant])
+
+
+def test_a_hierarchical_bucket_keeps_uniform_access_and_the_compile_cache_rule():
+    """GKE's checkpoint advice: hierarchical namespace, so Orbax's commit (a directory rename) is one
+    atomic folder rename. Cloud Storage takes it only with uniform bucket-level access; the
+    compilation cache's lifecycle rule (objects under jax-cache/) and everything else stay."""
+    hierarchical = gcp_resources.bucket_args(VARIANTS["standard-hierarchical-bucket"])
+    flat = gcp_resources.bucket_args(settings(bucketForceDestroy="false"))
+    assert hierarchical == {**flat, "hierarchical_namespace": {"enabled": True}}
+    bucket = to_typed_args(gcp.storage.BucketArgs, hierarchical)
+    assert isinstance(bucket.hierarchical_namespace, gcp.storage.BucketHierarchicalNamespaceArgs)
+    assert bucket.hierarchical_namespace.enabled is True
+    assert bucket.uniform_bucket_level_access is True
+    [rule] = bucket.lifecycle_rules
     assert rule.condition.matches_prefixes == [f"{COMPILE_CACHE_PREFIX}/"]
 
 

@@ -324,6 +324,19 @@ def test_bucket_binding_waits_for_the_cluster(standard_run):
     assert cluster.urn in find(standard_run, BUCKET_IAM).dependencies
 
 
+def test_the_checkpoint_bucket_is_hierarchical_only_when_the_stack_asks(standard_run):
+    """bucketHierarchicalNamespace reaches the engine as the bucket's hierarchicalNamespace, with
+    uniform access as Cloud Storage requires; a stack without it sends no namespace at all, as
+    before the setting, so no existing stack's bucket is replaced (the provider replaces a bucket
+    whose namespace changes)."""
+    assert "hierarchicalNamespace" not in find(standard_run, BUCKET).inputs
+    config = stack_config("dev")
+    config["maxtext-tpu-infra:bucketHierarchicalNamespace"] = "true"
+    bucket = find(run_infra(config), BUCKET).inputs
+    assert bucket["hierarchicalNamespace"] == {"enabled": True}
+    assert bucket["uniformBucketLevelAccess"] is True
+
+
 def test_tpu_pools_replace_delete_first_and_wait_for_stockouts():
     """Only a held slice's create waits for its VMs (a stockout can last 2 hours); a pool that
     scales from zero is created empty, so its create keeps the provider's timeout."""

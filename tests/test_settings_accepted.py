@@ -71,6 +71,7 @@ ROWS = [
     Stack("one-slice", {"slices": "1"}),
     Stack("own-names", {"clusterName": "llama-train", "namespace": "ml-training", "serviceAccount": "ray-trainer", "bucketName": "acme-llama-ckpt"}),
     Stack("production", {"production": "true", "deletionProtection": "true", "bucketForceDestroy": "false"}),
+    Stack("new-stack-hierarchical-bucket", {"bucketHierarchicalNamespace": "true", "bucketName": "acme-llama-ckpt"}),
     Stack("bigger-head", {"headMachineType": "n2-standard-32"}),
     Stack("negotiated-price", {"pricePerChipHour": "2.1"}),
     Stack("team-labels", {"gcp:defaultLabels": {"team": "ml-research", "cost-center": "cc-1234"}}),

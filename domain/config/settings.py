@@ -403,6 +403,16 @@ class StackSettings:
         default=True,
         in_clear=f"it is the bucket's force_destroy, {_STATE}",
     )
+    bucket_hierarchical_namespace: bool = setting(
+        "boolean",
+        "Create the checkpoint bucket with hierarchical namespace, as GKE advises for checkpoints: Orbax's commit "
+        "(a directory rename) is then one atomic folder rename, not a copy and delete of every file that a "
+        "preemption can leave half done. Cloud Storage reads it only when it creates the bucket: set it before "
+        "the stack's first `pulumi up`. Changed on a stack that has its bucket, it replaces the bucket, and the "
+        "old one goes with every checkpoint in it (bucketForceDestroy) or the update fails on them.",
+        default=False,
+        in_clear=f"it is the bucket's hierarchical namespace, {_STATE}",
+    )
     deletion_protection: bool = setting(
         "boolean",
         "Protect the GKE cluster from deletion (turn on for production).",

@@ -127,6 +127,8 @@ class ResourceSettings(preemption.PreemptionSettings, SliceSettings, Protocol):
     @property
     def bucket_force_destroy(self) -> bool: ...
     @property
+    def bucket_hierarchical_namespace(self) -> bool: ...
+    @property
     def dataset_bucket(self) -> str | None: ...
     @property
     def streams_images(self) -> bool: ...
@@ -399,6 +401,10 @@ def bucket_args(settings: ResourceSettings) -> dict[str, Any]:
     }
     if settings.bucket_name:
         args["name"] = settings.bucket_name
+    # Only when asked (it needs uniform access, set above): Cloud Storage fixes a bucket's namespace
+    # when it creates it, so the provider replaces a bucket whose namespace changes.
+    if settings.bucket_hierarchical_namespace:
+        args["hierarchical_namespace"] = {"enabled": True}
     return args
 
 
