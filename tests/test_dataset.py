@@ -24,6 +24,7 @@ from domain.training.dataset_manifest import MANIFEST_NAME, PassTokens, chunks, 
 from domain.training.job import JobError, resolve_job
 from tests.support.cli_settings import workload_settings
 from tests.support.corpus import SHARD, corpus_manifest, shard_files
+from tests.support.trainer_env import trainer_python
 from tests.support.workloads_program import INFRA_OUTPUTS
 from workloads import job_resolution
 from workloads.infra_outputs import read_infra_outputs
@@ -166,6 +167,15 @@ def test_a_pass_keeps_each_document_up_to_the_sequence_and_cuts_it_without_trunc
     assert chunks(lengths, 128) == 1 + 1 + 1 + 2 + 3
 
 
+def test_a_manifest_whose_records_hold_their_text_elsewhere_is_refused(tmp_path):
+    directory = tmp_path / "c"
+    directory.mkdir()
+    (directory / SHARD).write_bytes(b"x")
+    (directory / MANIFEST_NAME).write_text(dataclasses.replace(corpus_manifest(3, 300), text_feature="body").to_json())
+    [problem] = check(grain(str(directory / SHARD)), tmp_path / "run", steps=1).problems
+    assert "its manifest says the records' text is in 'body', and MaxText reads 'text'" in problem
+
+
 def test_the_tokens_truncation_drops_are_a_warning_naming_the_fix(tmp_path):
     directory = tmp_path / "c"
     directory.mkdir()
@@ -289,6 +299,71 @@ def test_an_empty_file_is_refused_naming_it(tmp_path, empty):
         f"datasetFiles = {pattern!r} matches an empty file, {tmp_path / empty} (0 bytes): MaxText cannot read it and "
         "the job would fail at its first batch; remove it, or narrow the pattern to the files that hold the data"
     ]
+
+
+# In the trainer environment, as the job's driver checks the files before any worker starts: an
+# ArrayRecord file of Examples with the given feature, a text file named as one, and an
+# ArrayRecord file whose records are not Examples; each checked alone, its problems printed.
+ARRAY_RECORDS = r"""
+import json, sys
+from pathlib import Path
+from array_record.python.array_record_module import ArrayRecordWriter
+from maxtext.input_pipeline.protos import example_pb2
+from domain.training.data_files import check_data_files
+from domain.training.dataset import GRAIN, Dataset
+work = Path(sys.argv[1])
+def records(name, records):
+    writer = ArrayRecordWriter(str(work / name / "data.array_record"), "group_size:1")
+    for record in records:
+        writer.write(record)
+    writer.close()
+def example(feature):
+    example = example_pb2.Example()
+    example.features.feature[feature].bytes_list.value.append(b"a document")
+    return example.SerializeToString()
+for name in ("text", "body", "renamed", "not-examples"):
+    (work / name).mkdir()
+records("text", [example("text")] * 3)
+records("body", [example("body")] * 3)
+(work / "renamed" / "data.array_record").write_text("a document, not an ArrayRecord file\n" * 100)
+records("not-examples", [b"\xff\xff\xff"])
+problems = {
+    name: check_data_files(
+        Dataset(kind=GRAIN, tokenizer="llama3", shuffle_seed=0, packing=True, files=str(work / name / "*.array_record")),
+        run_name="r", run_directory=str(work / "run"), overrides={}, steps=None, global_batch=None, model_vocab=None,
+    ).problems
+    for name in ("text", "body", "renamed", "not-examples")
+}
+print(json.dumps(problems))
+"""
+
+
+def test_each_array_record_file_is_read_for_the_text_feature_before_any_worker_starts(tmp_path):
+    """An ArrayRecord file without MaxText's `text` feature, or a file that is not one, failed the
+    job 50 s after submitting, naming no file, and in ArrayRecord's words ("should be at least
+    64KB big", false of 22 KB shards that train); the job's driver reads each file's first record
+    before any worker starts (issue 32). The program before submit cannot: ArrayRecord's reader is
+    in the trainer environment only."""
+    done = trainer_python("-c", ARRAY_RECORDS, str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    problems = json.loads(done.stdout.splitlines()[-1])
+    assert problems["text"] == []
+    [body] = problems["body"]
+    assert body == (
+        f"datasetFiles = '{tmp_path}/body/*.array_record' matches {tmp_path}/body/data.array_record, whose records "
+        "have no 'text' feature (its first has: body): MaxText reads each document's text from 'text'; prepare the "
+        "corpus with `python -m trainer.prepare_data FILES --text-column NAME --output DIR`"
+    )
+    [renamed] = problems["renamed"]
+    assert (
+        f"matches {tmp_path}/renamed/data.array_record, which MaxText cannot read (it is not an ArrayRecord file)"
+        in renamed
+    )
+    assert "64KB" not in renamed
+    [not_examples] = problems["not-examples"]
+    assert "its first record is not an Example (MaxText's record of features)" in not_examples
+    # Here, without ArrayRecord's reader, the files are left to the driver: nothing is refused.
+    assert check(grain(str(tmp_path / "body" / "*.array_record")), tmp_path / "run").problems == []
 
 
 def parquet_bytes(**columns: list[str]) -> bytes:

@@ -7,13 +7,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from domain.paths import PROJECT_ROOT, TRAINER_PYTHON
 from domain.training.dataset_manifest import (
     MANIFEST_NAME,
     DatasetManifest,
@@ -22,6 +20,7 @@ from domain.training.dataset_manifest import (
     shard_count,
 )
 from tests.support.fake_storage import FakeStorage
+from tests.support.trainer_env import trainer_python
 
 DOCUMENTS = [f"document {index}: " + "é word " * (index % 7) for index in range(300)]
 
@@ -47,19 +46,6 @@ import pyarrow, pyarrow.parquet
 texts = json.load(open(sys.argv[1]))
 pyarrow.parquet.write_table(pyarrow.table({"id": list(range(len(texts))), "body": texts}), sys.argv[2], row_group_size=64)
 """
-
-
-def trainer_python(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    if not TRAINER_PYTHON.exists():
-        pytest.skip(f"the trainer environment is not set up ({TRAINER_PYTHON}); run ./scripts/setup")
-    return subprocess.run(
-        [str(TRAINER_PYTHON), *args],
-        capture_output=True,
-        text=True,
-        cwd=PROJECT_ROOT,
-        timeout=300,
-        env={**os.environ, **(env or {})},
-    )
 
 
 def prepare(*args: str) -> subprocess.CompletedProcess[str]:

@@ -119,6 +119,12 @@ class BucketFiles:
             raise OSError(f"the Storage API answered HTTP {response.status_code} for {what}: {_reason(response)}")
         return response.content[-size:] if size else b""
 
+    def record_features(self, file: MatchedFile) -> list[str] | None:
+        # An ArrayRecord file's records sit behind its footer's index and its chunks' compression,
+        # which only ArrayRecord's own reader decodes: the job's driver reads the first record
+        # through the bucket's mount before any worker starts.
+        return None
+
     def read_text(self, path: str) -> str | None:
         bucket, name = self._object(path)
         url = f"{storage_api()}b/{quote(bucket, safe='')}/o/{quote(name, safe='')}"

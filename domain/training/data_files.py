@@ -63,6 +63,12 @@ class FileView(Protocol):
         """The file's last `size` bytes (all of it when it is shorter)."""
         ...
 
+    def record_features(self, file: MatchedFile) -> list[str] | None:
+        """The features of an ArrayRecord file's first record, read as MaxText reads it (an
+        Example); None where this view cannot read ArrayRecord files. Raises ValueError saying
+        why when the file is not one, or its record is not an Example."""
+        ...
+
 
 class LocalFiles:
     """This machine's filesystem."""
@@ -82,6 +88,31 @@ class LocalFiles:
         with open(file.path, "rb") as opened:
             opened.seek(max(file.size - size, 0))
             return opened.read(size)
+
+    def record_features(self, file: MatchedFile) -> list[str] | None:
+        # Only the trainer environment (the job's driver) has ArrayRecord's reader and MaxText's
+        # Example; the local stack's program leaves the check to the driver, before any worker.
+        try:
+            from array_record.python.array_record_module import ArrayRecordReader
+            from google.protobuf.message import DecodeError
+            from maxtext.input_pipeline.protos import example_pb2
+        except ImportError:
+            return None
+        try:
+            reader = ArrayRecordReader(file.path)
+            try:
+                records = reader.read([0]) if reader.num_records() else []
+            finally:
+                reader.close()
+        except RuntimeError:  # ArrayRecord's reader says only "should be at least 64KB big"
+            raise ValueError("it is not an ArrayRecord file") from None
+        if not records:
+            raise ValueError("it holds no record")
+        record = records[0]
+        try:
+            return list(example_pb2.Example.FromString(record).features.feature)
+        except DecodeError:
+            raise ValueError("its first record is not an Example (MaxText's record of features)") from None
 
 
 @dataclass(frozen=True)
@@ -153,6 +184,34 @@ def format_problems(what: str, pattern: str, matched: list[MatchedFile], view: F
     return problems
 
 
+def record_problems(what: str, pattern: str, matched: list[MatchedFile], view: FileView, feature: str) -> list[str]:
+    """Each ArrayRecord file a pattern matches is one, whose first record has the feature MaxText
+    reads the text from (where the view can read records)."""
+    return [
+        problem
+        for file in matched
+        if file.path.endswith(".array_record") and file.size > 0
+        for problem in _record_problems(what, pattern, file, view, feature)
+    ]
+
+
+def _record_problems(what: str, pattern: str, file: MatchedFile, view: FileView, feature: str) -> list[str]:
+    try:
+        features = view.record_features(file)
+    except (ValueError, OSError) as error:
+        return [
+            f"{what} = {pattern!r} matches {file.path}, which MaxText cannot read ({error}); remove it, or prepare "
+            "the corpus with `python -m trainer.prepare_data FILES --output DIR`"
+        ]
+    if features is None or feature in features:
+        return []
+    return [
+        f"{what} = {pattern!r} matches {file.path}, whose records have no {feature!r} feature (its first has: "
+        f"{', '.join(sorted(features)) or 'none'}): MaxText reads each document's text from {feature!r}; prepare the "
+        "corpus with `python -m trainer.prepare_data FILES --text-column NAME --output DIR`"
+    ]
+
+
 def _names(names: list[str], most: int = 5) -> str:
     return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
 
@@ -215,6 +274,7 @@ def check_data_files(
     view = files or LocalFiles()
     problems: list[str] = []
     manifest, matched = None, []
+    pattern_matches: list[tuple[str, str, list[MatchedFile]]] = []
     for what, pattern in (("datasetFiles", dataset.files), ("evalFiles", dataset.eval_files)):
         if pattern is None:
             continue
@@ -233,6 +293,7 @@ def check_data_files(
             if file.size == 0
         ]
         problems += format_problems(what, pattern, matched_here, view, TEXT_FEATURE)
+        pattern_matches.append((what, pattern, matched_here))
     if dataset.files is not None and matched:
         manifest, problem = _manifest(view, dataset.files)
         if problem is not None:
@@ -241,6 +302,16 @@ def check_data_files(
     problems += shards_problems
     if shards_problems:
         manifest = None  # its counts are not of the files the job reads
+    # The shards of a prepared corpus are the files it wrote (their sizes, and MD5s where the view
+    # has them): its manifest names their feature. Any other file's first record is read for it.
+    if manifest is not None and manifest.text_feature != TEXT_FEATURE:
+        problems.append(
+            f"datasetFiles = {dataset.files!r}: its manifest says the records' text is in {manifest.text_feature!r}, "
+            f"and MaxText reads {TEXT_FEATURE!r}; prepare the corpus again with this version's trainer.prepare_data"
+        )
+    for what, pattern, matched_here in pattern_matches:
+        if what != "datasetFiles" or manifest is None:
+            problems += record_problems(what, pattern, matched_here, view, TEXT_FEATURE)
     vocab = tokenizer_vocab or dataset.tokenizer_vocab
     if vocab is not None and model_vocab is not None:
         problem = vocab_problem(dataset.tokenizer, vocab, model_vocab)
