@@ -21,10 +21,11 @@ import pytest
 
 from domain.paths import PROJECT_ROOT, TRAINER_PYTHON
 from domain.training.dataset import GRAIN, SHIPPED_TOKENIZERS, Dataset
+from domain.training.dataset_manifest import MANIFEST_NAME, DatasetManifest, pass_tokens
 from domain.training.job import CPU_WORKER_ENV, JobSpec, resolve_job
 from tests.support.provider_run import ProviderRun
 from tests.support.trainer_logs import RESTORE_LINE, STEP_LINE, committed_steps, notice_saves, the_worker
-from trainer.replay_data import BATCH_PREFIX
+from trainer.replay_data import BATCH_PREFIX, TOKENS_PREFIX
 from workloads import job_wait
 from workloads.local_ray import LocalRayHead, LocalRayNode
 
@@ -41,9 +42,10 @@ WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".spl
 
 
 def documents() -> list[str]:
-    """400 distinct documents of 5 to 60 words."""
+    """400 distinct documents of 5 to 154 words: 110 are longer than the sequence (128 Llama 3
+    tokens), and MaxText trims them."""
     return [
-        f"doc {index}: " + " ".join(WORDS[(index * 7 + k) % len(WORDS)] for k in range(5 + index % 56))
+        f"doc {index}: " + " ".join(WORDS[(index * 7 + k) % len(WORDS)] for k in range(5 + (index * 37) % 150))
         for index in range(400)
     ]
 
@@ -123,6 +125,7 @@ class Baseline:
     losses: dict[int, str]
     outs: dict
     position: str
+    batches: list[Replayed]  # what the job's pipeline gives for its steps, replayed
 
 
 @pytest.fixture(scope="module")
@@ -133,12 +136,34 @@ def baseline(local_ray_head, corpus, tmp_path_factory) -> Baseline:
     assert whole.error is None and whole.outs is not None and whole.outs["status"] == "SUCCEEDED", whole.error
     losses = losses_by_step(whole.log())
     assert sorted(losses) == list(range(OVERRIDES["steps"]))
-    return Baseline(losses, whole.outs, data_position(job, OVERRIDES["steps"] - 1))
+    # The outputs the job computes from its events, against an independent count: its pipeline
+    # replayed outside Ray and MaxText's train loop. Tokens trained are the steps' targets; a
+    # pass over a prepared corpus reads what the trim keeps of each document (manifest), and a
+    # step reads its targets and each sequence's first token.
+    batches = replay(job, None, OVERRIDES["steps"])
+    assert whole.outs["tokens_trained"] == sum(batch.tokens for batch in batches)
+    if corpus.endswith(".array_record"):
+        manifest = DatasetManifest.from_json((Path(corpus).parent / MANIFEST_NAME).read_text())
+        assert manifest.token_lengths is not None
+        kept = pass_tokens(manifest.token_lengths, max_target_length=OVERRIDES["max_target_length"], truncation=True)
+        assert whole.outs["tokens_truncated"] == kept.truncated > 0
+        read = sum(batch.tokens + sum(1 for sequence in batch.sequences if sequence) for batch in batches)
+        assert whole.outs["epochs"] == round(read / kept.kept, 3)
+    return Baseline(losses, whole.outs, data_position(job, OVERRIDES["steps"] - 1), batches)
 
 
-def replay(job: JobSpec, state: Path | None = None, batches: int | None = None) -> list[list[list[int]]]:
-    """The job's batches as its pipeline gives them, each as its sequences' documents
-    (trainer/replay_data.py), from the start or from a saved data position."""
+@dataclass(frozen=True)
+class Replayed:
+    """A batch as the job's pipeline gives it (trainer/replay_data.py): its sequences' documents,
+    and its target tokens as MaxText counts a step's."""
+
+    sequences: list[list[int]]
+    tokens: int
+
+
+def replay(job: JobSpec, state: Path | None = None, batches: int | None = None) -> list[Replayed]:
+    """The job's batches as its pipeline gives them, from the start or from a saved data
+    position."""
     command = [str(TRAINER_PYTHON), "-m", "trainer.replay_data", "--job", job.to_json()]
     command += ["--state", str(state)] if state else []
     command += ["--batches", str(batches)] if batches is not None else []
@@ -146,13 +171,20 @@ def replay(job: JobSpec, state: Path | None = None, batches: int | None = None) 
         command, capture_output=True, text=True, cwd=PROJECT_ROOT, env={**os.environ, **CPU_WORKER_ENV}, timeout=300
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    return [json.loads(line[len(BATCH_PREFIX) :]) for line in done.stdout.splitlines() if line.startswith(BATCH_PREFIX)]
+    lines = [line for line in done.stdout.splitlines() if line.startswith((BATCH_PREFIX, TOKENS_PREFIX))]
+    return [
+        Replayed(json.loads(batch.removeprefix(BATCH_PREFIX)), int(tokens.removeprefix(TOKENS_PREFIX)))
+        for batch, tokens in zip(lines[::2], lines[1::2], strict=True)
+    ]
 
 
 def test_every_document_is_read_exactly_once_per_epoch(corpus, tmp_path):
     """The pipeline the job reads, replayed to the end of its one pass: each document once."""
     read = Counter(
-        document for batch in replay(job_on(corpus, tmp_path, "epoch")) for sequence in batch for document in sequence
+        document
+        for batch in replay(job_on(corpus, tmp_path, "epoch"))
+        for sequence in batch.sequences
+        for document in sequence
     )
     assert read == Counter(range(len(documents()))), sorted(read.items())[:20]
 
@@ -174,8 +206,8 @@ def assert_resumed_exactly(
         assert (run.outs[key] is not None) == (prepared or key == "dataset_files"), key
     # Each step's tokens once, exactly: a step saved at the notice and never logged counts as the
     # processes said before its checkpoint (before issue 32, as its successor's size).
-    assert run.outs["tokens_trained"] == baseline.outs["tokens_trained"]
-    assert run.outs["epochs"] == baseline.outs["epochs"]
+    for key in ("tokens_trained", "tokens_truncated", "epochs"):
+        assert run.outs[key] == baseline.outs[key], key
     assert (run.outs["epochs"] is not None) == prepared
 
 
@@ -203,7 +235,7 @@ def test_a_run_killed_mid_way_resumes_on_exactly_the_data_it_would_have_read(
     # it, the pipeline gives the uninterrupted run's next batches, document for document.
     steps, restored_at = OVERRIDES["steps"], restored[-1]
     position = Path(killed_job.run_directory) / "checkpoints" / str(restored_at) / "iter" / "process_0-of-1.json"
-    assert replay(killed_job, position, steps - restored_at - 1) == replay(killed_job, None, steps)[restored_at + 1 :]
+    assert replay(killed_job, position, steps - restored_at - 1) == baseline.batches[restored_at + 1 :]
 
 
 # The preempted node's drain, as in tests/test_elastic_local.py: time for the notice to reach

@@ -16,7 +16,7 @@ import pytest
 
 from domain.paths import PROJECT_ROOT, TRAINER_PYTHON
 from domain.training.dataset import GRAIN, SHIPPED_TOKENIZERS, Dataset, batches, coverage, pass_sequences
-from domain.training.dataset_manifest import MANIFEST_NAME, DatasetManifest
+from domain.training.dataset_manifest import MANIFEST_NAME, DatasetManifest, pass_tokens
 from domain.training.job import CPU_WORKER_ENV, JobSpec, resolve_job
 
 SEQUENCE = 32  # max_target_length: Llama 3 tokens
@@ -58,7 +58,11 @@ for name, texts in json.loads((work / "corpora.json").read_text()).items():
     (work / name).mkdir()
     (work / name / "corpus.jsonl").write_text("".join(json.dumps({"text": t}) + "\\n" for t in texts))
     prepare([str(work / name / "corpus.jsonl")], work / name / "prepared")
-fed = [sum(1 for _ in batches(JobSpec.from_json(job), None, None)) for job in json.loads((work / "jobs.json").read_text())]
+fed = []
+for job in json.loads((work / "jobs.json").read_text()):
+    read = list(batches(JobSpec.from_json(job), None, None))
+    sequences = sum(1 for batch in read for sequence in batch.sequences if sequence)
+    fed.append([len(read), sum(batch.tokens for batch in read), sequences])
 print("fed " + json.dumps(fed), flush=True)
 os._exit(0)  # MaxText's iterator, when collected, signals orphaned processes: replay_data's main says why
 """
@@ -69,6 +73,8 @@ class Fed:
     manifest: DatasetManifest
     job: JobSpec
     steps: int  # what the pipeline fed, to the end of the data
+    tokens: int  # the real target tokens of those steps, as MaxText counts a step's
+    sequences: int  # of those steps, the sequences that hold data (a part batch is padded)
 
 
 def job_for(work, corpus: str, packing: bool, truncation: bool) -> JobSpec:
@@ -107,10 +113,10 @@ def fed(tmp_path_factory) -> list[Fed]:
         timeout=600,
     )
     [line] = [line for line in done.stdout.splitlines() if line.startswith("fed ")] or [done.stderr[-3000:]]
-    steps = json.loads(line.removeprefix("fed "))
+    counts = json.loads(line.removeprefix("fed "))
     return [
-        Fed(DatasetManifest.from_json((work / corpus / "prepared" / MANIFEST_NAME).read_text()), job, count)
-        for (corpus, _, _), job, count in zip(CASES, jobs, steps, strict=True)
+        Fed(DatasetManifest.from_json((work / corpus / "prepared" / MANIFEST_NAME).read_text()), job, *count)
+        for (corpus, _, _), job, count in zip(CASES, jobs, counts, strict=True)
     ]
 
 
@@ -141,6 +147,11 @@ def test_the_steps_the_pipeline_feeds_lie_within_the_checks_bounds(fed, case):
     least, most = batches(bounds.least, BATCH), batches(bounds.most, BATCH)
     assert least <= item.steps <= most, (least, item.steps, most)
     assert bounds.exact == (not packing)
+    # What one pass reads, as the manifest says before the run: each sequence's targets (what
+    # the job counts as tokens trained) and its first token, which is never a target.
+    kept = pass_tokens(manifest.token_lengths, max_target_length=SEQUENCE, truncation=truncation).kept
+    assert item.tokens + item.sequences == kept, (item.tokens, item.sequences, kept)
+    assert bounds.least <= item.sequences <= bounds.most
     # Both directions: the run the data feeds is never refused, one step more is never passed
     # without a word (refused where it is certain, a warning where packing makes it uncertain).
     for steps in (item.steps, item.steps + 1):

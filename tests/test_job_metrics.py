@@ -155,7 +155,16 @@ def test_a_step_whose_processes_did_not_all_say_counts_as_its_successor():
 
 
 def test_the_data_outputs_name_the_corpus_and_count_its_passes_and_the_last_eval():
-    dataset = event_line("dataset", files="/dataset/c/data-*.array_record", content_hash="sha256:ab", tokens=128)
+    # A step of one sequence reads its 64 targets and the sequence's first token: 4 steps read
+    # 260 tokens, two passes of 130.
+    dataset = event_line(
+        "dataset",
+        files="/dataset/c/data-*.array_record",
+        content_hash="sha256:ab",
+        tokens=130,
+        passes=2,
+        sequences_per_step=1,
+    )
     evaluated = (
         "I1204 ... Completed eval after train step 3, loss=5.125, perplexity=168.2, total_weights=256, avg_z_loss=0"
     )
@@ -172,13 +181,25 @@ def test_the_data_outputs_name_the_corpus_and_count_its_passes_and_the_last_eval
     }
 
 
-def test_a_pass_is_what_the_trim_keeps_so_a_full_pass_is_one_epoch():
-    """Issue 32: 7,521 of a corpus's tokens dropped by truncation made a full pass 0.85 epochs."""
-    dataset = event_line("dataset", files="/d/c.array_record", tokens=160, tokens_truncated=32)
+@pytest.mark.parametrize(
+    "fields, epochs",
+    [
+        # Issue 32: 7,521 of a corpus's tokens dropped by the trim made a full pass 0.85 epochs.
+        # Two steps of one sequence read 2 x (64 + 1): the 130 a pass keeps of 160.
+        ({"tokens": 160, "tokens_truncated": 30, "sequences_per_step": 1}, 1.0),
+        ({"tokens": 160, "sequences_per_step": 1}, 0.812),  # without the trim's count: over all 160
+        # Steps of 2 sequences: the last a part batch at the end of the data, padded with an
+        # empty sequence that reads nothing: counted as read (132 / 130), but no run reads more
+        # than the passes it may make.
+        ({"tokens": 130, "sequences_per_step": 2}, 1.0),
+        ({"tokens": 130, "sequences_per_step": 2, "passes": 2}, 1.015),
+        ({"tokens": 130}, None),  # the trainer did not say how many sequences a step reads
+    ],
+)
+def test_a_full_pass_is_one_epoch(fields, epochs):
     collector = StepCollector()
-    collector.add("\n".join([dataset, line(0), line(1)]))  # 2 x 64 = the 128 tokens a pass trains
-    summary = collector.summary()
-    assert (summary["tokens_trained"], summary["tokens_truncated"], summary["epochs"]) == (128, 32, 1.0)
+    collector.add("\n".join([event_line("dataset", files="/d/c.array_record", **fields), line(0), line(1)]))
+    assert collector.summary()["epochs"] == epochs
 
 
 def test_throughput_numbers_that_overflow_are_left_out_of_the_medians():

@@ -576,8 +576,9 @@ def check_data(job: JobSpec) -> list[str]:
         tokenizer_vocab = _tokenizer_vocab(job)
     except Exception as error:  # any tokenizer MaxText cannot load is the problem
         return [f"tokenizer = {job.dataset.tokenizer!r} cannot be loaded as MaxText loads it ({error})"]
+    global_batch = int(batch * devices)
     checked = check_job_data(
-        job, global_batch=int(batch * devices), model_vocab=_model_vocab(job), tokenizer_vocab=tokenizer_vocab
+        job, global_batch=global_batch, model_vocab=_model_vocab(job), tokenizer_vocab=tokenizer_vocab
     )
     if checked.problems:
         return checked.problems
@@ -593,6 +594,8 @@ def check_data(job: JobSpec) -> list[str]:
         documents=manifest.documents if manifest else None,
         tokens=manifest.tokens if manifest and manifest.tokenizer == job.dataset.tokenizer else None,
         tokens_truncated=checked.pass_tokens.truncated if checked.pass_tokens else None,
+        passes=job.dataset.epochs or 1,
+        sequences_per_step=global_batch,
     )
     return []
 

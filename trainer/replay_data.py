@@ -21,18 +21,27 @@ import os
 import re
 import sys
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from domain.training.job import JobSpec
-from trainer.maxtext_trainer import mark_absl_flags_parsed, maxtext_argv
+from trainer.maxtext_trainer import mark_absl_flags_parsed, maxtext_argv, real_tokens
 
 DOCUMENT_ID = re.compile(r"doc (\d+):")
-# Each batch's line starts so (MaxText prints its own lines to stdout too).
+# Each batch's line starts so (MaxText prints its own lines to stdout too), and is followed by
+# one with its real target tokens, counted as MaxText counts a step's (the trainer's real_tokens).
 BATCH_PREFIX = "replayed batch "
+TOKENS_PREFIX = "replayed tokens "
 
 
-def batches(job: JobSpec, state: dict[str, Any] | None, limit: int | None) -> Iterator[list[list[int]]]:
+@dataclass(frozen=True)
+class Batch:
+    sequences: list[list[int]]  # each packed sequence's documents
+    tokens: int
+
+
+def batches(job: JobSpec, state: dict[str, Any] | None, limit: int | None) -> Iterator[Batch]:
     import jax
     from maxtext.configs import pyconfig
     from maxtext.input_pipeline.input_pipeline_interface import create_data_iterator
@@ -56,7 +65,7 @@ def batches(job: JobSpec, state: dict[str, Any] | None, limit: int | None) -> It
         iterator.local_iterator.close()
 
 
-def _read(iterator: Any, tokenizer: Any, limit: int | None) -> Iterator[list[list[int]]]:
+def _read(iterator: Any, tokenizer: Any, limit: int | None) -> Iterator[Batch]:
     import numpy as np
 
     count = 0
@@ -77,7 +86,7 @@ def _read(iterator: Any, tokenizer: Any, limit: int | None) -> Iterator[list[lis
                 found = DOCUMENT_ID.search(tokenizer.decode(ids))
                 documents.append(int(found[1]) if found else -1)
             sequences.append(documents)
-        yield sequences
+        yield Batch(sequences, real_tokens(batch) or 0)
         count += 1
 
 
@@ -91,8 +100,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     state = json.loads(args.state.read_text()) if args.state else None
     code = 1
     try:
-        for sequences in batches(job, state, args.batches):
-            print(BATCH_PREFIX + json.dumps(sequences), flush=True)
+        for batch in batches(job, state, args.batches):
+            print(BATCH_PREFIX + json.dumps(batch.sequences), flush=True)
+            print(f"{TOKENS_PREFIX}{batch.tokens}", flush=True)
         code = 0
     finally:
         sys.stdout.flush()

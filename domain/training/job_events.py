@@ -138,8 +138,13 @@ class DatasetEvent(BaseModel):
     documents: Annotated[int, Field(ge=0)] | None = None
     tokens: Annotated[int, Field(ge=0)] | None = None
     # Of `tokens`, what MaxText's trim to max_target_length drops each pass, where the manifest
-    # counts each document's tokens; a pass trains the rest.
+    # counts each document's tokens; a pass reads the rest.
     tokens_truncated: Annotated[int, Field(ge=0)] | None = None
+    # The passes the job may make over the files (its epochs setting), and the sequences a step
+    # reads (the global batch): a step reads its targets and, per sequence, the first token,
+    # which is never a target.
+    passes: Annotated[int, Field(ge=1)] = 1
+    sequences_per_step: Annotated[int, Field(ge=1)] | None = None
 
     @property
     def tokens_per_pass(self) -> int | None:

@@ -124,18 +124,28 @@ class StepCollector:
         """What the job trained on: the data's identity (synthetic: none), its tokens (each step
         once; a checkpointed step never logged as its processes said before the checkpoint, any
         other step the log lost as its successor's size), the passes over a corpus whose manifest
-        counts its tokens (a pass: what MaxText keeps of them, where the manifest says what its trim
-        drops), and the last evaluation's loss."""
+        counts its tokens (`epochs`), and the last evaluation's loss."""
         dataset = self.dataset
-        per_pass = dataset.tokens_per_pass if dataset is not None else None
         return {
             "tokens_trained": self.tokens_trained if self.latest is not None else None,
             "tokens_truncated": dataset.tokens_truncated if dataset is not None else None,
-            "epochs": round(self.tokens_trained / per_pass, 3) if per_pass else None,
+            "epochs": self._epochs(dataset) if dataset is not None else None,
             "eval_loss": finite(self.eval_loss, 4) if self.eval_loss is not None else None,
             "dataset_files": dataset.files if dataset is not None else None,
             "dataset_hash": dataset.content_hash if dataset is not None else None,
         }
+
+    def _epochs(self, dataset: DatasetEvent) -> float | None:
+        """The passes over the corpus the run read: its tokens read over what a pass reads (what
+        MaxText's trim keeps, where the manifest says what it drops), so one full pass is 1.0. A
+        step reads its targets (`tokens_trained`) and the first token of each sequence; a part
+        batch at the end of the data (MaxText pads it with empty sequences) reads less, but only
+        once every pass is read: never more than the passes the job may make."""
+        per_pass = dataset.tokens_per_pass
+        if not per_pass or dataset.sequences_per_step is None:
+            return None
+        read = self.tokens_trained + (self.highest_step + 1) * dataset.sequences_per_step
+        return round(min(read / per_pass, dataset.passes), 3)
 
 
 class JobLog:
