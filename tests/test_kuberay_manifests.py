@@ -11,6 +11,7 @@ import yaml
 from domain.compile_cache import COMPILE_CACHE_ENV, COMPILE_CACHE_PREFIX
 from domain.config import settings as settings_module
 from domain.config.settings import StackSettings
+from domain.paths import PROJECT_ROOT
 from domain.ray import kuberay, ray_head
 from domain.tpu import tpu_catalog
 from domain.tpu.tpu_catalog import ACCELERATORS
@@ -481,10 +482,11 @@ def test_autopilot_uses_the_compute_class_exactly_when_it_decides_something():
 
 # GKE's options for training reads (https://cloud.google.com/kubernetes-engine/docs/how-to/cloud-storage-fuse-csi-driver-perf,
 # and its TPU training sample, gcsfuse's samples/gke-csi-yaml/tpu/training-pv.yaml): metadata caches
-# unbounded and never expiring, the kernel's list cache kept, "not found" never cached.
+# unbounded in size, no kernel list cache, "not found" never cached; cached metadata expires after
+# 60 s (the sample's never does), since the pods outlive the jobs whose data they read.
 TRAINING_READS = (
-    "metadata-cache:ttl-secs:-1,metadata-cache:stat-cache-max-size-mb:-1,"
-    "metadata-cache:type-cache-max-size-mb:-1,file-system:kernel-list-cache-ttl-secs:-1,"
+    "metadata-cache:ttl-secs:60,metadata-cache:stat-cache-max-size-mb:-1,"
+    "metadata-cache:type-cache-max-size-mb:-1,file-system:kernel-list-cache-ttl-secs:0,"
     "metadata-cache:negative-ttl-secs:0"
 )
 OWNER = "implicit-dirs,uid=1000,gid=1000,dir-mode=555,file-mode=444"
@@ -541,6 +543,34 @@ def test_every_worker_reads_the_dataset_read_only_with_gkes_training_options(ove
     assert kuberay.DATASET_MOUNT == "/dataset"
     assert template["metadata"]["annotations"]["gke-gcsfuse/metadata-prefetch-memory-limit"] == "512Mi"
     assert validate_pod_template(template) == []
+
+
+def test_a_change_to_the_dataset_bucket_reaches_long_lived_pods_within_the_stated_time():
+    """The head and the slices kept up (minSlices, the idle timeout) outlive jobs, so nothing the
+    dataset mount caches may last forever: a listing always comes from the bucket (no kernel list
+    cache, whose TTL also fails to expire on kernels 6.9 to 6.12), "not found" is never cached, and
+    a file's cached size and type expire after DATASET_METADATA_TTL_SECS, the wait
+    docs/deploying.md tells a user who changed the data."""
+    cluster = ray_cluster_of(datasetBucket="acme-corpus", minSlices="1", datasetFileCacheMib="4096")
+    pods = [cluster["spec"]["headGroupSpec"]["template"], cluster["spec"]["workerGroupSpecs"][0]["template"]]
+    for template in pods:
+        options = volume(template["spec"], kuberay.DATASET_VOLUME)["csi"]["volumeAttributes"]["mountOptions"]
+        ttls = {
+            key: int(value)
+            for key, _, value in (option.rpartition(":") for option in options.split(","))
+            if key.endswith("ttl-secs")
+        }
+        assert ttls == {
+            "metadata-cache:ttl-secs": kuberay.DATASET_METADATA_TTL_SECS,
+            "file-system:kernel-list-cache-ttl-secs": 0,
+            "metadata-cache:negative-ttl-secs": 0,
+        }
+    assert 0 < kuberay.DATASET_METADATA_TTL_SECS <= 60
+    docs = " ".join((PROJECT_ROOT / "docs" / "deploying.md").read_text().split())
+    training_data = docs.split("- **Training data.**", 1)[1].split("- **", 1)[0]
+    said = f"reaches their pods within {kuberay.DATASET_METADATA_TTL_SECS} seconds"
+    assert said in training_data
+    assert "kept for the job" not in docs
 
 
 def test_a_dataset_file_cache_is_a_bounded_ram_disk_never_the_boot_disk():

@@ -72,12 +72,14 @@ GCS_FUSE_MOUNT_OPTIONS = ",".join(
 
 DATASET_MOUNT = "/dataset"
 DATASET_VOLUME = "gcs-fuse-dataset"
-# Caches never expire: safe because the mount is read-only and the data does not change mid-job.
+# Pods outlive jobs: a file replaced between jobs shows once its cached size and type expire (gcsfuse's default).
+DATASET_METADATA_TTL_SECS = 60
 DATASET_READ_OPTIONS = (
-    "metadata-cache:ttl-secs:-1",
+    f"metadata-cache:ttl-secs:{DATASET_METADATA_TTL_SECS}",
     "metadata-cache:stat-cache-max-size-mb:-1",
     "metadata-cache:type-cache-max-size-mb:-1",
-    "file-system:kernel-list-cache-ttl-secs:-1",
+    # No list cache, as in GKE's TPU training sample: a job lists once, and sees files added since.
+    "file-system:kernel-list-cache-ttl-secs:0",
     # GKE's training sample: "not found" is never cached, so a file added since is found.
     "metadata-cache:negative-ttl-secs:0",
 )
