@@ -1,6 +1,6 @@
 """Exact resume on a corpus (`slow`), ArrayRecord (prepared) and Parquet: the tiny preset trains
 through the RayJob provider on a local Ray cluster once without a fault, once with its Ray Train
-worker SIGKILLed after a checkpoint, and (ArrayRecord) once with its node preempted: the notice's
+worker SIGKILLed twice (after a checkpoint, then during one's write), and (ArrayRecord) once with its node preempted: the notice's
 checkpoint, then a worker group restarted on another node. The interrupted run restores
 MaxText's saved Grain position with the checkpoint, so step by step its losses are the uninterrupted run's (same seed, same data in the same order: a
 batch skipped or read twice would change every later loss), and its last checkpoint holds the
@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,7 +104,7 @@ def job_on(corpus: str, root: Path, run_name: str) -> JobSpec:
         "tiny-cpu",
         run_name=run_name,
         checkpoint_root=str(root),
-        max_failures=1,
+        max_failures=2,  # the killed run is killed twice
         overrides=OVERRIDES,
         dataset=Dataset(kind=GRAIN, tokenizer="llama3", shuffle_seed=5, packing=True, files=corpus),
     )
@@ -211,28 +213,57 @@ def assert_resumed_exactly(
     assert (run.outs["epochs"] is not None) == prepared
 
 
-def test_a_run_killed_mid_way_resumes_on_exactly_the_data_it_would_have_read(
+def kill_during_a_checkpoint_write(run: ProviderRun, job: JobSpec, worker: int, after: int) -> tuple[int, bool]:
+    """SIGKILLs `worker` as soon as Orbax is writing a checkpoint of a step past `after` (into a
+    temporary directory it renames to the step when it commits). Returns the step, and whether
+    the kill beat the commit: the disk says which, once the writer is dead."""
+    directory = Path(job.run_directory) / "checkpoints"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        assert run.outs is None, f"the run ended before a checkpoint write past step {after}: {run.outs}"
+        writing = [int(found[1]) for entry in directory.iterdir() if (found := ORBAX_TEMPORARY.match(entry.name))]
+        if (steps := [step for step in writing if step > after]) != []:
+            os.kill(worker, signal.SIGKILL)
+            return steps[0], steps[0] not in committed_steps(job)
+        time.sleep(0.01)
+    raise AssertionError(f"no checkpoint write past step {after} within 300 s")
+
+
+ORBAX_TEMPORARY = re.compile(r"(\d+)\.orbax-checkpoint-tmp")
+
+
+def test_a_run_killed_twice_once_during_a_checkpoint_write_resumes_on_exactly_the_data_it_would_have_read(
     local_ray_head, tmp_path, corpus, baseline
 ):
+    """Two interruptions in one run: the Ray Train worker SIGKILLed two steps past a checkpoint,
+    then the restarted worker SIGKILLed while Orbax writes a later checkpoint. Each restart
+    restores the last committed checkpoint (a write cut short is never restored), and the run's
+    losses, data position and counts are the uninterrupted run's."""
     killed_job = job_on(corpus, tmp_path, "killed")
     killed = ProviderRun(local_ray_head, killed_job).start()
     killed.wait_for(lambda: 4 in committed_steps(killed_job), "the checkpoint at step 4", 300)
-    worker = the_worker(local_ray_head)
+    first = the_worker(local_ray_head)
     killed.wait_for(lambda: max(killed.record().steps, default=-1) >= 6, "two steps past the checkpoint", 300)
-    os.kill(worker, signal.SIGKILL)
+    os.kill(first, signal.SIGKILL)
+    killed.wait_for(lambda: RESTORE_LINE.search(killed.log()) is not None, "the restart's restore", 300)
+    second = the_worker(local_ray_head)  # MaxText restores in the restarted worker
+    assert second != first
+    written, cut_short = kill_during_a_checkpoint_write(killed, killed_job, second, after=4)
     killed.join(timeout=420)
     restored = [int(step) for step in RESTORE_LINE.findall(killed.log())]
-    assert restored and restored[-1] >= 4, killed.log()[-3000:]
-    # The goodput outputs, against MaxText's own step lines: one restart charged to maxFailures,
-    # and exactly the steps the log shows run twice.
+    assert len(restored) == 2 and restored[0] >= 4, killed.log()[-3000:]
+    # The second restart restores the write the kill cut short only if it had committed.
+    assert restored[1] < written if cut_short else restored[1] == written, (restored, written, cut_short)
+    # The goodput outputs, against MaxText's own step lines: two restarts charged to maxFailures,
+    # and exactly the steps the log shows run twice or more.
     outs = killed.outs
-    assert outs is not None and (outs["restarts"], outs["failures"], outs["preemptions"]) == (1, 1, 0)
+    assert outs is not None and (outs["restarts"], outs["failures"], outs["preemptions"]) == (2, 2, 0)
     runs = Counter(int(step) for step, _ in STEP_LINE.findall(killed.log()))
     assert outs["steps_recomputed"] == sum(count - 1 for count in runs.values()) >= 1
     assert outs["seconds_lost_to_restarts"] > 0 and 0 < outs["goodput_percent"] < 100
     assert_resumed_exactly(killed, killed.log(), killed_job, baseline, corpus)
-    # The position the restart restored is where the uninterrupted pipeline was: replayed from
-    # it, the pipeline gives the uninterrupted run's next batches, document for document.
+    # The position the last restart restored is where the uninterrupted pipeline was: replayed
+    # from it, the pipeline gives the uninterrupted run's next batches, document for document.
     steps, restored_at = OVERRIDES["steps"], restored[-1]
     position = Path(killed_job.run_directory) / "checkpoints" / str(restored_at) / "iter" / "process_0-of-1.json"
     assert replay(killed_job, position, steps - restored_at - 1) == baseline.batches[restored_at + 1 :]

@@ -151,7 +151,8 @@ def test_a_corpus_is_refused_only_when_it_cannot_feed_the_run_and_warned_of_when
     assert {"fits": (None, None), "refused": (problem, None), "warned": (None, warning)}[verdict] == (problem, warning)
     if problem is not None:
         assert problem.startswith(f"datasetFiles = 'd/*' is too small for the run: its {documents} documents give ")
-        assert f"but the run takes {steps} steps of {batch} sequences; set epochs to at least " in problem
+        sequences = "sequences" if batch > 1 else "sequence"
+        assert f"but the run takes {steps} steps of {batch} {sequences}; set epochs to at least " in problem
     if warning is not None:
         assert warning.startswith("datasetFiles = 'd/*' may run out before the run ends: packed into sequences of 128")
         assert "the job saves at the last step the data held and fails saying so" in warning

@@ -131,7 +131,8 @@ def test_a_corpus_too_small_tells_the_smoke_run_its_own_flags(tmp_path, capsys):
     argv = ["--address", address, "--dataset", str(tmp_path / "data-*.array_record"), "--set", "steps=500"]
     assert smoke.main([*argv, "--epochs", "2"]) == 2
     err = capsys.readouterr().err
-    assert "its 60 documents give at most 60 sequences" in err and "120 in 2 passes" in err
+    assert "its 60 documents give at most 60 sequences" in err and "120 steps in 2 passes" in err
+    assert "the run takes 500 steps of 1 sequence;" in err
     assert "the smoke run's --epochs 9), or lower maxtextOverrides.steps (the smoke run's --set steps=N)" in err
     assert "starting a loopback-only Ray head" not in err
     with pytest.raises(SystemExit):

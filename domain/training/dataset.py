@@ -311,7 +311,7 @@ def coverage(
         packing=packing,
     )
     in_passes = f"in {passes} pass{'es' if passes > 1 else ''}"
-    run = f"the run takes {steps} steps of {global_batch} sequences"
+    run = f"the run takes {steps} steps of {global_batch} sequence{'s' if global_batch > 1 else ''}"
     if bounds.most is not None and batches(passes * bounds.most, global_batch) < steps:
         how = "trims each to" if truncation else "cuts each into chunks of"
         unit = (
