@@ -567,7 +567,7 @@ def test_a_change_to_the_dataset_bucket_reaches_long_lived_pods_within_the_state
         }
     assert 0 < kuberay.DATASET_METADATA_TTL_SECS <= 60
     docs = " ".join((PROJECT_ROOT / "docs" / "deploying.md").read_text().split())
-    training_data = docs.split("- **Training data.**", 1)[1].split("- **", 1)[0]
+    training_data = docs.split("### Training data", 1)[1].split(" #", 1)[0]
     said = f"reaches their pods within {kuberay.DATASET_METADATA_TTL_SECS} seconds"
     assert said in training_data
     assert "kept for the job" not in docs
