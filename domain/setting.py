@@ -12,10 +12,10 @@ derives from that declaration:
   tests/test_settings_table.py fails when they drift).
 
 Checks that involve several settings (a zone of the region, Spot with a reservation) stay in the
-project's parse function. They read the values as the settings class itself holds them
-(`Reading.partial`: an instance of the class, None where a value is unset or refused) and name a
-setting by its field (`field_names`), never by a key typed as text, so a renamed field renames
-every check and message.
+project's parse function. They read the values through the class's partial (`Partial`): the same
+attributes, typed `X | None`, None where a value is unset or refused. They name a setting by the
+class's own attribute (`StackSettings.zone`, a `Field`), never by a key typed as text, so a
+renamed field renames every check and message, and mypy knows each.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import re
 import sys
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence, Set
-from typing import Any, Literal
+from typing import Any, Literal, Self, overload
 
 Kind = Literal["string", "integer", "boolean", "number", "array", "object"]
 
@@ -141,29 +141,77 @@ class Setting:
         return None if problem is None else f"{self.key} = {_shown(self.kind, value)} {problem}"
 
 
+class Field[V]:
+    """A settings class's field that declares a setting (made by `setting`). On the class it is
+    the setting's name (`StackSettings.zone`, which checks and messages name it by); on an
+    instance, the value; on a partial (`Partial`), the value as read, None where unset or refused."""
+
+    def __init__(self, declared: Setting) -> None:
+        self.setting = declared
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.setting = dataclasses.replace(self.setting, field=name)
+
+    @property
+    def name(self) -> str:
+        """The field's name (`min_slices`)."""
+        return self.setting.field
+
+    @overload
+    def __get__(self, instance: None, owner: type) -> Self: ...
+    @overload
+    def __get__(self, instance: Partial, owner: type) -> V | None: ...
+    @overload
+    def __get__(self, instance: object, owner: type) -> V: ...
+    def __get__(self, instance: object | None, owner: type) -> Any:
+        if instance is None:
+            return self
+        if isinstance(instance, Partial):
+            return instance.value_of(self.name)
+        return instance.__dict__[self.name]
+
+    def __set__(self, instance: object, value: V) -> None:
+        # The class's __init__ sets each field once; a frozen class refuses any later assignment.
+        # Left out of the call, a field takes its declared default (dataclasses passes the Field).
+        instance.__dict__[self.name] = self.setting.default if isinstance(value, Field) else value
+
+
 def setting(kind: Kind | Setting, description: str | None = None, **declaration: Any) -> Any:
-    """A settings-class field that declares a setting (see `Setting` for what it takes). Given a
-    `Setting` instead of a kind: that setting, declared where its rule belongs (a job's own
-    choices, domain/training/job.py, which checks its arguments with the same declaration), with this
-    project's description, default, range and the rest where given."""
+    """A settings-class field that declares a setting (see `Setting` for what it takes), annotated
+    `Field[ITS TYPE]`. Given a `Setting` instead of a kind: that setting, declared where its rule
+    belongs (a job's own choices, domain/training/job.py, which checks its arguments with the same
+    declaration), with this project's description, default, range and the rest where given."""
     if isinstance(kind, Setting):
         changes = declaration if description is None else {**declaration, "description": description}
         entry = dataclasses.replace(kind, **changes)
     else:
         assert description is not None, "a new setting needs its description"
         entry = Setting(kind, description, **declaration)
-    return dataclasses.field(metadata={_METADATA_KEY: entry})
+    return Field(entry)
 
 
-def field_names[T](cls: type[T]) -> T:
-    """An instance of `cls` whose every setting holds its own field's name (`names.min_slices ==
-    "min_slices"`): checks name a setting through it (`reading.ok(names.zone)`), so mypy knows the
-    field and renaming it renames every check and message. Its attributes are names whatever their
-    declared types: pass them to a `Reading`, never read them as values."""
-    names: T = object.__new__(cls)
-    for entry in settings_of(cls):
-        object.__setattr__(names, entry.field, entry.field)
-    return names
+class Partial:
+    """The base of a settings class's partial, declared with it (`class PartialStackSettings(Partial,
+    StackSettings)`): the settings as read so far, for the checks that involve several. Each field
+    reads as `X | None` (mypy makes a check test a value before it uses it): None where it is unset
+    with no default or was refused, before or after the partial was made (`Reading.refuse`). The
+    class's properties hold only where the fields they read are not None. Fields that are not
+    settings are not there."""
+
+    def __init__(self, reading: Reading[Any], resolved: Mapping[str, Any]) -> None:
+        # The reading's values as they stand (a value the project resolves replacing one as read),
+        # and the refusals so far, after which a refusal makes its field None.
+        values = {field: None if field in reading.refused else value for field, value in reading.values.items()}
+        object.__setattr__(self, "_values", {**values, **{reading.field(name): v for name, v in resolved.items()}})
+        object.__setattr__(self, "_reading", reading)
+        object.__setattr__(self, "_refused", frozenset(reading.refused))
+
+    _values: dict[str, Any]
+    _reading: Reading[Any]
+    _refused: frozenset[str]
+
+    def value_of(self, field: str) -> Any:
+        return None if field in self._reading.refused - self._refused else self._values[field]
 
 
 def camel_case(name: str) -> str:
@@ -172,20 +220,17 @@ def camel_case(name: str) -> str:
     return head + "".join(part.capitalize() for part in rest)
 
 
-def key_of(cls: type, field: object) -> str:
-    """The key (as the user types it) of the setting `cls` declares as `field` (a `field_names` name)."""
-    for entry in settings_of(cls):
-        if entry.field == field:
-            return entry.key
-    raise KeyError(f"{field!r} is not a setting's field of {cls.__name__}")
+def key_of(field: Field[Any]) -> str:
+    """The key (as the user types it) of the setting a class declares as `field` (`StackSettings.zone`)."""
+    return field.setting.key
 
 
 def settings_of(cls: type) -> tuple[Setting, ...]:
     """The settings a class declares, in declaration order."""
     return tuple(
-        dataclasses.replace(field.metadata[_METADATA_KEY], field=field.name)
+        declared.setting
         for field in dataclasses.fields(cls)
-        if _METADATA_KEY in field.metadata
+        if isinstance(declared := getattr(cls, field.name, None), Field)
     )
 
 
@@ -193,7 +238,8 @@ def settings_of(cls: type) -> tuple[Setting, ...]:
 class Reading[T]:
     """Raw config read against a settings class: typed values by field name (None where unset or
     refused), and the problems found so far, to which the project's own checks add. `partial` is
-    the same values as the settings class holds them, for the checks that involve several."""
+    the same values as the class's partial holds them, for the checks that involve several. A
+    field is named by the class's attribute (`StackSettings.zone`) or its name."""
 
     values: dict[str, Any]
     problems: list[str]
@@ -204,55 +250,48 @@ class Reading[T]:
     defaults: Mapping[str, Any]  # by field
     refused: set[str] = dataclasses.field(default_factory=set)  # fields whose value was refused
     cls: type[T] | None = None
-    _partials: list[T] = dataclasses.field(default_factory=list)
 
-    def partial(self, **resolved: Any) -> T:
-        """The values read as an instance of the settings class, whose fields (and the properties
-        built on them) the checks read: a field is None where it is unset with no default or was
-        refused (now or later, by `refuse`), whatever its declared type says, so a check tests the
-        values it reads (or asks `ok`) first (tests/test_setting_values.py refuses each in turn).
-        `resolved` replaces values the project derives (a preset's default shape). Built without
-        the class's `__init__`: its fields that are not settings stay unset."""
-        assert self.cls is not None, "a Reading made by read() knows its class"
-        instance: T = object.__new__(self.cls)
-        values = {field: None if field in self.refused else value for field, value in self.values.items()}
-        for field, value in {**values, **resolved}.items():
-            object.__setattr__(instance, self._field(field), value)
-        self._partials.append(instance)
-        return instance
+    def partial[P: Partial](self, partial: type[P], **resolved: Any) -> P:
+        """The values read, as `partial` (the settings class's partial) holds them: a field is None
+        where it is unset with no default or was refused (now or later, by `refuse`), so a check
+        tests the values it reads (or asks `ok`) first (tests/test_setting_values.py refuses each in
+        turn). `resolved` replaces values the project derives (a preset's default shape)."""
+        assert self.cls is not None and self.cls in partial.__mro__, "the partial of the class read"
+        return partial(self, resolved)
 
-    def complete(self, partial: T, **others: Any) -> T:
+    def complete(self, partial: Partial, **others: Any) -> T:
         """The settings class made from `partial` (once every problem is reported) and `others`, its
         fields that are not settings."""
         assert self.cls is not None, "a Reading made by read() knows its class"
-        return self.cls(**{field: getattr(partial, field) for field in self.keys}, **others)
+        return self.cls(**{field: partial.value_of(field) for field in self.keys}, **others)
 
-    def refuse(self, field: object) -> None:
-        """Marks a field's value refused by a check of several settings: later checks skip it."""
-        self.refused.add(self._field(field))
-        for partial in self._partials:
-            object.__setattr__(partial, self._field(field), None)
+    def refuse(self, field: Field[Any] | str) -> None:
+        """Marks a field's value refused by a check of several settings: later checks (and every
+        partial) read it as None."""
+        self.refused.add(self.field(field))
 
-    def key(self, field: object) -> str:
+    def key(self, field: Field[Any] | str) -> str:
         """A field's setting as the user types it (`minSlices`, `gcp:zone`), as messages name it."""
-        return self.keys[self._field(field)]
+        return self.keys[self.field(field)]
 
-    def stated(self, field: object, value: Any = None) -> str:
+    def stated(self, field: Field[Any] | str, value: Any = None) -> str:
         """A field's setting and value as a message starts: `KEY = VALUE` (see `shown`)."""
         return f"{self.key(field)} = {self.shown(self.key(field), value)}"
 
-    def value(self, field: object) -> Any:
+    def value(self, field: Field[Any] | str) -> Any:
         """A field's value as read (None where unset with no default or refused by `read`)."""
-        return self.values[self._field(field)]
+        return self.values[self.field(field)]
 
-    def is_secret(self, field: object) -> bool:
+    def is_secret(self, field: Field[Any] | str) -> bool:
         """Whether the field's setting is set with `pulumi config set --secret`."""
         return self.key(field) in self.secrets
 
-    def _field(self, field: object) -> str:
-        if not isinstance(field, str) or field not in self.keys:
+    def field(self, field: Field[Any] | str) -> str:
+        """A field's name, checked to be a setting's field of the class read."""
+        name = field.name if isinstance(field, Field) else field
+        if not isinstance(name, str) or name not in self.keys:
             raise KeyError(f"{field!r} is not a setting's field")
-        return field
+        return name
 
     def shown(self, key: str, value: Any = None) -> str:
         """A setting's value as messages show it (text quoted, even text of digits, numbers and
@@ -261,23 +300,23 @@ class Reading[T]:
             return SECRET
         return _shown(self.kinds.get(key), self.raw.get(key) if value is None else value)
 
-    def is_set(self, field: object) -> bool:
+    def is_set(self, field: Field[Any] | str) -> bool:
         """Whether the stack sets this field's setting, which has no default. The CLI merges every
         default into the config (domain/config/cli_config.py), so a setting with one always looks
         set: ask `changed` of it instead."""
-        field = self._field(field)
+        field = self.field(field)
         if self.defaults[field] is not None:
             raise ValueError(f"{self.keys[field]} has a default, which the CLI sets on every stack; use changed()")
         return self.raw.get(self.keys[field]) is not None
 
-    def changed(self, field: object) -> bool:
+    def changed(self, field: Field[Any] | str) -> bool:
         """Whether this field's value differs from its default: what a user can be told they set."""
-        field = self._field(field)
+        field = self.field(field)
         return self.values[field] not in (None, self.defaults[field])
 
-    def ok(self, *fields: object) -> bool:
+    def ok(self, *fields: Field[Any] | str) -> bool:
         """Whether these fields were read without a problem."""
-        return not self.refused & {self._field(field) for field in fields}
+        return not self.refused & {self.field(field) for field in fields}
 
     def raise_problems(self, error: Callable[[list[str]], Exception]) -> None:
         """Raises `error` with every problem, with no secret value repeated."""

@@ -1,8 +1,10 @@
 """Stack settings: defaults, and bad input that must stop the program with a useful message."""
 
+import dataclasses
+
 import pytest
 
-from domain.config.settings import MAX_SLICES, SettingsError, StackSettings, settings_cost
+from domain.config.settings import MAX_SLICES, PartialStackSettings, SettingsError, StackSettings, settings_cost
 from domain.setting import read
 from domain.tpu.tpu_catalog import accelerator
 from tests.support.cli_settings import infra_settings
@@ -174,11 +176,17 @@ def test_a_head_machine_with_room_for_the_head_alone_fits_a_stack_that_does_not_
 
 def test_the_typed_reading_the_cross_checks_use_is_the_settings_class_itself():
     """parse_settings' checks read a partial StackSettings (domain/setting.py `Reading.partial`): the
-    settings' own attributes and properties, None where unset or refused, no restated twin."""
+    settings' own attributes and properties, None where unset or refused, no restated twin. A later
+    refusal reaches the partial without changing a frozen object."""
     reading = read(StackSettings, {**VALID, "slices": "0"}, project_name=PROJECT)
-    partial = reading.partial()
+    partial = reading.partial(PartialStackSettings)
     assert isinstance(partial, StackSettings)
     assert (partial.zone, partial.slices, partial.reservation, partial.min_slices) == ("us-east5-b", None, None, 0)
     assert not reading.ok("slices") and reading.ok("zone") and reading.key("min_slices") == "minSlices"
+    assert not reading.ok(StackSettings.slices) and reading.key(StackSettings.min_slices) == "minSlices"
     with pytest.raises(KeyError):
         reading.ok("minSlices")  # a field, not a key: a mistake, not "read without a problem"
+    reading.refuse(StackSettings.zone)
+    assert partial.zone is None and reading.values["zone"] == "us-east5-b"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        partial.zone = "us-east5-a"  # type: ignore[misc]

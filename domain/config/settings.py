@@ -30,7 +30,7 @@ from domain.perf.capacity import StackCost, price_problem, stack_cost
 from domain.problems import ProblemsError
 from domain.ray import ray_head
 from domain.ray.ray_version import MIN_RAY_VERSION_FOR_TOKEN_AUTH, RAY_VERSION, version_key
-from domain.setting import Reading, field_names, key_of, read, setting, settings_of
+from domain.setting import Field, Partial, Reading, read, setting
 from domain.tpu.capacity_choices import CAPACITY_CHOICES, DEFAULT_CAPACITY, FLEX_START, RESERVATION, SPOT
 from domain.tpu.tpu_catalog import (
     FLEX_START_ZONES,
@@ -204,7 +204,7 @@ class StackSettings:
 
     stack: str  # the Pulumi stack's name (not a setting)
 
-    project: str = setting(
+    project: Field[str] = setting(
         "string",
         "Google Cloud project ID the stack deploys into (the Google provider's setting).",
         namespace="gcp",
@@ -212,7 +212,7 @@ class StackSettings:
         check=_named("a project ID", gcp_names.project_id_problems, gcp_names.PROJECT_ID_RULE),
         in_clear="it is part of the clusterId and kubeconfig outputs, the Workload Identity pool and the image URL",
     )
-    region: str = setting(
+    region: Field[str] = setting(
         "string",
         "Region of the bucket, the image repository and an Autopilot cluster (the Google provider's setting).",
         namespace="gcp",
@@ -220,14 +220,14 @@ class StackSettings:
         check=_region,
         in_clear="it is the clusterLocation output of an Autopilot stack, the bucket's location and part of the image URL",
     )
-    zone: str = setting(
+    zone: Field[str] = setting(
         "string",
         "Zone of a Standard cluster and its TPU node pools, in gcp:region (the Google provider's setting).",
         namespace="gcp",
         required="<zone>",
         in_clear="it is the clusterLocation output of a Standard stack and the node pools' location",
     )
-    default_labels: Mapping[str, str] = setting(
+    default_labels: Field[Mapping[str, str]] = setting(
         "object",
         "Labels the Google provider adds to every resource it creates (the Google provider's setting).",
         namespace="gcp",
@@ -235,61 +235,61 @@ class StackSettings:
         check=_labels,
         in_clear=f"they label every resource, {_STATE}",
     )
-    preset: Preset = setting(
+    preset: Field[Preset] = setting(
         PRESET,
         f"Training preset: {preset_names(on_tpu=True)} ({preset_names(on_tpu=False)} runs locally, not on GKE).",
         default="llama3-8b",
         check=_tpu_preset,
         in_clear="it is exported as the preset output",
     )
-    mode: str = setting(
+    mode: Field[str] = setting(
         "string",
         "GKE mode: standard (TPU node pools, DCN networks) or autopilot (ComputeClass).",
         default="standard",
         choices=gke.MODES,
         in_clear="it is exported as the mode output",
     )
-    cluster_name: str = setting(
+    cluster_name: Field[str] = setting(
         "string",
         "GKE cluster name; also prefixes the DCN networks and the worker image repository.",
         default="maxtext-tpu",
         check=_dns_label(gcp_names.GKE_CLUSTER_NAME_MAX),
         in_clear="it names the GKE cluster (the clusterName output), its node service account, DCN networks and image repository",
     )
-    gke_version: str = setting(
+    gke_version: Field[str] = setting(
         "string",
         "Minimum control-plane version; must be at or above the managed DRANET minimum for the mode.",
         default=gke.DEFAULT_VERSION,
         in_clear=f"it is the cluster's minimum version, {_STATE}",
     )
-    release_channel: str = setting(
+    release_channel: Field[str] = setting(
         "string",
         "GKE release channel offering gkeVersion: RAPID, REGULAR, STABLE or EXTENDED.",
         default="RAPID",
         choices=gke.RELEASE_CHANNELS,
         in_clear=f"it is the cluster's release channel, {_STATE}",
     )
-    network: str = setting(
+    network: Field[str] = setting(
         "string",
         "Primary VPC network of the cluster.",
         default="default",
         check=_named("a VPC network name", gcp_names.network_name_problems, gcp_names.NETWORK_RULE),
         in_clear=f"it is the cluster's network, {_STATE}",
     )
-    slices: int = setting(
+    slices: Field[int] = setting(
         SLICES,
         f"Number of TPU slices (1 to {MAX_SLICES}); defaults to the preset's.",
         unset="the preset's",
         maximum=MAX_SLICES,
         in_clear="it is exported as the slices output and numbers the TPU node pools",
     )
-    topology: str = setting(
+    topology: Field[str] = setting(
         "string",
         "TPU slice topology (for example 4x4); defaults to the preset's.",
         unset="the preset's",
         in_clear="it is exported as the topology output and names the TPU node pools",
     )
-    capacity: tuple[str, ...] = setting(
+    capacity: Field[tuple[str, ...]] = setting(
         "array",
         "How TPU nodes are obtained, in order of preference: reservation, on-demand, spot, flex-start. "
         "Standard takes one; Autopilot takes a fallback order (ComputeClass priorities).",
@@ -297,7 +297,7 @@ class StackSettings:
         check=_capacity,
         in_clear=f"it is the TPU node pools' provisioning model (or the ComputeClass priorities), {_STATE}",
     )
-    min_slices: int = setting(
+    min_slices: Field[int] = setting(
         "integer",
         "TPU slices kept up while no job runs (0 to slices); the Ray autoscaler adds the rest for a job "
         "and removes them after idleTimeoutSeconds.",
@@ -306,7 +306,7 @@ class StackSettings:
         maximum=MAX_SLICES,
         in_clear=f"it is the worker group's minReplicas and the node pools' autoscaling, {_STATE}",
     )
-    idle_timeout_seconds: int = setting(
+    idle_timeout_seconds: Field[int] = setting(
         "integer",
         "Seconds a slice with no work stays up before the Ray autoscaler removes it (when minSlices < slices). "
         "Weigh it against what bringing the slice back costs: the workloads stack's coldStartSeconds and "
@@ -317,19 +317,19 @@ class StackSettings:
         maximum=86400,
         in_clear=f"it is the RayCluster's autoscaler idle timeout, {_STATE}",
     )
-    reservation: str | None = setting(
+    reservation: Field[str | None] = setting(
         "string",
         "Name of a specific Compute Engine reservation for the TPU nodes (with reservation in capacity).",
         check=_named("a reservation name", gcp_names.reservation_problems, gcp_names.RESERVATION_RULE),
         in_clear=f"it is the TPU node pools' reservation affinity, {_STATE}",
     )
-    dcn_subnets: tuple[str, ...] = setting(
+    dcn_subnets: Field[tuple[str, ...]] = setting(
         "array",
         "CIDR ranges of the DCN subnets, one per extra network (two for v6e).",
         default=dcn.DEFAULT_SUBNET_RANGES,
         in_clear=f"they are the DCN subnets' ranges, {_STATE}",
     )
-    namespace: str = setting(
+    namespace: Field[str] = setting(
         "string",
         "Kubernetes namespace of the Ray cluster.",
         default="default",
@@ -338,7 +338,7 @@ class StackSettings:
         ),
         in_clear="it is exported as the namespace output and names the Kubernetes objects' namespace",
     )
-    service_account: str = setting(
+    service_account: Field[str] = setting(
         "string",
         "Kubernetes service account of the Ray pods (granted the checkpoint bucket).",
         default="maxtext-ray",
@@ -350,14 +350,14 @@ class StackSettings:
         ),
         in_clear="it is exported as the serviceAccount output and is part of the bucket's IAM member",
     )
-    bucket_name: str | None = setting(
+    bucket_name: Field[str | None] = setting(
         "string",
         "Checkpoint bucket name; auto-named with a random suffix when unset.",
         unset="auto-named",
         check=_named("a Cloud Storage bucket name", gcp_names.bucket_name_problems, gcp_names.BUCKET_NAME_RULE),
         in_clear="it is exported as the bucketName and checkpointBucketUrl outputs",
     )
-    dataset_bucket: str | None = setting(
+    dataset_bucket: Field[str | None] = setting(
         "string",
         "An existing bucket holding the training data, mounted read-only at /dataset on every TPU worker; the "
         "Ray pods get roles/storage.objectViewer on it alone. The stack never creates, changes or deletes it.",
@@ -367,7 +367,7 @@ class StackSettings:
         ),
         in_clear="it is exported as the datasetUri output and is part of the dataset mount and its IAM binding",
     )
-    dataset_prefix: str | None = setting(
+    dataset_prefix: Field[str | None] = setting(
         "string",
         "A folder inside datasetBucket to mount instead of the whole bucket (for example corpora/web-v1): "
         "/dataset then shows that folder's contents.",
@@ -375,7 +375,7 @@ class StackSettings:
         check=_dataset_prefix,
         in_clear="it is exported as part of the datasetUri output and is the dataset mount's only-dir option",
     )
-    dataset_file_cache_mib: int | None = setting(
+    dataset_file_cache_mib: Field[int | None] = setting(
         "integer",
         "MiB of RAM on each TPU host for a Cloud Storage FUSE file cache of the dataset (a bounded RAM disk, "
         f"never the boot disk; 1 to {DATASET_FILE_CACHE_MAX_MIB}). Set it only when the dataset fits and is "
@@ -385,7 +385,7 @@ class StackSettings:
         maximum=DATASET_FILE_CACHE_MAX_MIB,
         in_clear=f"it is the dataset mount's file-cache:max-size-mb, {_STATE}",
     )
-    compile_cache_max_age_days: int = setting(
+    compile_cache_max_age_days: Field[int] = setting(
         "integer",
         f"Days after which the checkpoint bucket deletes an entry of the jobs' compilation cache (its "
         f"{COMPILE_CACHE_PREFIX}/ prefix): JAX never evicts anything from a remote cache, so without this the "
@@ -397,13 +397,13 @@ class StackSettings:
         valid=f"use a whole number of days, 1 or more (at most {MAX_LIFECYCLE_AGE_DAYS}), for example 30",
         in_clear=f"it is the checkpoint bucket's lifecycle rule, {_STATE}",
     )
-    bucket_force_destroy: bool = setting(
+    bucket_force_destroy: Field[bool] = setting(
         "boolean",
         "Let `pulumi destroy` delete a bucket that still holds checkpoints (a production stack must set false).",
         default=True,
         in_clear=f"it is the bucket's force_destroy, {_STATE}",
     )
-    bucket_hierarchical_namespace: bool = setting(
+    bucket_hierarchical_namespace: Field[bool] = setting(
         "boolean",
         "Create the checkpoint bucket with hierarchical namespace, as GKE advises for checkpoints: Orbax's commit "
         "(a directory rename) is then one atomic folder rename, not a copy and delete of every file that a "
@@ -413,19 +413,19 @@ class StackSettings:
         default=False,
         in_clear=f"it is the bucket's hierarchical namespace, {_STATE}",
     )
-    deletion_protection: bool = setting(
+    deletion_protection: Field[bool] = setting(
         "boolean",
         "Protect the GKE cluster from deletion (turn on for production).",
         default=False,
         in_clear=f"it is the cluster's deletion_protection, {_STATE}",
     )
-    production: bool = setting(
+    production: Field[bool] = setting(
         "boolean",
         "Marks a production stack (it then requires deletionProtection and bucketForceDestroy = false).",
         default=False,
         in_clear="it becomes the cluster's environment label",
     )
-    ray_image: str | None = setting(
+    ray_image: Field[str | None] = setting(
         "string",
         "Worker image for the Ray head and workers, used as-is: a build of trainer/Dockerfile named "
         "REGISTRY/PATH/maxtext-ray, pinned by tag or digest. Unset: the stack "
@@ -435,7 +435,7 @@ class StackSettings:
         check=_named("a pinned container image", image_reference_problems, IMAGE_RULE),
         in_clear="it is exported as the rayImage output and set on every Ray pod",
     )
-    image_streaming: bool = setting(
+    image_streaming: Field[bool] = setting(
         "boolean",
         "GKE image streaming on a Standard cluster's TPU and Ray head node pools: a new node starts the "
         "worker's containers while their image streams from Artifact Registry, instead of after pulling it "
@@ -444,7 +444,7 @@ class StackSettings:
         default=True,
         in_clear=f"it is the node pools' gcfsConfig, {_STATE}",
     )
-    image_cache_disk: str | None = setting(
+    image_cache_disk: Field[str | None] = setting(
         "string",
         "A Compute Engine disk image holding the worker image (built with GKE's gke-disk-image-builder), "
         "attached to every TPU node as a secondary boot disk in CONTAINER_IMAGE_CACHE mode, so a new node "
@@ -455,14 +455,14 @@ class StackSettings:
         check=_named("a disk image path", gcp_names.disk_image_problems, gcp_names.DISK_IMAGE_RULE),
         in_clear=f"it is the TPU node pools' secondary boot disk, {_STATE}",
     )
-    head_machine_type: str = setting(
+    head_machine_type: Field[str] = setting(
         "string",
         "Machine type of the on-demand CPU pool that runs the Ray head (Standard mode).",
         default="n1-standard-16",
         check=_named("a machine type", gcp_names.machine_type_problems, gcp_names.MACHINE_TYPE_RULE),
         in_clear=f"it is the head pool's machine type, {_STATE}",
     )
-    price_per_chip_hour: float | None = setting(
+    price_per_chip_hour: Field[float | None] = setting(
         "number",
         "US dollars per TPU chip-hour of the first capacity choice, for the cost outputs; defaults to the "
         "catalog's list price for that choice in gcp:region (v6e on demand 2.70 in US regions; flex-start has "
@@ -552,14 +552,18 @@ class StackSettings:
         )
 
 
-_SETTINGS = {entry.field: entry for entry in settings_of(StackSettings)}
-# The settings' fields by name, for checks and messages to name a setting by (mypy knows each).
-_F = field_names(StackSettings)
+class PartialStackSettings(Partial, StackSettings):
+    """StackSettings as read so far, each field None where unset or refused (`Partial`): what the
+    checks of several settings read."""
+
+
+# A setting by its field, for checks and messages to name it by (`_F.zone`; mypy knows each).
+_F = StackSettings
 
 
 # Settings that only a Standard cluster uses, and what an Autopilot cluster does instead: set (to
 # anything but the default) on an Autopilot stack, they would do nothing, which is a mistake.
-STANDARD_ONLY: dict[object, str] = {  # by field
+STANDARD_ONLY: dict[Field[Any], str] = {
     _F.head_machine_type: "Autopilot chooses the Ray head's node from the head pod's own requests",
     _F.dcn_subnets: "Autopilot gives the TPU pods their DCN interfaces itself (DRANET through the ComputeClass)",
     _F.image_streaming: "Autopilot streams eligible images itself, and it cannot be turned off there",
@@ -570,9 +574,9 @@ STANDARD_ONLY: dict[object, str] = {  # by field
 }
 
 
-def _key(field: object) -> str:
+def _key(field: Field[Any]) -> str:
     """A field's setting as the user types it (`minSlices`, `gcp:zone`), as messages name it."""
-    return key_of(StackSettings, field)
+    return field.setting.key
 
 
 def _derived_problem(key: str, value: str, derived: str, service: str, problems: list[str], fix: str) -> str:
@@ -580,33 +584,33 @@ def _derived_problem(key: str, value: str, derived: str, service: str, problems:
     return f"{key} = {value!r} makes {derived}, which {service} refuses: it {', '.join(problems)}; {fix}"
 
 
-def _read_settings(reading: Reading[StackSettings]) -> StackSettings:
+def _read_settings(reading: Reading[StackSettings]) -> PartialStackSettings:
     """The settings `read`, as a partial `StackSettings` for the checks that involve several of them
     (`Reading.partial`: None where unset with no default or refused; a check below may refuse a
     value that stays here). The preset is resolved, and its shape where the stack sets none: its
     topology ("" where unknown) and slice count."""
-    as_read = reading.partial()
+    as_read = reading.partial(PartialStackSettings)
     name: str | None = reading.value(_F.preset)  # the preset as read: its name
     preset = PRESETS[name] if name is not None else None
     slices = as_read.slices
     if slices is None and preset is not None and reading.ok(_F.slices):
         slices = preset.slices
     topology = as_read.topology or (preset.topology if preset else "")
-    return reading.partial(preset=preset, slices=slices, topology=topology)
+    return reading.partial(PartialStackSettings, preset=preset, slices=slices, topology=topology)
 
 
-def _topology_ok(settings: StackSettings) -> bool:
+def _topology_ok(settings: PartialStackSettings) -> bool:
     return settings.preset is not None and topology_problem(settings.accelerator, settings.topology) is None
 
 
-def _shape(settings: StackSettings) -> tuple[Preset, SliceShape, int] | None:
+def _shape(settings: PartialStackSettings) -> tuple[Preset, SliceShape, int] | None:
     """The preset, its slice shape and the slice count, where all three are valid."""
-    if not _topology_ok(settings) or settings.slices is None:
+    if settings.preset is None or settings.topology is None or settings.slices is None or not _topology_ok(settings):
         return None
     return settings.preset, settings.slice_shape, settings.slices
 
 
-def _dcn_networks(settings: StackSettings) -> int:
+def _dcn_networks(settings: PartialStackSettings) -> int:
     """`StackSettings.dcn_networks`, 0 where the preset was refused."""
     return settings.dcn_networks if settings.preset is not None else 0
 
@@ -649,7 +653,7 @@ def parse_settings(
     return reading.complete(settings, stack=stack)
 
 
-def _location_problems(reading: Reading[StackSettings], settings: StackSettings) -> list[str]:
+def _location_problems(reading: Reading[StackSettings], settings: PartialStackSettings) -> list[str]:
     """gcp:zone in gcp:region (refused otherwise, so the zone's other checks are skipped)."""
     region, zone = settings.region, settings.zone
     if not (region and zone):
@@ -663,7 +667,7 @@ def _location_problems(reading: Reading[StackSettings], settings: StackSettings)
     ]
 
 
-def _shape_problems(reading: Reading[StackSettings], settings: StackSettings) -> list[str]:
+def _shape_problems(reading: Reading[StackSettings], settings: PartialStackSettings) -> list[str]:
     """The preset's TPUs: a topology of its accelerator, offered where the cluster is, and its
     MaxText mesh fitting the shape."""
     chosen, mode, region, zone = settings.preset, settings.mode, settings.region, settings.zone
@@ -681,11 +685,11 @@ def _shape_problems(reading: Reading[StackSettings], settings: StackSettings) ->
     # The preset's MaxText mesh, exactly as a job on this cluster would be checked.
     shape = _shape(settings)
     if shape is not None:
-        problems += _mesh_problems(chosen, settings.topology, shape[2])
+        problems += _mesh_problems(chosen, shape[1].topology, shape[2])
     return problems
 
 
-def _gke_version_problems(reading: Reading[StackSettings], settings: StackSettings) -> list[str]:
+def _gke_version_problems(reading: Reading[StackSettings], settings: PartialStackSettings) -> list[str]:
     mode, gke_version = settings.mode, settings.gke_version
     if mode is None or gke_version is None:
         return []
@@ -727,7 +731,7 @@ def _gke_version_problems(reading: Reading[StackSettings], settings: StackSettin
     return []
 
 
-def _standard_only_problems(reading: Reading[StackSettings], settings: StackSettings) -> list[str]:
+def _standard_only_problems(reading: Reading[StackSettings], settings: PartialStackSettings) -> list[str]:
     """Settings set on an Autopilot stack that only a Standard cluster uses (refused, so their
     other checks are skipped)."""
     problems = []
@@ -743,7 +747,7 @@ def _standard_only_problems(reading: Reading[StackSettings], settings: StackSett
     return problems
 
 
-def _dcn_problems(reading: Reading[StackSettings], settings: StackSettings) -> list[str]:
+def _dcn_problems(reading: Reading[StackSettings], settings: PartialStackSettings) -> list[str]:
     """A Standard cluster's DCN subnets: valid ranges, room for every TPU VM, clear of the
     primary network, one per DCN network."""
     dcn_subnets, region, network = settings.dcn_subnets, settings.region, settings.network
@@ -770,7 +774,7 @@ def _dcn_problems(reading: Reading[StackSettings], settings: StackSettings) -> l
     return problems
 
 
-def _image_and_machine_problems(reading: Reading[StackSettings], settings: StackSettings) -> list[str]:
+def _image_and_machine_problems(reading: Reading[StackSettings], settings: PartialStackSettings) -> list[str]:
     problems = []
     machine_type, slices, min_slices = settings.head_machine_type, settings.slices, settings.min_slices
     if settings.mode == "standard" and machine_type:
@@ -782,7 +786,7 @@ def _image_and_machine_problems(reading: Reading[StackSettings], settings: Stack
     return problems
 
 
-def _image_cache_disk_problems(reading: Reading[StackSettings], settings: StackSettings) -> list[str]:
+def _image_cache_disk_problems(reading: Reading[StackSettings], settings: PartialStackSettings) -> list[str]:
     """A container image cache disk is read only by a node pool that streams images (GKE's
     secondary boot disk page), which it does only for an image in Artifact Registry."""
     disk, image = settings.image_cache_disk, settings.ray_image
@@ -821,7 +825,7 @@ def image_streaming_note(settings: StackSettings) -> str | None:
     )
 
 
-def _price_problems(reading: Reading[StackSettings], settings: StackSettings) -> list[str]:
+def _price_problems(reading: Reading[StackSettings], settings: PartialStackSettings) -> list[str]:
     price, shape = settings.price_per_chip_hour, _shape(settings)
     if price is None or shape is None:
         return []
@@ -829,7 +833,7 @@ def _price_problems(reading: Reading[StackSettings], settings: StackSettings) ->
     return [] if problem is None else [f"{reading.stated(_F.price_per_chip_hour)} {problem}"]
 
 
-def _protection_problems(reading: Reading[StackSettings], settings: StackSettings) -> list[str]:
+def _protection_problems(reading: Reading[StackSettings], settings: PartialStackSettings) -> list[str]:
     """A production stack survives a `pulumi destroy` run against it by mistake: its cluster and
     its checkpoints (bucketForceDestroy defaults to true, for teardown of other stacks)."""
     if not settings.production:
@@ -851,7 +855,7 @@ def _protection_problems(reading: Reading[StackSettings], settings: StackSetting
     ]
 
 
-def _dataset_problems(reading: Reading[StackSettings], settings: StackSettings) -> list[str]:
+def _dataset_problems(reading: Reading[StackSettings], settings: PartialStackSettings) -> list[str]:
     """The dataset bucket is another bucket than the checkpoints' (it is mounted read-only, and the
     pods may only read it); its prefix and file cache do nothing without it."""
     problems = []
@@ -873,7 +877,7 @@ def _dataset_problems(reading: Reading[StackSettings], settings: StackSettings) 
     return problems
 
 
-def _name_problems(reading: Reading[StackSettings], settings: StackSettings) -> list[str]:
+def _name_problems(reading: Reading[StackSettings], settings: PartialStackSettings) -> list[str]:
     """Names built from the settings above, each checked against the rule of the service that
     receives it (only when the settings themselves are valid, so one mistake is one message)."""
     problems = []
@@ -895,14 +899,14 @@ def _name_problems(reading: Reading[StackSettings], settings: StackSettings) -> 
             )
     shape = _shape(settings)
     if mode == "standard" and shape is not None:
-        chosen, _, slices = shape
-        pool = resource_names.tpu_pool_name(chosen.accelerator.slice_type(settings.topology), slices - 1)
+        chosen, slice_shape, slices = shape
+        pool = resource_names.tpu_pool_name(chosen.accelerator.slice_type(slice_shape.topology), slices - 1)
         pool_problems = gcp_names.node_pool_name_problems(pool)
         if pool_problems:
             problems.append(
                 _derived_problem(
                     _key(_F.topology),
-                    settings.topology,
+                    slice_shape.topology,
                     f"the node pool name {pool!r}",
                     "GKE",
                     pool_problems,
@@ -922,7 +926,7 @@ def _stack_name_problems(stack: str) -> list[str]:
     ]
 
 
-def _reservation_problems(reading: Reading[StackSettings], settings: StackSettings) -> list[str]:
+def _reservation_problems(reading: Reading[StackSettings], settings: PartialStackSettings) -> list[str]:
     reservation = settings.reservation
     if reservation is None:
         return []
@@ -935,7 +939,7 @@ def _reservation_problems(reading: Reading[StackSettings], settings: StackSettin
     return []
 
 
-def _capacity_problems(reading: Reading[StackSettings], settings: StackSettings) -> list[str]:
+def _capacity_problems(reading: Reading[StackSettings], settings: PartialStackSettings) -> list[str]:
     """What the capacity choices need of each other and of the cluster's mode."""
     problems = []
     reservation, mode, slices = settings.reservation, settings.mode, settings.slices
@@ -982,7 +986,7 @@ def _capacity_problems(reading: Reading[StackSettings], settings: StackSettings)
     return problems
 
 
-def _flex_start_problems(reading: Reading[StackSettings], settings: StackSettings) -> list[str]:
+def _flex_start_problems(reading: Reading[StackSettings], settings: PartialStackSettings) -> list[str]:
     chosen, mode, capacity, region, zone = (
         settings.preset,
         settings.mode,
@@ -1040,7 +1044,7 @@ def _head_machine_problems(machine_type: str, *, autoscales: bool) -> list[str]:
     return [
         f"{_key(_F.head_machine_type)} = {machine_type!r} is too small for the Ray head: a GKE node of it offers "
         f"{' and '.join(short)} (GKE keeps the rest for the system), so the head pod would never schedule; use a "
-        f"machine type with more, for example {_SETTINGS[_F.head_machine_type].default} (the default)"
+        f"machine type with more, for example {_F.head_machine_type.setting.default} (the default)"
     ]
 
 

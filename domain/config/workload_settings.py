@@ -22,7 +22,7 @@ from typing import Any
 from domain.compile_cache import COMPILE_CACHE_ENV, COMPILE_CACHE_PREFIX, JAX_CACHE_ENV
 from domain.problems import ProblemsError
 from domain.ray.queueing import WORKER_GROUP_START_TIMEOUT_ENV
-from domain.setting import Reading, as_boolean, field_names, key_of, read, setting, shown
+from domain.setting import Field, Partial, Reading, as_boolean, read, setting, shown
 from domain.stack_identity import StackIdentity
 from domain.training import maxtext_config
 from domain.training.dataset import (
@@ -119,26 +119,26 @@ class WorkloadSettings:
     organization: str | None = None  # None where no engine names one (see domain/stack_identity.py)
     secrets: frozenset[str] = frozenset()  # the settings set with `pulumi config set --secret`
 
-    infra_stack: str | None = setting(
+    infra_stack: Field[str | None] = setting(
         "string",
         "The infra stack to train on (organization/maxtext-tpu-infra/STACK); its outputs say where and on what.",
         unset="unset (set it or address)",
         check=_stack_reference,
         in_clear="it names the StackReference resource, which the state and every preview show",
     )
-    address: str | None = setting(
+    address: Field[str | None] = setting(
         "string",
         "A Ray dashboard URL reached directly (local runs), instead of infraStack.",
         check=_url,
         in_clear="it is the job's target, kept in the resources' inputs and state",
     )
-    preset: str | None = setting(
+    preset: Field[str | None] = setting(
         PRESET,
         f"Training preset: {', '.join(PRESETS)}; defaults to the infra stack's.",
         unset="the infra stack's",
         in_clear="it is exported as the preset output and names the default run (<preset>-<stack>-<digest>)",
     )
-    run_name: str | None = setting(
+    run_name: Field[str | None] = setting(
         RUN_NAME,
         "MaxText run name (its checkpoint directory); defaults to <preset>-<stack>-<digest>, the "
         "digest of the stack's organization, project and name, so a re-run resumes and no same-named stack of "
@@ -146,39 +146,39 @@ class WorkloadSettings:
         unset="`<preset>-<stack>-<digest>`",
         in_clear="it is exported as the runName output and names the checkpoint directory",
     )
-    elastic: bool = setting(
+    elastic: Field[bool] = setting(
         "boolean", "Use the elastic trainer (runs on 1..all slices, resumes after failures).", default=False
     )
-    min_slices: int = setting(MIN_SLICES)
-    max_failures: int | None = setting(MAX_FAILURES)
-    max_preemptions: int | None = setting(MAX_PREEMPTIONS)
-    maxtext_overrides: Mapping[str, str] = setting(
+    min_slices: Field[int] = setting(MIN_SLICES)
+    max_failures: Field[int | None] = setting(MAX_FAILURES)
+    max_preemptions: Field[int | None] = setting(MAX_PREEMPTIONS)
+    maxtext_overrides: Field[Mapping[str, str]] = setting(
         "object",
         "MaxText keys to add or override (for example {steps: 200}); checked against MaxText's base.yml before "
         "submission.",
         default={},
     )
-    runtime_env: Mapping[str, Any] = setting(
+    runtime_env: Field[Mapping[str, Any]] = setting(
         "object",
         "A Ray runtime_env for the job; empty by default (the image already holds MaxText, nothing is installed). "
         "Fields that install at job start (pip, uv, conda, py_modules, a remote working_dir, container, "
         "image_uri) need allowRuntimeInstall.",
         default={},
     )
-    allow_runtime_install: bool = setting(
+    allow_runtime_install: Field[bool] = setting(
         "boolean",
         "Let runtimeEnv install packages or pull images at every job start, on every worker (gigabytes before the "
         "first step); off, such a runtimeEnv is refused.",
         default=False,
     )
-    compile_cache: bool = setting(
+    compile_cache: Field[bool] = setting(
         "boolean",
         "Keep the job's compiled train step in a persistent compilation cache (MaxText's jax_cache_dir): on GKE "
         "the checkpoint bucket's jax-cache/ prefix, locally beside the runs under checkpointRoot. A restart, or a "
         "run of the same shape, then loads it instead of compiling again; off, every start compiles.",
         default=True,
     )
-    queue_timeout_seconds: int = setting(
+    queue_timeout_seconds: Field[int] = setting(
         "integer",
         "How long the job may wait for its slices: from the job's start until its first worker group starts. "
         "A job still waiting then is stopped and pulumi up fails, saying how many slices it asked for and how "
@@ -190,7 +190,7 @@ class WorkloadSettings:
         f"{QUEUE_TIMEOUT_SECONDS}, 1 hour): fewer would stop a job whose slices are up before its worker group "
         "has started",
     )
-    timeout_seconds: int = setting(
+    timeout_seconds: Field[int] = setting(
         "integer",
         "How long the job may run: from its first worker group's start until it ends (its wait for slices "
         "before that is bounded by queueTimeoutSeconds). On timeout it is stopped and pulumi up fails.",
@@ -198,12 +198,12 @@ class WorkloadSettings:
         minimum=1,
         valid=f"use 1 or more seconds (default {TIMEOUT_SECONDS}, 6 hours)",
     )
-    checkpoint_root: str = setting(
+    checkpoint_root: Field[str] = setting(
         "string",
         "Checkpoint root for local runs (relative to the project root); GKE stacks use the infra stack's.",
         default=".runs",
     )
-    assumed_mfu: float = setting(
+    assumed_mfu: Field[float] = setting(
         "number",
         "Model FLOPs utilization assumed by the cost estimate, a fraction (MaxText's published v6e Llama 3 runs "
         "reach 0.46-0.48).",
@@ -213,7 +213,7 @@ class WorkloadSettings:
         valid="use a fraction in (0, 1], for example 0.4",
     )
 
-    dataset_files: str | None = setting(
+    dataset_files: Field[str | None] = setting(
         "string",
         "Training data: a pattern of ArrayRecord (.array_record) or Parquet (.parquet) files whose records have a "
         "`text` feature or column (python -m trainer.prepare_data makes them). On GKE, relative to the infra stack's "
@@ -221,44 +221,46 @@ class WorkloadSettings:
         "Grain, whose position is saved with every checkpoint.",
         unset="synthetic data (the presets' benchmark data)",
     )
-    eval_files: str | None = setting(
+    eval_files: Field[str | None] = setting(
         "string",
         "Evaluation data, a pattern as datasetFiles; evaluated every evalInterval steps.",
         unset="no evaluation",
     )
-    eval_interval: int | None = setting(
+    eval_interval: Field[int | None] = setting(
         "integer", "Steps between evaluations of evalFiles.", unset="unset (required with evalFiles)", minimum=1
     )
-    tokenizer: str = setting(
+    tokenizer: Field[str] = setting(
         "string",
         "The tokenizer: one MaxText ships, by name (" + ", ".join(SHIPPED_TOKENIZERS) + "), or a file (.tiktoken, "
         ".model or .json) on the dataset mount or, locally, a path.",
         default=DEFAULT_TOKENIZER,
     )
-    shuffle_seed: int = setting(
+    shuffle_seed: Field[int] = setting(
         "integer", "Seed of the data's shuffle (MaxText's data_shuffle_seed).", default=0, minimum=0
     )
-    packing: bool = setting("boolean", "Pack several documents into each sequence (MaxText's packing).", default=True)
-    epochs: int | None = setting(
+    packing: Field[bool] = setting(
+        "boolean", "Pack several documents into each sequence (MaxText's packing).", default=True
+    )
+    epochs: Field[int | None] = setting(
         "integer",
         "Passes over datasetFiles the run may make; unset, one, and the corpus must cover steps x global batch.",
         unset="one pass",
         minimum=1,
     )
-    hugging_face_dataset: str | None = setting(
+    hugging_face_dataset: Field[str | None] = setting(
         "string",
         "A Hugging Face dataset streamed instead of datasetFiles (MaxText's hf_path, e.g. allenai/c4). Not "
         "resumable: after any restart it starts again from its beginning.",
         check=_hugging_face_id,
     )
-    hugging_face_not_resumable: bool = setting(
+    hugging_face_not_resumable: Field[bool] = setting(
         "boolean",
         "Acknowledge that huggingFaceDataset restarts from its beginning after every restart, repeating examples; "
         "required with it on preemptible capacity or with the elastic trainer.",
         default=False,
     )
 
-    fit_check_result: str | None = setting(
+    fit_check_result: Field[str | None] = setting(
         "string",
         "A fit check's JSON result for this job's configuration (python -m trainer.fit_check ... --output FILE, "
         "relative to the project root); its predicted step time drives the estimates. Default: this checkout's "
@@ -293,28 +295,33 @@ class WorkloadSettings:
             hf_path=self.hugging_face_dataset,
         )
 
-    def is_secret(self, field: object) -> bool:
-        """Whether the setting of `field` (a name of `NAMES`) is set with `pulumi config set --secret`."""
-        return key_of(WorkloadSettings, field) in self.secrets
+    def is_secret(self, field: Field[Any]) -> bool:
+        """Whether the setting of `field` (`WorkloadSettings.runtime_env`) is set with `pulumi config set --secret`."""
+        return field.setting.key in self.secrets
 
     def run_name_for(self, preset: str) -> str:
         """`runName` as set, else the stack's own default (domain/training/job.py)."""
         return self.run_name or default_run_name(preset, self.identity)
 
 
-# The settings' fields by name, for checks and messages to name a setting by (mypy knows each).
-NAMES = _F = field_names(WorkloadSettings)
+class PartialWorkloadSettings(Partial, WorkloadSettings):
+    """WorkloadSettings as read so far, each field None where unset or refused (`Partial`): what the
+    checks of several settings read."""
 
 
-def key(field: object) -> str:
+# A setting by its field, for checks and messages to name it by (`NAMES.dataset_files`; mypy knows each).
+NAMES = _F = WorkloadSettings
+
+
+def key(field: Field[Any]) -> str:
     """A field's setting as the user types it (`datasetFiles`), as messages name it."""
-    return key_of(WorkloadSettings, field)
+    return field.setting.key
 
 
 # Settings that do nothing on some stacks: (field, when it does nothing, why). Set there to anything
 # but the default, they are refused: a setting that is set and does nothing is a mistake.
 _DATA = f"set {key(_F.dataset_files)} or {key(_F.hugging_face_dataset)}"
-IGNORED_WHEN: tuple[tuple[object, str, str], ...] = (
+IGNORED_WHEN: tuple[tuple[Field[Any], str, str], ...] = (
     (_F.checkpoint_root, "infra", "a GKE job writes to the infra stack's checkpointRoot output (its bucket)"),
     (_F.fit_check_result, "local", "a CPU job on a local Ray head has no TPU cost estimate to drive"),
     (_F.assumed_mfu, "local", "a CPU job on a local Ray head has no TPU cost estimate to use it in"),
@@ -327,7 +334,7 @@ IGNORED_WHEN: tuple[tuple[object, str, str], ...] = (
 
 
 def _dataset_problems(
-    reading: Reading[WorkloadSettings], settings: WorkloadSettings, *, local: bool, on_infra: bool
+    reading: Reading[WorkloadSettings], settings: PartialWorkloadSettings, *, local: bool, on_infra: bool
 ) -> list[str]:
     """The data settings on their own and together (what needs MaxText's or the infra stack's view
     of the job is checked when the job is resolved: workloads/job_resolution.py)."""
@@ -502,7 +509,7 @@ CACHE_WHERE = (
 )
 
 
-def _cache_problems(reading: Reading[WorkloadSettings], settings: WorkloadSettings) -> list[str]:
+def _cache_problems(reading: Reading[WorkloadSettings], settings: PartialWorkloadSettings) -> list[str]:
     """MaxText's dump_hlo turns its compilation cache off (it skips the cache so that it can dump
     what it compiles): say so unless the stack turned the cache off itself."""
     dump = (settings.maxtext_overrides or {}).get("dump_hlo")
@@ -528,7 +535,7 @@ def parse_workload_settings(
     `organization/project_name/stack`; `secret_settings` names the settings set with `pulumi config
     set --secret`. Raises WorkloadSettingsError listing every problem."""
     reading = read(WorkloadSettings, raw, project_name=project_name, secret_keys=secret_settings)
-    settings, problems = reading.partial(), reading.problems
+    settings, problems = reading.partial(PartialWorkloadSettings), reading.problems
 
     infra_stack, address = settings.infra_stack, settings.address
     # Where the job runs decides which presets fit; with both or neither set, that is the problem.
@@ -600,7 +607,7 @@ def parse_workload_settings(
         )
         problems.append(
             f"{reading.key(_F.maxtext_overrides)} sets {', '.join(owned)}, which the data settings own "
-            f"({', '.join(map(reading.key, data))}), where they are checked; "
+            f"({', '.join(reading.key(field) for field in data)}), where they are checked; "
             'set those instead (docs/training.md, "Training on your data")'
         )
     where = {"local" if local else "infra" if on_infra else "neither"}
@@ -614,6 +621,7 @@ def parse_workload_settings(
     reading.raise_problems(WorkloadSettingsError)
     return reading.complete(
         reading.partial(
+            PartialWorkloadSettings,
             address=address.rstrip("/") if address else None,
             maxtext_overrides={str(key): str(value) for key, value in overrides.items()},
             runtime_env=dict(runtime_env),
