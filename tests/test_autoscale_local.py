@@ -28,8 +28,9 @@ from ray.util.state import list_nodes, list_placement_groups
 from domain.training.job import resolve_job
 from tests.support.processes import process_start
 from tests.support.provider_run import ProviderRun
-from workloads import job_inputs, job_wait, ray_job
+from workloads import job_wait, ray_job_record
 from workloads.local_ray import HEAD_NODE_TYPE, LocalRayError, LocalRayHead, WorkerSlices
+from workloads.ray_job_record import WorkerGroup
 
 pytestmark = pytest.mark.timed  # reads the clock or waits on a deadline (tests/conftest.py)
 
@@ -154,8 +155,8 @@ def test_a_job_brings_its_slice_up_from_zero_succeeds_and_the_idle_slice_goes_ba
         run = ProviderRun(head, job, timeout_seconds=300)
         # What the workloads stack adds for a job that may wait for its slices (job_inputs): the
         # queue deadline and what the worker group asks for. Neither changes the job's id.
-        run.props.update(queue_timeout_seconds=QUEUE_TIMEOUT_SECONDS, worker_group=job_inputs.worker_group(job))
-        assert ray_job.submission_id(run.props) == run.job_id
+        run.props.update(queue_timeout_seconds=QUEUE_TIMEOUT_SECONDS, worker_group=WorkerGroup.of(job).to_props())
+        assert ray_job_record.submission_id(run.props) == run.job_id
         run.start()
         samples: list[Sample] = []
         node_processes: dict[int, int] = {}  # the added node's, once it is up

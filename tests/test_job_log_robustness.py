@@ -17,7 +17,7 @@ import pytest
 from domain.training.job_events import event_line
 from tests.support.fake_ray_head import FakeRayHead, good_events, steps_log, text
 from tests.support.ray_job_harness import STEP, inputs
-from workloads import job_wait, jobs_api, ray_job
+from workloads import job_wait, jobs_api, ray_job_record
 from workloads.jobs_api import JobsApi
 from workloads.ray_job import RayJobError, RayJobProvider
 
@@ -145,7 +145,7 @@ def test_a_job_printing_bad_event_and_step_lines_is_recorded_succeeded():
     assert (outs["steps_completed"], outs["final_loss"], outs["diverged"]) == (3, 1.0, False)
     assert outs["event_lines_skipped"] == len(BAD_EVENTS)  # the unknown kind is not counted
     assert (outs["restarts"], outs["steps_recomputed"]) == (0, 0)
-    assert "event_lines_skipped" in ray_job.EXPORTED  # a stack output: eventLinesSkipped
+    assert "event_lines_skipped" in ray_job_record.EXPORTED  # a stack output: eventLinesSkipped
 
 
 def test_a_failing_job_printing_bad_lines_keeps_its_status_and_reason():

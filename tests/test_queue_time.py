@@ -31,16 +31,16 @@ from tests.support.ray_job_harness import (
     timed_create,
     wait_for,
 )
-from workloads import job_wait, ray_job
+from workloads import job_wait
 from workloads.job_wait import Deadlines, QueueWatch
 from workloads.jobs_api import ErrorKind, JobsApi, JobsApiError
 from workloads.ray_job import (
     ProgressReporter,
     RayJobError,
     RayJobProvider,
-    submission_id,
     submitted_runtime_env,
 )
+from workloads.ray_job_record import JobRequest, WorkerGroup, input_digests, submission_id
 
 pytestmark = pytest.mark.timed  # reads the clock or waits on a deadline (tests/conftest.py)
 
@@ -118,17 +118,17 @@ def test_the_waiting_line_is_printed_only_when_the_numbers_change():
 
 def test_the_job_is_submitted_with_ray_trains_start_timeout_at_the_queue_deadline():
     props = {"runtime_env": {"env_vars": {"XLA_FLAGS": "--x"}, "working_dir": "."}, "queue_timeout_seconds": 900.0}
-    assert submitted_runtime_env(props) == {
+    assert submitted_runtime_env(JobRequest.from_props(props)) == {
         "env_vars": {"XLA_FLAGS": "--x", WORKER_GROUP_START_TIMEOUT_ENV: "900"},
         "working_dir": ".",
     }
     assert props["runtime_env"] == {"env_vars": {"XLA_FLAGS": "--x"}, "working_dir": "."}  # not changed in place
-    assert submitted_runtime_env({"runtime_env": None, "queue_timeout_seconds": 60}) == {
+    assert submitted_runtime_env(JobRequest(queue_timeout_seconds=60)) == {
         "env_vars": {WORKER_GROUP_START_TIMEOUT_ENV: "60"}
     }
     # A job with no queue deadline is submitted as before.
-    assert submitted_runtime_env({"runtime_env": None}) is None
-    assert submitted_runtime_env({"runtime_env": {"working_dir": "."}}) == {"working_dir": "."}
+    assert submitted_runtime_env(JobRequest()) is None
+    assert submitted_runtime_env(JobRequest(runtime_env={"working_dir": "."})) == {"working_dir": "."}
 
 
 def test_the_queue_deadline_is_no_new_run():
@@ -137,15 +137,17 @@ def test_the_queue_deadline_is_no_new_run():
     group = {"slices": 2, "min_slices": 2, "hosts_per_slice": 4, "resources_per_worker": TPU_HOST}
     assert submission_id(props) == submission_id({**props, "worker_group": group})
     diff = RayJobProvider().diff(
-        "id", {**props, "input_digests": ray_job.input_digests(props)}, {**props, "queue_timeout_seconds": 60}
+        "id", {**props, "input_digests": input_digests(props)}, {**props, "queue_timeout_seconds": 60}
     )
     assert diff.changes is True and diff.replaces == []
 
 
 def test_deadlines_from_the_inputs():
-    assert Deadlines.of({"timeout_seconds": 60.0, "queue_timeout_seconds": 30.0}) == Deadlines(run=60, queue=30)
+    assert Deadlines.of(JobRequest.from_props({"timeout_seconds": 60.0, "queue_timeout_seconds": 30.0})) == Deadlines(
+        run=60, queue=30
+    )
     # State written before the queue deadline: no wait apart, the run counts from the job's start.
-    assert Deadlines.of({"timeout_seconds": 60}) == Deadlines(run=60, queue=None)
+    assert Deadlines.of(JobRequest.from_props({"timeout_seconds": 60})) == Deadlines(run=60, queue=None)
     failures = RayJobProvider().check({}, {**inputs(FakeJobsApi(200)), "queue_timeout_seconds": 0}).failures
     assert [(f.property, f.reason) for f in failures] == [
         ("queue_timeout_seconds", "queue_timeout_seconds = 0 must be positive")
@@ -154,7 +156,11 @@ def test_deadlines_from_the_inputs():
 
 def watch(group: dict, up: int | None, problem: str | None = None) -> QueueWatch:
     queue = QueueWatch(
-        None, "job", Deadlines(run=60, queue=30, worker_group=group), ProgressReporter("job", None, io.StringIO()), None
+        None,
+        "job",
+        Deadlines(run=60, queue=30, worker_group=WorkerGroup.from_props(group)),
+        ProgressReporter("job", None, io.StringIO()),
+        None,
     )
     queue.up, queue.up_problem = up, problem
     return queue

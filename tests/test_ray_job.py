@@ -28,7 +28,7 @@ from tests.support.ray_job_harness import (
     timed_create,
     wait_for,
 )
-from workloads import job_wait, jobs_api, ray_job, ray_job_record, smoke
+from workloads import job_wait, jobs_api, ray_job_record, smoke
 from workloads.jobs_api import ErrorKind, JobsApi, JobsApiError, classify
 from workloads.local_ray import LocalRayHead, free_port
 from workloads.ray_job import (
@@ -36,8 +36,8 @@ from workloads.ray_job import (
     RayJobError,
     RayJobGuardProvider,
     RayJobProvider,
-    submission_id,
 )
+from workloads.ray_job_record import submission_id
 
 slow = pytest.mark.slow
 
@@ -59,7 +59,7 @@ def test_create_waits_and_reports_the_run(local_ray_head):
     assert outs["checkpoint_dir"] == "/tmp/nowhere"
     # The command, runtime env and metadata may carry secrets: state keeps digests, not copies.
     assert not {"entrypoint", "runtime_env", "metadata"} & set(outs)
-    assert set(outs["input_digests"]) == set(ray_job.JOB_DEFINING)
+    assert set(outs["input_digests"]) == set(ray_job_record.JOB_DEFINING)
 
 
 @slow
@@ -311,7 +311,7 @@ def test_diff_treats_an_unknown_job_input_as_a_possible_replacement():
     from pulumi.runtime import rpc
 
     olds = {"stack": "s", "entrypoint": "a", "address": "http://x", "gke": None, "runtime_env": None, "metadata": None}
-    olds["input_digests"] = ray_job.input_digests(olds)
+    olds["input_digests"] = ray_job_record.input_digests(olds)
     assert RayJobProvider().diff("id", olds, {**olds, "entrypoint": rpc.UNKNOWN}).replaces == ["entrypoint"]
 
 

@@ -34,7 +34,8 @@ from tests.support.provider_plugin import (
     to_struct,
     with_provider,
 )
-from workloads.ray_job import RayJobProvider, submission_id
+from workloads.ray_job import RayJobProvider
+from workloads.ray_job_record import submission_id
 
 pytestmark = pytest.mark.slow
 

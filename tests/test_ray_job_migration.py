@@ -36,8 +36,9 @@ from tests.support.ray_job_harness import (
     inputs,
     wait_for,
 )
-from workloads import ray_job, ray_job_migration, ray_job_record
-from workloads.ray_job import RayJobError, RayJobGuardProvider, RayJobProvider, submission_id
+from workloads import ray_job_migration, ray_job_record
+from workloads.ray_job import RayJobError, RayJobGuardProvider, RayJobProvider
+from workloads.ray_job_record import submission_id
 
 slow = pytest.mark.slow
 
@@ -64,7 +65,7 @@ def test_a_finished_job_in_first_release_state_is_not_run_again():
     assert changed.replaces == ["entrypoint"]
     # State written by this code records the organization and project: moving the stack's job
     # to another project is another job.
-    current = {**NOW, "input_digests": ray_job.input_digests(NOW)}
+    current = {**NOW, "input_digests": ray_job_record.input_digests(NOW)}
     assert provider.diff("id", current, {**NOW, "project": "other"}).replaces == ["project"]
 
 

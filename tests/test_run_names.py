@@ -20,7 +20,8 @@ from tests.support.pulumi_harness import PROJECT_ROOT, RecordingMonitor, run_pro
 from tests.support.workloads_program import INFRA_OUTPUTS, INFRA_STACK, PROJECT, WORKLOADS_DIR, job_of
 from workloads.config import read_settings
 from workloads.program import build
-from workloads.ray_job import RayJobGuardProvider, RayJobProvider, input_digests
+from workloads.ray_job import RayJobGuardProvider, RayJobProvider
+from workloads.ray_job_record import input_digests
 
 GUARD = RAY_JOB_GUARD
 # The dev stack's job as the first releases named it (recorded in tests/test_workloads_refusals.py

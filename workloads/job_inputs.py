@@ -19,23 +19,13 @@ from domain.ray.compiler_flags import CompilerFlags, added_to_workers
 from domain.setting import camel_case
 from domain.tpu.tpu_catalog import accelerator_by_ray_type
 from domain.training.job import JobError, JobSpec
-
-
-def worker_group(job: JobSpec) -> dict[str, Any]:
-    """What the job's worker group asks the cluster for: the RayJob counts the slices that are up
-    while the job waits for them, and names them when it could not get them."""
-    return {
-        "slices": job.slices,
-        "min_slices": job.min_slices,
-        "hosts_per_slice": job.hosts_per_slice,
-        "resources_per_worker": job.resources_per_worker,
-    }
+from workloads.ray_job_record import JOB_INPUTS, JobRequest, WorkerGroup
 
 
 def ray_job_inputs(job: JobSpec, settings: WorkloadSettings) -> dict[str, Any]:
-    """The RayJob's JOB_INPUTS for a resolved job. Refuses a job whose trainer program is
-    missing here: the image is built from this tree, so a job naming a program that is not in it
-    would only fail on the cluster."""
+    """The RayJob's JOB_INPUTS for a resolved job, as the wire holds them. Refuses a job whose
+    trainer program is missing here: the image is built from this tree, so a job naming a program
+    that is not in it would only fail on the cluster."""
     if importlib.util.find_spec(job.trainer_module) is None:
         raise JobError(
             [
@@ -43,16 +33,17 @@ def ray_job_inputs(job: JobSpec, settings: WorkloadSettings) -> dict[str, Any]:
                 f"{job.trainer_module.replace('.', '/')}.py (and run ./scripts/setup)"
             ]
         )
-    return {
-        "entrypoint": job.entrypoint(),
-        "runtime_env": dict(settings.runtime_env) or None,
-        "metadata": {"preset": job.preset, "run_name": job.run_name},
-        "queue_timeout_seconds": settings.queue_timeout_seconds,
-        "timeout_seconds": settings.timeout_seconds,
-        "worker_group": worker_group(job),
-        "total_steps": job.total_steps,
-        "checkpoint_dir": job.run_directory,
-    }
+    request = JobRequest(
+        entrypoint=job.entrypoint(),
+        runtime_env=dict(settings.runtime_env) or None,
+        metadata={"preset": job.preset, "run_name": job.run_name},
+        queue_timeout_seconds=settings.queue_timeout_seconds,
+        timeout_seconds=settings.timeout_seconds,
+        worker_group=WorkerGroup.of(job),
+        total_steps=job.total_steps,
+        checkpoint_dir=job.run_directory,
+    )
+    return request.props(JOB_INPUTS)
 
 
 PREDICTION, ASSUMED_MFU = "prediction", "assumedMfu"

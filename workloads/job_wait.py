@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import email.utils
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +20,7 @@ from domain.training.job_log import JobLog, StepCollector
 from workloads.job_progress import PROGRESS_EVERY_SECONDS, ProgressReporter, read_tail, shown
 from workloads.job_teardown import stop_and_confirm
 from workloads.jobs_api import LOST_CONTACT_KINDS, JobsApi, JobsApiError
-from workloads.ray_job_record import TERMINAL, JobRequest, RayJobError, iso, request
+from workloads.ray_job_record import TERMINAL, JobRequest, RayJobError, WorkerGroup, iso
 
 POLL_SECONDS = 2.0
 # How long the Jobs API may stay unreachable during a wait before the job is reported lost.
@@ -73,16 +72,15 @@ class Deadlines:
 
     run: float
     queue: float | None = None
-    worker_group: Mapping[str, Any] | None = None
+    worker_group: WorkerGroup | None = None
 
     @classmethod
-    def of(cls, inputs: JobRequest | Mapping[str, Any]) -> Deadlines:
-        job = request(inputs)
+    def of(cls, job: JobRequest) -> Deadlines:
         queue = job.queue_timeout_seconds
         return cls(
             run=float(job.timeout_seconds or TIMEOUT_SECONDS),
             queue=float(queue) if queue is not None else None,
-            worker_group=job.worker_group or None,
+            worker_group=job.worker_group,
         )
 
 
@@ -98,11 +96,11 @@ class QueueWatch:
 
     def __init__(self, api: JobsApi, job_id: str, deadlines: Deadlines, progress: ProgressReporter, clock: RunClock):
         self.api, self.job_id, self.deadlines, self.progress, self.clock = api, job_id, deadlines, progress, clock
-        group = deadlines.worker_group or {}
-        self.asked = int(group.get("slices") or 1)
-        self.needed = int(group.get("min_slices") or self.asked)
-        self.hosts_per_slice = int(group.get("hosts_per_slice") or 1)
-        self.resources_per_worker = {str(k): float(v) for k, v in (group.get("resources_per_worker") or {}).items()}
+        group = deadlines.worker_group or WorkerGroup()
+        self.asked = int(group.slices or 1)
+        self.needed = int(group.min_slices or self.asked)
+        self.hosts_per_slice = int(group.hosts_per_slice or 1)
+        self.resources_per_worker = {str(k): float(v) for k, v in (group.resources_per_worker or {}).items()}
         self.started_at: float | None = None  # the first group's start, epoch seconds (the cluster's clock)
         self.up: int | None = None
         self.up_problem: str | None = None

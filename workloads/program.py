@@ -21,14 +21,9 @@ from domain.training.job import JobError, JobSpec
 from workloads import job_inputs, job_resolution
 from workloads.infra_outputs import OUTPUT_NAMES, gke_inputs, read_infra_outputs
 from workloads.job_inputs import COST_OUTPUTS, CostEstimate
-from workloads.ray_job import (
-    JOB_INPUTS,
-    LEGACY_JOB_ID,
-    RayJob,
-    RayJobGuard,
-    legacy_submission_id,
-    submission_id,
-)
+from workloads.ray_job import RayJob, RayJobGuard
+from workloads.ray_job_migration import LEGACY_JOB_ID, legacy_submission_id
+from workloads.ray_job_record import JOB_INPUTS, submission_id
 
 __all__ = ["COST_OUTPUTS", "build"]
 

@@ -5,19 +5,13 @@ loss, throughput). A small `RayJobGuard`, registered before the job, is in the s
 moment of submission, so `pulumi destroy` stops a job whose `pulumi up` was interrupted (the job
 resource itself enters the state only when the job has finished).
 
-This module holds the two providers and their resources; the rest of the RayJob path is by
-concern: what the resource records and the job's submission id (ray_job_record.py), state written
-by earlier versions (ray_job_migration.py), the wait and its deadlines (job_wait.py), progress and
-the job's log (job_progress.py), stopping and destroying (job_teardown.py), the guard
-(ray_job_guard.py), and the Jobs API itself (jobs_api.py).
-
 Python dynamic providers run inside the engine's `pulumi-resource-pulumi-python` plugin: they
 are pickled into state, by reference (these classes are importable and hold no client or
 credential): state holds the module path `workloads.ray_job` and the class name, and the plugin
 unpickles them from there for every stack written so far, so RayJobProvider and
 RayJobGuardProvider stay in this module. `custom_timeouts` never reach them (the job carries its
 own deadline), and Cancel is a no-op. The engine streams that plugin's stderr to the user as info
-lines, which is where progress goes (see job_progress.py).
+lines, which is where progress goes.
 """
 
 from __future__ import annotations
@@ -54,41 +48,31 @@ from workloads.ray_job_migration import (
     undigested_change,
     updatable_unrecorded,
 )
-from workloads.ray_job_migration import legacy_submission_id as legacy_submission_id
 from workloads.ray_job_record import (
     EXPORTED,
     IDENTITY,
+    INPUTS,
     JOB_DEFINING,
     OUTPUTS,
     UPDATABLE,
+    JobInfo,
     JobRequest,
+    JobResult,
     RayJobError,
     attempt_number,
-    info_outputs,
     latest_attempt,
     next_attempt,
-    request,
 )
-from workloads.ray_job_record import INPUTS as INPUTS
-from workloads.ray_job_record import JOB_INPUTS as JOB_INPUTS
-from workloads.ray_job_record import input_digests as input_digests
-from workloads.ray_job_record import submission_id as submission_id
 
-# JOB_INPUTS, LEGACY_JOB_ID, legacy_submission_id and submission_id (`as` themselves) are imported
-# from here by the program, workloads/program.py.
-
-# The RayJob's inputs (INPUTS, JobRequest's fields): whose job it is (IDENTITY, this stack's),
-# what defines the job, what may change without a new run, and the earlier id its guard may have
-# recorded.
+# How long a submission retries a head whose job agent has not registered yet.
 AGENT_WAIT_SECONDS = 60.0
 
 
-def submitted_runtime_env(inputs: JobRequest | Mapping[str, Any]) -> dict[str, Any] | None:
+def submitted_runtime_env(job: JobRequest) -> dict[str, Any] | None:
     """The runtime env the job is submitted with: the stack's, plus Ray Train's worker-group
     start timeout set to the queue deadline (domain/ray/queueing.py says why). Added at submission
     only, so the deadline stays a setting that changes without a new run (it is not part of the
     submission id); a job adopted after a change keeps the value it was submitted with."""
-    job = request(inputs)
     runtime_env = dict(job.runtime_env or {})
     queue = job.queue_timeout_seconds
     if queue is not None:
@@ -146,8 +130,9 @@ class RayJobProvider(ResourceProvider):
     def create(self, props: dict[str, Any]) -> CreateResult:
         job = JobRequest.from_props(props)
         with _api(job) as api:
-            outs = self._run(api, job.submission_id(), job)
-        return CreateResult(id_=outs["submission_id"], outs=outs)
+            result = self._run(api, job.submission_id(), job)
+        # The result beside what state keeps of the inputs (checkpoint_dir and input_digests are both).
+        return CreateResult(id_=result.submission_id, outs={**job.to_props(), **result.props()})
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
         # Only settings that do not define the job changed: keep every output of the run.
@@ -165,7 +150,7 @@ class RayJobProvider(ResourceProvider):
                     f"refresh could not read RayJob {id_}: {error}. The resource stays in the stack "
                     f"as it was. To fix: {api.fix_for(error.kind)}"
                 ) from None
-        return ReadResult(id_=id_, outs={**props, **info_outputs(info)})
+        return ReadResult(id_=id_, outs={**props, **JobInfo.of(info).props()})
 
     def delete(self, id_: str, props: dict[str, Any]) -> None:
         with _api(JobRequest.from_props(props)) as api:
@@ -181,7 +166,7 @@ class RayJobProvider(ResourceProvider):
     # The wait for the job to end, within its deadlines (workloads/job_wait.py).
     _wait = staticmethod(until_ended)
 
-    def _run(self, api: JobsApi, job_id: str, job: JobRequest) -> dict[str, Any]:
+    def _run(self, api: JobsApi, job_id: str, job: JobRequest) -> JobResult:
         clock = RunClock(api.check_reachable())
         jobs = api.call("listing jobs", lambda client: client.list_jobs())
         latest_id, existing = latest_attempt(jobs, job_id)
@@ -218,22 +203,23 @@ class RayJobProvider(ResourceProvider):
         steps, goodput, log_problem = read_whole_log(api, info, steps)
         if log_problem is not None:
             progress.status(log_problem)
-        progress.started(goodput["start_phases"])
-        summary = steps.summary()
-        if summary.get("diverged"):
+        result = JobResult(
+            **JobInfo.of(info).props(),
+            **steps.summary(),
+            **goodput,
+            checkpoint_dir=job.checkpoint_dir,
+            # MaxText writes TensorBoard logs on TPU workers only: the CPU workers of a local head
+            # run it without Google Cloud (DECOUPLE_GCLOUD), where its writer is a no-op.
+            tensorboard_dir=tensorboard_directory(job.checkpoint_dir) if job.gke and job.checkpoint_dir else None,
+            dashboard_url=None if job.gke else api.address,
+            input_digests=job.digests(),
+        )
+        progress.started(result.start_phases)
+        if result.diverged:
             progress.status("SUCCEEDED, but the run DIVERGED: its last loss is not a finite number")
         else:
             progress.status("SUCCEEDED")
-        return {
-            **job.to_props(),
-            **info_outputs(info),
-            **summary,
-            **goodput,
-            # MaxText writes TensorBoard logs on TPU workers only: the CPU workers of a local head
-            # run it without Google Cloud (DECOUPLE_GCLOUD), where its writer is a no-op.
-            "tensorboard_dir": tensorboard_directory(job.checkpoint_dir) if job.gke and job.checkpoint_dir else None,
-            "dashboard_url": None if job.gke else api.address,
-        }
+        return result
 
     @staticmethod
     def _submit(api: JobsApi, job_id: str, job: JobRequest) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from domain.stack_identity import digest
-from workloads.ray_job_record import JOB_DEFINING, GuardRecord, JobRequest, latest_attempt, request
+from workloads.ray_job_record import JOB_DEFINING, GuardRecord, JobRequest, latest_attempt
 
 # Identity inputs that submission ids of this code's first releases did not include (they were
 # `pulumi-<stack>-<digest>`): state written then has no record of them.
@@ -27,10 +27,10 @@ ADDED_TO_UPDATABLE = ("queue_timeout_seconds", "worker_group")
 LEGACY_JOB_ID = "legacy_job_id"
 
 
-def legacy_submission_id(inputs: JobRequest | Mapping[str, Any]) -> str:
-    """The same job's id as the first releases named it, `pulumi-<stack>-<digest>`, from the
-    stack's name alone: kept only to find runs those releases started."""
-    job = request(inputs)
+def legacy_submission_id(props: Mapping[str, Any]) -> str:
+    """The id the first releases gave the job the engine's props describe, `pulumi-<stack>-<digest>`,
+    from the stack's name alone: kept only to find runs those releases started."""
+    job = JobRequest.from_props(props)
     earlier = digest({key: job.defining(key) for key in JOB_DEFINING if key not in ADDED_TO_IDENTITY})
     return f"pulumi-{job.stack if 'stack' in job.recorded else 'stack'}-{earlier}"
 

@@ -1,10 +1,11 @@
-"""What a RayJob records: its inputs as one typed record (JobRequest), the names of its outputs,
-the job's submission id, and the outputs a job's record at Ray gives.
+"""What a RayJob records: its inputs as one typed record (JobRequest), its outputs as another
+(JobResult), and the job's submission id.
 
 Written once: each input is a field of JobRequest, which declares its role (whose job it is,
 whether it defines the job or may change without a new run, where the job runs, whether state
-keeps it); the program, the smoke run and the provider derive the names from those fields. The
-provider parses the engine's props into a JobRequest once (`from_props`) and reads attributes.
+keeps it), and each output a field of JobResult; the program, the smoke run and the provider
+derive the names from those fields. Each provider method parses the engine's props into a
+JobRequest once (`from_props`), reads attributes, and writes props once on return.
 The submission id is derived from the stack's organization, project and name and the
 job-defining inputs, so an interrupted `pulumi up` resumes the same run instead of starting a
 second one, and two stacks of the same name in other projects or organizations never share one.
@@ -22,8 +23,9 @@ from typing import Any
 from pulumi.runtime import rpc
 
 from domain.stack_identity import digest, integral
-from domain.training.goodput import OUTPUTS as GOODPUT_OUTPUTS
-from domain.training.job_log import DATA_OUTPUTS
+from domain.training.goodput import GoodputOutputs
+from domain.training.job import JobSpec
+from domain.training.job_log import DataOutputs, StepOutputs
 from workloads.jobs_api import GkeTarget
 
 # The roles an input of the RayJob has (declared on JobRequest's fields).
@@ -48,13 +50,37 @@ def _input(*roles: str) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class WorkerGroup:
+    """What the job's worker group asks the cluster for (the `worker_group` input): the RayJob
+    counts the slices that are up while the job waits for them, and names them when it could not
+    get them. Values as the inputs gave them (None where state lacks one)."""
+
+    slices: int | None = None
+    min_slices: int | None = None
+    hosts_per_slice: int | None = None
+    resources_per_worker: Mapping[str, float] | None = None
+
+    @classmethod
+    def of(cls, job: JobSpec) -> WorkerGroup:
+        return cls(job.slices, job.min_slices, job.hosts_per_slice, job.resources_per_worker)
+
+    @classmethod
+    def from_props(cls, props: Mapping[str, Any]) -> WorkerGroup:
+        return cls(**{f.name: props.get(f.name) for f in fields(cls)})
+
+    def to_props(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
 class JobRequest:
     """The RayJob's inputs (or, parsed from its state, what state keeps of them), one field per
     input: its name is the input's name on the wire and in state, its metadata its roles.
 
-    Numbers are whole where the engine sent whole floats (8265.0 is 8265); `gke` is parsed into
-    a GkeTarget. A value preview cannot tell yet (the engine's unknown) is kept as that
-    sentinel and named in `unknown` (a `gke` that is, or holds, one is None here)."""
+    Numbers are whole where the engine sent whole floats (8265.0 is 8265); `gke` and
+    `worker_group` are parsed into their records. A value preview cannot tell yet (the engine's
+    unknown) is kept as that sentinel and named in `unknown` (a record that is, or holds, one is
+    None here)."""
 
     organization: str | None = field(default=None, metadata=_input(IDENTITY_ROLE, DEFINING_ROLE, KEPT_ROLE))
     project: str | None = field(default=None, metadata=_input(IDENTITY_ROLE, DEFINING_ROLE, KEPT_ROLE))
@@ -64,12 +90,10 @@ class JobRequest:
     metadata: Mapping[str, Any] | None = field(default=None, metadata=_input(DEFINING_ROLE))
     address: str | None = field(default=None, metadata=_input(DEFINING_ROLE, TARGET_ROLE, KEPT_ROLE))
     gke: GkeTarget | None = field(default=None, metadata=_input(DEFINING_ROLE, TARGET_ROLE, KEPT_ROLE))
-    # The two deadlines (see workloads/job_wait.py), and what the job's worker group asks for
-    # (`slices`, `min_slices`, `hosts_per_slice`, `resources_per_worker`: counted while the job
-    # waits for them).
+    # The two deadlines (see workloads/job_wait.py), and what the job's worker group asks for.
     queue_timeout_seconds: float | None = field(default=None, metadata=_input(UPDATABLE_ROLE, KEPT_ROLE))
     timeout_seconds: float | None = field(default=None, metadata=_input(UPDATABLE_ROLE, KEPT_ROLE))
-    worker_group: Mapping[str, Any] | None = field(default=None, metadata=_input(UPDATABLE_ROLE, KEPT_ROLE))
+    worker_group: WorkerGroup | None = field(default=None, metadata=_input(UPDATABLE_ROLE, KEPT_ROLE))
     total_steps: int | None = field(default=None, metadata=_input(UPDATABLE_ROLE, KEPT_ROLE))
     checkpoint_dir: str | None = field(default=None, metadata=_input(UPDATABLE_ROLE, KEPT_ROLE))
     # The job's submission id under the earlier scheme, when the stack's guard recorded one (see
@@ -153,24 +177,32 @@ GUARD_PROPS = tuple(f.name for f in fields(GuardRecord))
 GUARD_KEPT = tuple(name for name in GUARD_PROPS if name != "previous_job_id")
 
 
+# The props held as records, and how each is parsed from its mapping.
+_RECORDS: dict[str, Any] = {"gke": GkeTarget.from_inputs, "worker_group": WorkerGroup.from_props}
+
+
 def _parsed(props: Mapping[str, Any], names: tuple[str, ...]) -> tuple[dict[str, Any], set[str]]:
-    """The values of `names` in the engine's props (absent ones None, whole floats whole, `gke` a
-    GkeTarget), and which of them preview cannot tell yet."""
+    """The values of `names` in the engine's props (absent ones None, whole floats whole, `gke`
+    and `worker_group` records), and which of them preview cannot tell yet."""
     values: dict[str, Any] = {name: integral(props.get(name)) for name in names}
     unknown = {name for name in names if values[name] == rpc.UNKNOWN}
-    gke = values["gke"]
-    if isinstance(gke, Mapping) and rpc.UNKNOWN not in gke.values():
-        values["gke"] = GkeTarget.from_inputs(gke)
-    else:
-        values["gke"] = None
-        if gke is not None:
-            unknown.add("gke")
+    for name in _RECORDS.keys() & set(names):
+        value = values[name]
+        if isinstance(value, Mapping) and rpc.UNKNOWN not in value.values():
+            values[name] = _RECORDS[name](value)
+        else:
+            values[name] = None
+            if value is not None:
+                unknown.add(name)
     return values, unknown
 
 
 def _wire(value: Any) -> Any:
-    """A value as the wire and state hold it: a GKE target without the fields it has no value for."""
-    return value.as_inputs() if isinstance(value, GkeTarget) else value
+    """A value as the wire and state hold it: a GKE target without the fields it has no value
+    for, a worker group as its mapping."""
+    if isinstance(value, GkeTarget):
+        return value.as_inputs()
+    return value.to_props() if isinstance(value, WorkerGroup) else value
 
 
 def _defining(value: Any) -> Any:
@@ -184,10 +216,6 @@ def _named(role: str) -> tuple[str, ...]:
     return tuple(f.name for f in fields(JobRequest) if role in f.metadata.get("roles", ()))
 
 
-def request(inputs: JobRequest | Mapping[str, Any]) -> JobRequest:
-    return inputs if isinstance(inputs, JobRequest) else JobRequest.from_props(inputs)
-
-
 # The names, derived from JobRequest's fields.
 INPUTS = tuple(f.name for f in fields(JobRequest) if f.metadata.get("input"))
 IDENTITY = _named(IDENTITY_ROLE)
@@ -198,26 +226,52 @@ KEPT_INPUTS = _named(KEPT_ROLE)
 # What the program derives from the job description.
 JOB_INPUTS = tuple(name for name in JOB_DEFINING + UPDATABLE if name not in (*TARGET_INPUTS, *IDENTITY))
 
-# Outputs, and whether the workloads stack exports them (under their camelCase name).
-OUTPUTS = (
-    "submission_id",
-    "status",
-    "message",
-    "start_time",
-    "end_time",
-    "duration_seconds",
-    "steps_completed",
-    "final_loss",
-    "diverged",
-    "tokens_per_second_per_device",
-    "tflops_per_device",
-    *DATA_OUTPUTS,
-    *GOODPUT_OUTPUTS,
-    "checkpoint_dir",
-    "tensorboard_dir",
-    "dashboard_url",
-    "input_digests",
-)
+
+@dataclass(frozen=True, kw_only=True)
+class JobInfo:
+    """The outputs Ray's record of the job (its JobDetails) gives."""
+
+    submission_id: str
+    status: str
+    message: str | None
+    start_time: str | None
+    end_time: str | None
+    duration_seconds: float | None
+
+    @classmethod
+    def of(cls, details: Any) -> JobInfo:
+        duration = None
+        if details.start_time and details.end_time:
+            duration = round((details.end_time - details.start_time) / 1000, 1)
+        return cls(
+            submission_id=details.submission_id,
+            status=str(details.status),
+            message=details.message,
+            start_time=iso(details.start_time),
+            end_time=iso(details.end_time),
+            duration_seconds=duration,
+        )
+
+    def props(self) -> dict[str, Any]:
+        """These outputs as the wire and state hold them, by name."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+# A dataclass lists its bases' fields from the last base to the first, then its own: Ray's
+# record, the steps, the data, the goodput, then the provider's own, in that order.
+@dataclass(frozen=True, kw_only=True)
+class JobResult(GoodputOutputs, DataOutputs, StepOutputs, JobInfo):
+    """The RayJob's outputs, one field each, under its name; beside them state keeps the inputs
+    JobRequest.to_props names (checkpoint_dir and input_digests are both)."""
+
+    checkpoint_dir: str | None
+    tensorboard_dir: str | None
+    dashboard_url: str | None
+    input_digests: dict[str, str]
+
+
+OUTPUTS = tuple(f.name for f in fields(JobResult))
+# The outputs the workloads stack exports (under their camelCase names).
 EXPORTED = tuple(name for name in OUTPUTS if name not in ("message", "input_digests"))
 
 # The statuses of a job that has ended.
@@ -241,14 +295,14 @@ ID_NAME_MAX = 100
 _NOT_IN_ID = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-def submission_id(inputs: JobRequest | Mapping[str, Any]) -> str:
-    """The job's submission id (JobRequest.submission_id), from its record or its props."""
-    return request(inputs).submission_id()
+def submission_id(props: Mapping[str, Any]) -> str:
+    """The submission id (JobRequest.submission_id) of the job the engine's props describe."""
+    return JobRequest.from_props(props).submission_id()
 
 
-def input_digests(inputs: JobRequest | Mapping[str, Any]) -> dict[str, str]:
-    """One digest per job-defining input (JobRequest.digests), from its record or its props."""
-    return request(inputs).digests()
+def input_digests(props: Mapping[str, Any]) -> dict[str, str]:
+    """One digest per job-defining input (JobRequest.digests) of the props' job."""
+    return JobRequest.from_props(props).digests()
 
 
 def attempt_number(base_id: str, job_id: str) -> int:
@@ -280,18 +334,3 @@ def iso(milliseconds: int | None) -> str | None:
     if not milliseconds:
         return None
     return datetime.fromtimestamp(milliseconds / 1000, tz=UTC).isoformat(timespec="seconds")
-
-
-def info_outputs(info: Any) -> dict[str, Any]:
-    """The outputs Ray's record of the job (its JobDetails) gives."""
-    duration = None
-    if info.start_time and info.end_time:
-        duration = round((info.end_time - info.start_time) / 1000, 1)
-    return {
-        "submission_id": info.submission_id,
-        "status": str(info.status),
-        "message": info.message,
-        "start_time": iso(info.start_time),
-        "end_time": iso(info.end_time),
-        "duration_seconds": duration,
-    }

@@ -43,7 +43,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from domain.training.job_events import (
@@ -59,22 +59,29 @@ from domain.training.job_events import (
 )
 from domain.training.start_phases import PHASES, CacheLookup, CacheResult, StartPhases, TrainerPhase, cache_why
 
-OUTPUTS = (
-    "restarts",
-    "preemptions",
-    "failures",
-    "steps_recomputed",
-    "seconds_lost_to_restarts",
-    "seconds_queued",
-    "seconds_to_first_step",
-    "start_phases",
-    "seconds_lost_to_restarts_by_phase",
-    "goodput_percent",
-    "seconds_waiting_for_data",
+
+@dataclass(frozen=True, kw_only=True)
+class GoodputOutputs:
+    """The goodput outputs of a job (RunRecord.summary's names, in order); each None where the
+    log cannot give it."""
+
+    restarts: int | None
+    preemptions: int | None
+    failures: int | None
+    steps_recomputed: int | None
+    seconds_lost_to_restarts: float | None
+    seconds_queued: float | None
+    seconds_to_first_step: float | None
+    start_phases: list[dict[str, Any]] | None
+    seconds_lost_to_restarts_by_phase: dict[str, float | None] | None
+    goodput_percent: float | None
+    seconds_waiting_for_data: float | None
     # Lines that carried the event prefix but no event the summary could use (damaged JSON, a
     # field of the wrong type): skipped, so the numbers above leave them out.
-    "event_lines_skipped",
-)
+    event_lines_skipped: int | None
+
+
+OUTPUTS = tuple(f.name for f in fields(GoodputOutputs))
 
 
 def finite(value: float | None, digits: int) -> float | None:

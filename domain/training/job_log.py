@@ -13,6 +13,8 @@ import math
 import statistics
 from collections import deque
 from collections.abc import Iterable
+from dataclasses import dataclass, fields
+from typing import Any
 
 from domain.training.goodput import RunRecord, finite
 from domain.training.job_events import (
@@ -32,8 +34,31 @@ from domain.training.job_events import (
 MEDIAN_WINDOW_STEPS = 1000
 
 
-# What a job trained on, among its outputs (StepCollector.summary).
-DATA_OUTPUTS = ("tokens_trained", "tokens_truncated", "epochs", "eval_loss", "dataset_files", "dataset_hash")
+@dataclass(frozen=True, kw_only=True)
+class StepOutputs:
+    """A job's step metrics, among its outputs (StepCollector.summary's names, in order)."""
+
+    steps_completed: int
+    final_loss: float | None
+    diverged: bool | None
+    tokens_per_second_per_device: float | None
+    tflops_per_device: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataOutputs:
+    """What a job trained on, among its outputs (StepCollector.summary's names, in order)."""
+
+    tokens_trained: int | None
+    tokens_truncated: int | None
+    epochs: float | None
+    eval_loss: float | None
+    dataset_files: str | None
+    dataset_hash: str | None
+
+
+DATA_OUTPUTS = tuple(f.name for f in fields(DataOutputs))
+
 # Where MaxText writes a run's TensorBoard logs (its tensorboard_dir: base.yml's default, under the
 # run's directory); `tensorboard --logdir DIR` shows them.
 TENSORBOARD_SUBDIRECTORY = "tensorboard"
@@ -96,9 +121,10 @@ class StepCollector:
             self._saved = {saved: said for saved, said in self._saved.items() if saved > step.step}
         self.latest = step
 
-    def summary(self) -> dict[str, float | int | bool | str | None]:
-        """The metrics outputs. Every number is finite or None (strict JSON): a last loss that
-        is not finite is `final_loss` None with `diverged` True."""
+    def summary(self) -> dict[str, Any]:
+        """The metrics outputs, StepOutputs' and DataOutputs' names. Every number is finite or
+        None (strict JSON): a last loss that is not finite is `final_loss` None with `diverged`
+        True."""
         data = self._data_summary()
         if self.latest is None:
             return {

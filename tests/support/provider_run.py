@@ -13,8 +13,8 @@ from ray.job_submission import JobSubmissionClient
 from domain.training.goodput import RunRecord
 from domain.training.job import JobSpec
 from domain.training.job_log import JobLog
-from workloads import ray_job
 from workloads.ray_job import RayJobProvider
+from workloads.ray_job_record import submission_id
 
 
 class ProviderRun:
@@ -30,7 +30,7 @@ class ProviderRun:
             "total_steps": job.total_steps,
             "checkpoint_dir": job.run_directory,
         }
-        self.job_id = ray_job.submission_id(self.props)
+        self.job_id = submission_id(self.props)
         self.client = JobSubmissionClient(head.address)
         self.outs: dict[str, Any] | None = None
         self.error: BaseException | None = None

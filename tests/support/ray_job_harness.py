@@ -12,8 +12,8 @@ import time
 from ray.job_submission import JobSubmissionClient
 
 from tests.support.fake_jobs_api import FakeHttpServer
-from workloads import ray_job
 from workloads.ray_job import RayJobProvider
+from workloads.ray_job_record import UPDATABLE
 
 STEP = "completed step: {step}, seconds: 0.5, TFLOP/s/device: 2.0, Tokens/s/device: {tokens}, total_weights: 64, loss: {loss}"
 FAKE_TRAINER = (
@@ -81,7 +81,7 @@ def first_release_state(**changes) -> dict:
     return {
         **{
             key: FIRST_RELEASE_INPUTS[key]
-            for key in ("stack", "address", "gke", *ray_job.UPDATABLE)
+            for key in ("stack", "address", "gke", *UPDATABLE)
             if key in FIRST_RELEASE_INPUTS  # inputs added since were not in the first releases' state
         },
         "input_digests": FIRST_RELEASE_DIGESTS,
