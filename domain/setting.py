@@ -100,6 +100,9 @@ class Setting:
     check: Callable[[Any], str | None] | None = None
     in_clear: str | None = None  # where the value is stored or shown unencrypted: a secret is refused
     namespace: str | None = None  # a provider's setting (gcp:zone): its provider declares it
+    # Where the setting does nothing, and why: set there (to anything but its default), the project
+    # refuses it. The predicate is the project's, over what it knows of the stack (a name mypy checks).
+    ignored_when: tuple[Callable[[Any], bool], str] | None = None
     field: str = ""  # the settings class's attribute, filled in by `settings_of`
 
     @property

@@ -16,13 +16,14 @@ import re
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import PurePosixPath
 from typing import Any
 
 from domain.compile_cache import COMPILE_CACHE_ENV, COMPILE_CACHE_PREFIX, JAX_CACHE_ENV
 from domain.problems import ProblemsError
 from domain.ray.queueing import WORKER_GROUP_START_TIMEOUT_ENV
-from domain.setting import Field, Partial, Reading, as_boolean, read, setting, shown
+from domain.setting import Field, Partial, Reading, Setting, as_boolean, read, setting, settings_of, shown
 from domain.stack_identity import StackIdentity
 from domain.training import maxtext_config
 from domain.training.dataset import (
@@ -107,6 +108,48 @@ def _hugging_face_id(value: str) -> str | None:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Target:
+    """What the stack trains on, as far as its own settings tell: what decides whether a setting does
+    anything (`When`)."""
+
+    local: bool  # a CPU job on a Ray head reached at `address`
+    on_infra: bool  # a TPU job on the infra stack's cluster
+    elastic: bool
+    data: bool  # datasetFiles or huggingFaceDataset (else synthetic data)
+    hugging_face: bool
+
+
+class When(Enum):
+    """A stack on which some settings do nothing, declared on each (`ignored_when`): a predicate
+    over the stack's `Target`. Their messages come in this order, then in declaration order."""
+
+    ON_INFRA = "infra"
+    NO_FIT_CHECK = "local, which runs no fit check"
+    LOCAL = "local"
+    NOT_ELASTIC = "not elastic"
+    SYNTHETIC = "synthetic"
+    NO_HUGGING_FACE = "no huggingFaceDataset"
+
+    def __call__(self, target: Target) -> bool:
+        match self:
+            case When.ON_INFRA:
+                return target.on_infra
+            case When.NO_FIT_CHECK | When.LOCAL:
+                return target.local
+            case When.NOT_ELASTIC:
+                return not target.elastic
+            case When.SYNTHETIC:
+                return not target.data
+            case When.NO_HUGGING_FACE:
+                return not target.hugging_face
+
+
+_NO_COST = "a CPU job on a local Ray head has no TPU cost estimate"
+# What synthetic-data settings' messages end with (the keys are spelled out: the fields are declared below).
+_SYNTHETIC = "synthetic data is not"
+
+
+@dataclass(frozen=True, kw_only=True)
 class WorkloadSettings:
     """What the workloads program needs to know, validated. Each `setting(...)` field is one
     stack setting, declared here and nowhere else (see domain/setting.py). A setting with
@@ -149,7 +192,10 @@ class WorkloadSettings:
     elastic: Field[bool] = setting(
         "boolean", "Use the elastic trainer (runs on 1..all slices, resumes after failures).", default=False
     )
-    min_slices: Field[int] = setting(MIN_SLICES)
+    min_slices: Field[int] = setting(
+        MIN_SLICES,
+        ignored_when=(When.NOT_ELASTIC, "only an elastic job (elastic = true) runs on fewer slices than all"),
+    )
     max_failures: Field[int | None] = setting(MAX_FAILURES)
     max_preemptions: Field[int | None] = setting(MAX_PREEMPTIONS)
     maxtext_overrides: Field[Mapping[str, str]] = setting(
@@ -202,6 +248,7 @@ class WorkloadSettings:
         "string",
         "Checkpoint root for local runs (relative to the project root); GKE stacks use the infra stack's.",
         default=".runs",
+        ignored_when=(When.ON_INFRA, "a GKE job writes to the infra stack's checkpointRoot output (its bucket)"),
     )
     assumed_mfu: Field[float] = setting(
         "number",
@@ -211,6 +258,7 @@ class WorkloadSettings:
         above=0,
         maximum=1,
         valid="use a fraction in (0, 1], for example 0.4",
+        ignored_when=(When.LOCAL, f"{_NO_COST} to use it in"),
     )
 
     dataset_files: Field[str | None] = setting(
@@ -234,12 +282,20 @@ class WorkloadSettings:
         "The tokenizer: one MaxText ships, by name (" + ", ".join(SHIPPED_TOKENIZERS) + "), or a file (.tiktoken, "
         ".model or .json) on the dataset mount or, locally, a path.",
         default=DEFAULT_TOKENIZER,
+        ignored_when=(When.SYNTHETIC, f"{_SYNTHETIC} tokenized"),
     )
     shuffle_seed: Field[int] = setting(
-        "integer", "Seed of the data's shuffle (MaxText's data_shuffle_seed).", default=0, minimum=0
+        "integer",
+        "Seed of the data's shuffle (MaxText's data_shuffle_seed).",
+        default=0,
+        minimum=0,
+        ignored_when=(When.SYNTHETIC, f"{_SYNTHETIC} shuffled"),
     )
     packing: Field[bool] = setting(
-        "boolean", "Pack several documents into each sequence (MaxText's packing).", default=True
+        "boolean",
+        "Pack several documents into each sequence (MaxText's packing).",
+        default=True,
+        ignored_when=(When.SYNTHETIC, f"{_SYNTHETIC} packed"),
     )
     epochs: Field[int | None] = setting(
         "integer",
@@ -258,6 +314,7 @@ class WorkloadSettings:
         "Acknowledge that huggingFaceDataset restarts from its beginning after every restart, repeating examples; "
         "required with it on preemptible capacity or with the elastic trainer.",
         default=False,
+        ignored_when=(When.NO_HUGGING_FACE, "it acknowledges what huggingFaceDataset does"),
     )
 
     fit_check_result: Field[str | None] = setting(
@@ -266,6 +323,7 @@ class WorkloadSettings:
         "relative to the project root); its predicted step time drives the estimates. Default: this checkout's "
         "fit-check cache, when it holds this exact configuration.",
         unset="unset (the fit-check cache is used)",
+        ignored_when=(When.NO_FIT_CHECK, f"{_NO_COST} to drive"),
     )
 
     @property
@@ -316,21 +374,6 @@ NAMES = _F = WorkloadSettings
 def key(field: Field[Any]) -> str:
     """A field's setting as the user types it (`datasetFiles`), as messages name it."""
     return field.setting.key
-
-
-# Settings that do nothing on some stacks: (field, when it does nothing, why). Set there to anything
-# but the default, they are refused: a setting that is set and does nothing is a mistake.
-_DATA = f"set {key(_F.dataset_files)} or {key(_F.hugging_face_dataset)}"
-IGNORED_WHEN: tuple[tuple[Field[Any], str, str], ...] = (
-    (_F.checkpoint_root, "infra", "a GKE job writes to the infra stack's checkpointRoot output (its bucket)"),
-    (_F.fit_check_result, "local", "a CPU job on a local Ray head has no TPU cost estimate to drive"),
-    (_F.assumed_mfu, "local", "a CPU job on a local Ray head has no TPU cost estimate to use it in"),
-    (_F.min_slices, "not elastic", "only an elastic job (elastic = true) runs on fewer slices than all"),
-    (_F.tokenizer, "synthetic", f"synthetic data is not tokenized; {_DATA}"),
-    (_F.shuffle_seed, "synthetic", f"synthetic data is not shuffled; {_DATA}"),
-    (_F.packing, "synthetic", f"synthetic data is not packed; {_DATA}"),
-    (_F.hugging_face_not_resumable, "no huggingFaceDataset", "it acknowledges what huggingFaceDataset does"),
-)
 
 
 def _dataset_problems(
@@ -397,13 +440,22 @@ def _dataset_problems(
     return problems
 
 
-def _ignored_problems(reading: Reading[WorkloadSettings], *, where: set[str]) -> list[str]:
+def _ignored_problems(reading: Reading[WorkloadSettings], target: Target) -> list[str]:
+    """Settings set (to anything but their default) on a stack where they do nothing (`When`)."""
+    data = f"set {key(_F.dataset_files)} or {key(_F.hugging_face_dataset)}"
+    ignored: list[tuple[When, Setting, str]] = []
+    for entry in settings_of(WorkloadSettings):
+        if entry.ignored_when is not None:
+            when, why = entry.ignored_when
+            assert isinstance(when, When), f"{entry.key}: ignored_when takes a When"
+            ignored.append((when, entry, why))
     problems = []
-    for field, when, why in IGNORED_WHEN:
-        if when in where and reading.changed(field):
+    for when, entry, why in sorted(ignored, key=lambda each: list(When).index(each[0])):
+        if when(target) and reading.changed(entry.field):
+            why = f"{why}; {data}" if when is When.SYNTHETIC else why
             problems.append(
-                f"{reading.stated(field)} does nothing on this stack: {why}; unset it "
-                f"(`pulumi config rm {reading.key(field)}`)"
+                f"{reading.stated(entry.field)} does nothing on this stack: {why}; unset it "
+                f"(`pulumi config rm {reading.key(entry.field)}`)"
             )
     return problems
 
@@ -610,14 +662,15 @@ def parse_workload_settings(
             f"({', '.join(reading.key(field) for field in data)}), where they are checked; "
             'set those instead (docs/training.md, "Training on your data")'
         )
-    where = {"local" if local else "infra" if on_infra else "neither"}
-    if not settings.elastic:
-        where.add("not elastic")
-    if settings.dataset_files is None and settings.hugging_face_dataset is None:
-        where.add("synthetic")
-    if settings.hugging_face_dataset is None:
-        where.add("no huggingFaceDataset")
-    problems += _ignored_problems(reading, where=where)
+    hugging_face = settings.hugging_face_dataset is not None
+    target = Target(
+        local=local,
+        on_infra=on_infra,
+        elastic=bool(settings.elastic),
+        data=settings.dataset_files is not None or hugging_face,
+        hugging_face=hugging_face,
+    )
+    problems += _ignored_problems(reading, target)
     reading.raise_problems(WorkloadSettingsError)
     return reading.complete(
         reading.partial(
