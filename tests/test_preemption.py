@@ -190,8 +190,12 @@ def test_the_trainer_names_the_step_it_saved_at_the_notice_periodic_or_not(monke
     """The save at the notice is told by what it is, an event, not by its step number: the step
     JAX's preemption sync picks may also be a periodic one (25, with checkpoint_period = 25)."""
     monkeypatch.setattr(maxtext_trainer, "_latest_committed_step", lambda directory: step)
-    config = {"checkpoint_dir": "ignored", "total_steps": 100}
-    assert maxtext_trainer._report_the_notice_save(notice_with_deadline_in(30), config, rank0=True) is False
+    assert (
+        maxtext_trainer._report_the_notice_save(
+            notice_with_deadline_in(30), checkpoint_dir="ignored", total_steps=100, rank0=True
+        )
+        is False
+    )
     out = capsys.readouterr().out
     [saved] = events(out)
     assert (saved["event"], saved["step"]) == (NOTICE_SAVED_EVENT, step)
@@ -202,8 +206,12 @@ def test_the_trainer_names_the_step_it_saved_at_the_notice_periodic_or_not(monke
 
 def test_a_save_committed_after_the_deadline_says_so(monkeypatch, capsys):
     monkeypatch.setattr(maxtext_trainer, "_latest_committed_step", lambda directory: 40)
-    config = {"checkpoint_dir": "ignored", "total_steps": 100}
-    assert maxtext_trainer._report_the_notice_save(notice_with_deadline_in(-4), config, rank0=True) is False
+    assert (
+        maxtext_trainer._report_the_notice_save(
+            notice_with_deadline_in(-4), checkpoint_dir="ignored", total_steps=100, rank0=True
+        )
+        is False
+    )
     out = capsys.readouterr().out
     [saved] = events(out)
     assert -6 < saved["seconds_to_deadline"] < -3
@@ -214,8 +222,12 @@ def test_a_notice_during_the_last_steps_lets_the_group_finish_the_run(monkeypatc
     """Waiting for a restart then would restart a finished run, which MaxText refuses (a
     checkpoint already at the last step): the job would fail with its work done."""
     monkeypatch.setattr(maxtext_trainer, "_latest_committed_step", lambda directory: 99)
-    config = {"checkpoint_dir": "ignored", "total_steps": 100}
-    assert maxtext_trainer._report_the_notice_save(notice_with_deadline_in(30), config, rank0=True) is True
+    assert (
+        maxtext_trainer._report_the_notice_save(
+            notice_with_deadline_in(30), checkpoint_dir="ignored", total_steps=100, rank0=True
+        )
+        is True
+    )
     out = capsys.readouterr().out
     assert events(out) == []
     assert "the run is complete" in out

@@ -9,6 +9,7 @@ workers, topology and chips per worker come from the job.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -17,7 +18,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,39 @@ def run_config(job: JobSpec):
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class WorkerConfig:
+    """What each worker of the group is given: Ray Train hands it to the train loop as its config,
+    a dict keyed by these fields' names."""
+
+    job: JobSpec
+    argv: list[str]
+    use_tpu: bool
+    notice_poll_seconds: float
+    checkpoint_dir: str
+    run_directory: str
+    total_steps: int | None
+
+    @classmethod
+    def of(cls, job: JobSpec) -> WorkerConfig:
+        return cls(
+            job=job,
+            argv=maxtext_argv(job),
+            use_tpu=job.use_tpu,
+            notice_poll_seconds=NOTICE_POLL_SECONDS,
+            checkpoint_dir=checkpoint_directory(job),
+            run_directory=job.run_directory,
+            total_steps=job.total_steps,
+        )
+
+    @classmethod
+    def from_loop_config(cls, config: Mapping[str, Any]) -> WorkerConfig:
+        return cls(**config)
+
+    def loop_config(self) -> dict[str, Any]:
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+
+
 def train_loop_per_worker(config: dict[str, Any]) -> None:
     """Runs MaxText's pre-training entry point on this worker.
 
@@ -114,11 +148,12 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     import ray.train
 
     loop_started = time.time()
+    worker = WorkerConfig.from_loop_config(config)
     context = ray.train.get_context()
     rank0 = context.get_world_rank() == 0
-    if not config["use_tpu"]:
+    if not worker.use_tpu:
         _join_cpu_workers(context.get_world_rank(), context.get_world_size())
-    cache_dir = config["job"].compile_cache_dir(os.environ.get(COMPILE_CACHE_ENV))
+    cache_dir = worker.job.compile_cache_dir(os.environ.get(COMPILE_CACHE_ENV))
     # Rank 0 says how the group's start went; the other ranks start the same way.
     clock = StartClock(loop_started, _emit, cache_on=cache_dir is not None) if rank0 else None
     if rank0:
@@ -129,7 +164,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
             process_started=round(process_start_time(), 3),
         )
         _log_steps(clock)
-    notice = PreemptionNotice(poll_seconds=config["notice_poll_seconds"], report=rank0)
+    notice = PreemptionNotice(poll_seconds=worker.notice_poll_seconds, report=rank0)
     from maxtext.common import checkpointing
     from maxtext.common.data_loader import DataLoader
     from maxtext.trainers.pre_train import train
@@ -142,12 +177,12 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     uninstall = clock.install(train, checkpointing) if clock is not None else None
     unsay = say_checkpointed_tokens(checkpointing, notice)
     # An empty jax_cache_dir is MaxText's "no cache" (its default is a folder in the pod).
-    argv = [*config["argv"], f"jax_cache_dir={cache_dir or ''}"]
+    argv = [*worker.argv, f"jax_cache_dir={cache_dir or ''}"]
     notice.start()
     try:
         train.main(argv)
         if stopped.out_of_data and not notice.received:
-            _save_where_the_data_ended(train.main, argv, config, stopped)
+            _save_where_the_data_ended(train.main, argv, worker.checkpoint_dir, stopped)
     finally:
         notice.stop()
         logging.getLogger("absl").removeHandler(stopped)
@@ -160,22 +195,22 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         # Not an error to retry (a restart would run out again): the run ends, and the driver
         # fails the job saying where the data ended and what was saved.
         if rank0:  # for the driver: Ray Train v2 keeps no metrics reported without a checkpoint
-            committed = _latest_committed_step(config["checkpoint_dir"])
+            committed = _latest_committed_step(worker.checkpoint_dir)
             ended = {"last_step": stopped.highest_step, "committed_step": -1 if committed is None else committed}
-            (Path(config["run_directory"]) / DATA_END_RECORD).write_text(json.dumps(ended))
+            (Path(worker.run_directory) / DATA_END_RECORD).write_text(json.dumps(ended))
         return
-    if notice.received and not _report_the_notice_save(notice, config, rank0):
+    if notice.received and not _report_the_notice_save(notice, worker.checkpoint_dir, worker.total_steps, rank0):
         threading.Event().wait()
 
 
-def _save_where_the_data_ended(maxtext_main: Any, argv: list[str], config: dict[str, Any], stopped: _DataStop) -> None:
+def _save_where_the_data_ended(maxtext_main: Any, argv: list[str], checkpoint_dir: str, stopped: _DataStop) -> None:
     """MaxText ends its loop when the data runs out and saves nothing then (its train state is
     gone once the loop has stopped). So it is run once more, with `steps` cut to the steps the
     data held: it restores the latest checkpoint with its data position, trains the steps after it
     on the same batches again, and saves at completion (save_checkpoint_on_completion). The steps
     after the latest checkpoint are computed twice; the run ends on a checkpoint of its last step."""
     ran = stopped.highest_step + 1  # steps 0 .. highest_step trained
-    committed = _latest_committed_step(config["checkpoint_dir"])
+    committed = _latest_committed_step(checkpoint_dir)
     if ran <= 0 or (committed is not None and committed >= ran - 1):
         return
     print(
@@ -194,12 +229,14 @@ def _latest_committed_step(directory: str) -> int | None:
     return max(checkpoint_steps(directory), default=None)
 
 
-def _report_the_notice_save(notice: PreemptionNotice, config: dict[str, Any], rank0: bool) -> bool:
+def _report_the_notice_save(
+    notice: PreemptionNotice, checkpoint_dir: str, total_steps: int | None, rank0: bool
+) -> bool:
     """What MaxText did with the notice, said by rank 0 (the host that commits checkpoints), from
     what is committed now that MaxText has returned (it waits for the save before it stops).
     True if the run is complete, so the worker returns."""
-    committed = _latest_committed_step(config["checkpoint_dir"])
-    if run_completed(committed, config["total_steps"]):
+    committed = _latest_committed_step(checkpoint_dir)
+    if run_completed(committed, total_steps):
         if rank0:
             print(
                 f"the preemption notice came after the run's last step ({committed}) was saved: the run is complete",
@@ -464,15 +501,7 @@ def build_trainer(job: JobSpec):
 
     return JaxTrainer(
         train_loop_per_worker=train_loop_per_worker,
-        train_loop_config={
-            "job": job,
-            "argv": maxtext_argv(job),
-            "use_tpu": job.use_tpu,
-            "notice_poll_seconds": NOTICE_POLL_SECONDS,
-            "checkpoint_dir": checkpoint_directory(job),
-            "run_directory": job.run_directory,
-            "total_steps": job.total_steps,
-        },
+        train_loop_config=WorkerConfig.of(job).loop_config(),
         scaling_config=scaling_config(job),
         run_config=run_config(job),
     )
