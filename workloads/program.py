@@ -25,11 +25,103 @@ from workloads.ray_job import RayJob, RayJobGuard
 from workloads.ray_job_migration import LEGACY_JOB_ID, legacy_submission_id
 from workloads.ray_job_record import JOB_INPUTS, submission_id
 
-__all__ = ["COST_OUTPUTS", "build"]
-
 
 def _secret_if(secret: bool, value: pulumi.Output[Any]) -> pulumi.Output[Any]:
     return pulumi.Output.secret(value) if secret else value
+
+
+@dataclass(frozen=True)
+class _Placed:
+    """The job where it runs: the job resolved there, the RayJob's JOB_INPUTS, its target input
+    (`gke` or `address`) and the cost estimate's outputs."""
+
+    job: pulumi.Output[JobSpec]
+    inputs: pulumi.Output[dict[str, Any]]
+    target: dict[str, pulumi.Output[Any]]
+    cost: pulumi.Output[dict[str, Any]]
+
+
+async def build(settings: WorkloadSettings) -> dict[str, Any]:
+    """Registers the job's resources and returns the stack outputs. Raises the domain's
+    JobError, before the guard or the job is registered, when the job cannot run.
+
+    `settings.secrets` names the settings set as secrets: a secret runtime env keeps the job's
+    runtime env secret; any other secret setting (it reaches the command) keeps the whole job
+    description secret, in the resource's inputs, outputs and the exports derived from it."""
+    secret_job = bool(settings.secrets - {key(NAMES.runtime_env)})
+    infra_stack = settings.infra_stack
+    placed = await _on_cluster(settings, infra_stack, secret_job) if infra_stack else _on_head(settings, secret_job)
+    props: dict[str, pulumi.Input[Any]] = {name: placed.inputs[name] for name in JOB_INPUTS}
+    if settings.is_secret(NAMES.runtime_env):
+        props["runtime_env"] = pulumi.Output.secret(props["runtime_env"])
+    props.update(placed.target)
+    props.update(settings.identity.as_inputs())
+    # The submission id is a digest of the inputs: it names the job, it does not reveal it.
+    identified = pulumi.Output.all(**props)
+    guard = RayJobGuard(
+        "training-guard",
+        job_id=pulumi.Output.unsecret(identified.apply(submission_id)),
+        # The same job's id in the first releases' form: a guard they wrote keeps guarding it.
+        previous_job_id=pulumi.Output.unsecret(identified.apply(legacy_submission_id)),
+        address=placed.target.get("address"),
+        gke=placed.target.get("gke"),
+    )
+    ray_job = RayJob(
+        "training",
+        {**props, LEGACY_JOB_ID: guard.legacy_job_id},
+        opts=pulumi.ResourceOptions(depends_on=[guard]),
+    )
+    return {
+        "preset": placed.job.apply(lambda resolved: resolved.preset),
+        "runName": placed.job.apply(lambda resolved: resolved.run_name),
+        **ray_job.stack_outputs(),
+        **{name: placed.cost[name] for name in COST_OUTPUTS},
+    }
+
+
+async def _on_cluster(settings: WorkloadSettings, infra_stack: str, secret_job: bool) -> _Placed:
+    """The job on the infra stack's cluster. Its outputs are known in previews too, so the job is
+    resolved and checked here, before anything is registered; unknown, that is left to the apply."""
+    infra = pulumi.StackReference(infra_stack)
+    raw = pulumi.Output.all(**{name: infra.get_output(name) for name in OUTPUT_NAMES})
+    values = await raw.future()
+    known = _cluster_plan(settings, infra_stack, values) if values is not None else None
+    if known is not None:
+        job_inputs.fit_check_result(known.job, settings)  # refuses another configuration's result
+        problems, warnings = job_resolution.bucket_data_check(known.job, known.cluster)
+        if problems:
+            raise JobError(problems)
+        for warning in warnings:
+            pulumi.log.warn(warning)
+    plan = raw.apply(lambda values: known if known is not None else _cluster_plan(settings, infra_stack, values))
+    cluster = plan.apply(lambda planned: planned.cluster)
+    job = _secret_if(secret_job, plan.apply(lambda planned: planned.job))
+    cost = pulumi.Output.all(job, cluster).apply(
+        lambda values: _warned_of_deadline(
+            job_inputs.cost_estimate(values[0], settings, values[1].price_per_chip_hour_usd, values[1].cost_basis),
+            values[0],
+            settings,
+        )
+    )
+    return _Placed(
+        job=job,
+        inputs=_secret_if(secret_job, plan.apply(lambda planned: planned.inputs)),
+        target={"gke": cluster.apply(gke_inputs)},
+        cost=cost,
+    )
+
+
+def _on_head(settings: WorkloadSettings, secret_job: bool) -> _Placed:
+    """The job on the Ray head at the stack's address, resolved and checked here."""
+    resolved = job_resolution.resolve_local(settings, warn=pulumi.log.warn)
+    built = job_inputs.ray_job_inputs(resolved, settings)  # refuses a missing trainer program
+    job = _secret_if(secret_job, pulumi.Output.from_input(resolved))
+    return _Placed(
+        job=job,
+        inputs=job.apply(lambda _: built),
+        target={"address": pulumi.Output.from_input(settings.address)},
+        cost=pulumi.Output.from_input(job_inputs.cost_estimate(resolved, settings, 0.0).outputs()),
+    )
 
 
 def _warned_of_deadline(estimate: CostEstimate, job: JobSpec, settings: WorkloadSettings) -> dict[str, Any]:
@@ -54,72 +146,3 @@ def _cluster_plan(settings: WorkloadSettings, infra_stack: str, values: dict[str
     cluster = read_infra_outputs(infra_stack, values)
     job = job_resolution.resolve_for_cluster(settings, cluster)
     return _ClusterPlan(cluster, job, job_inputs.ray_job_inputs(job, settings))
-
-
-async def build(settings: WorkloadSettings) -> dict[str, Any]:
-    """Registers the job's resources and returns the stack outputs. Raises the domain's
-    JobError, before the guard or the job is registered, when the job cannot run.
-
-    `settings.secrets` names the settings set as secrets: a secret runtime env keeps the job's
-    runtime env secret; any other secret setting (it reaches the command) keeps the whole job
-    description secret, in the resource's inputs, outputs and the exports derived from it."""
-    secret_job = bool(settings.secrets - {key(NAMES.runtime_env)})
-    if settings.infra_stack:
-        infra_stack = settings.infra_stack
-        infra = pulumi.StackReference(infra_stack)
-        raw = pulumi.Output.all(**{name: infra.get_output(name) for name in OUTPUT_NAMES})
-        # The infra stack's outputs are known in previews too; unknown, the plan is left to the apply.
-        values = await raw.future()
-        known = _cluster_plan(settings, infra_stack, values) if values is not None else None
-        if known is not None:
-            job_inputs.fit_check_result(known.job, settings)  # refuses another configuration's result
-            problems, warnings = job_resolution.bucket_data_check(known.job, known.cluster)
-            if problems:
-                raise JobError(problems)
-            for warning in warnings:
-                pulumi.log.warn(warning)
-        plan = raw.apply(lambda values: known if known is not None else _cluster_plan(settings, infra_stack, values))
-        cluster = plan.apply(lambda planned: planned.cluster)
-        job = _secret_if(secret_job, plan.apply(lambda planned: planned.job))
-        inputs = _secret_if(secret_job, plan.apply(lambda planned: planned.inputs))
-        target: dict[str, pulumi.Output[Any]] = {"gke": cluster.apply(gke_inputs)}
-        cost = pulumi.Output.all(job, cluster).apply(
-            lambda values: _warned_of_deadline(
-                job_inputs.cost_estimate(values[0], settings, values[1].price_per_chip_hour_usd, values[1].cost_basis),
-                values[0],
-                settings,
-            )
-        )
-    else:
-        resolved = job_resolution.resolve_local(settings, warn=pulumi.log.warn)
-        built = job_inputs.ray_job_inputs(resolved, settings)  # refuses a missing trainer program
-        job = _secret_if(secret_job, pulumi.Output.from_input(resolved))
-        inputs = job.apply(lambda _: built)
-        target = {"address": pulumi.Output.from_input(settings.address)}
-        cost = pulumi.Output.from_input(job_inputs.cost_estimate(resolved, settings, 0.0).outputs())
-    props: dict[str, pulumi.Input[Any]] = {name: inputs[name] for name in JOB_INPUTS}
-    if settings.is_secret(NAMES.runtime_env):
-        props["runtime_env"] = pulumi.Output.secret(props["runtime_env"])
-    props.update(target)
-    props.update(settings.identity.as_inputs())
-    # The submission id is a digest of the inputs: it names the job, it does not reveal it.
-    identified = pulumi.Output.all(**props)
-    guard = RayJobGuard(
-        "training-guard",
-        job_id=pulumi.Output.unsecret(identified.apply(submission_id)),
-        # The same job's id in the first releases' form: a guard they wrote keeps guarding it.
-        previous_job_id=pulumi.Output.unsecret(identified.apply(legacy_submission_id)),
-        address=target.get("address"),
-        gke=target.get("gke"),
-    )
-    ray_job = RayJob(
-        "training",
-        {**props, LEGACY_JOB_ID: guard.legacy_job_id},
-        opts=pulumi.ResourceOptions(depends_on=[guard]),
-    )
-    return {
-        "preset": job.apply(lambda resolved: resolved.preset),
-        "runName": job.apply(lambda resolved: resolved.run_name),
-        **ray_job.stack_outputs(),
-        **{name: cost[name] for name in COST_OUTPUTS},
-    }
