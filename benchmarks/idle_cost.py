@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from domain.config import cli_config
-from domain.config.settings import StackSettings, parse_settings, settings_cost
+from domain.config.settings import parse_settings, settings_cost
 from domain.paths import PROJECT_ROOT
+from domain.stack_settings import StackSettings
 from domain.tpu.capacity_choices import CAPACITY_CHOICES, RESERVATION
 from policies.mock_engine import INFRA_PROJECT, stack_config
 

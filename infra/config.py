@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pulumi
 
-from domain.config.settings import StackSettings, parse_settings
+from domain.config.settings import parse_settings
+from domain.stack_settings import StackSettings
 from stack_config import raw_config
 
 

@@ -4,8 +4,9 @@ import dataclasses
 
 import pytest
 
-from domain.config.settings import MAX_SLICES, PartialStackSettings, SettingsError, StackSettings, settings_cost
+from domain.config.settings import PartialStackSettings, SettingsError, settings_cost
 from domain.setting import read
+from domain.stack_settings import MAX_SLICES, StackSettings
 from domain.tpu.tpu_catalog import accelerator
 from tests.support.cli_settings import infra_settings
 from tests.support.presets import ALL_PRESETS, TPU_PRESETS

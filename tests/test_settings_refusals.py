@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from domain.config.settings import SettingsError, StackSettings
+from domain.config.settings import SettingsError
 from domain.setting import settings_of
+from domain.stack_settings import StackSettings
 from domain.tpu.capacity_choices import CAPACITY_CHOICES
 from domain.tpu.tpu_catalog import FLEX_START_ZONES, offered_regions, offered_zones, single_tenant_zones, zone_region
 from tests.support.infra_program import run_infra

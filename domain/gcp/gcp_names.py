@@ -2,7 +2,7 @@
 
 Each `*_problems(value)` returns every reason `value` is not a valid name of its kind (an empty
 list when it is), phrased to follow "<setting> = <value> ...: "; the matching `*_RULE` says what
-is valid, phrased to follow "use ". `domain/config/settings.py` joins them into messages that name the
+is valid, phrased to follow "use ". `domain/stack_settings.py` joins them into messages that name the
 setting; a declarative table of settings can point at them by name.
 
 Every rule is the service's documented one (sources: docs/reference.md, "Google Cloud naming

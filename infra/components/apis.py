@@ -9,8 +9,8 @@ from typing import Any
 import pulumi
 import pulumi_gcp as gcp
 
-from domain.config.settings import StackSettings
 from domain.gcp import gcp_resources
+from domain.stack_settings import StackSettings
 from infra.components import child_options
 
 

@@ -10,8 +10,8 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from domain.config.settings import StackSettings
 from domain.ray import kuberay
+from domain.stack_settings import StackSettings
 from infra.components import child_options, manifest_resource
 from infra.crd_wait import CrdEstablished
 

@@ -13,8 +13,8 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from domain.config.settings import StackSettings
 from domain.gcp import gcp_resources
+from domain.stack_settings import StackSettings
 from infra.components import child_options
 
 

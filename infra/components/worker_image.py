@@ -16,8 +16,8 @@ import pulumi
 import pulumi_command as command
 import pulumi_gcp as gcp
 
-from domain.config.settings import StackSettings
 from domain.gcp import worker_image
+from domain.stack_settings import StackSettings
 from infra.components import child_options
 
 

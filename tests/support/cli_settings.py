@@ -8,9 +8,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from domain.config import cli_config
-from domain.config.settings import StackSettings, parse_settings
+from domain.config.settings import parse_settings
 from domain.config.workload_settings import WorkloadSettings, parse_workload_settings
 from domain.paths import PROJECT_ROOT
+from domain.stack_settings import StackSettings
 
 WORKLOADS_DIR = PROJECT_ROOT / "workloads"
 
