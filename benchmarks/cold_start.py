@@ -49,7 +49,7 @@ from domain.config.workload_settings import WorkloadSettings, WorkloadSettingsEr
 from domain.training.job import JobError, JobSpec
 from domain.training.start_phases import PHASES
 from workloads import job_resolution
-from workloads.jobs_api import JobsApiError
+from workloads.jobs_api.errors import JobsApiError
 from workloads.local_ray import LocalRayError, LocalRayHead
 from workloads.ray_job import RayJobError, RayJobProvider
 from workloads.smoke import PROJECT, local_job_props, local_stack_config

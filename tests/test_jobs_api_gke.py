@@ -19,7 +19,9 @@ import pytest
 
 from tests.support.fake_jobs_api import FakeApiServer, FakeHttpServer, self_signed_certificate
 from workloads import job_wait
-from workloads.jobs_api import GKE_API_OVERRIDE_ENV, ErrorKind, JobsApi, JobsApiError
+from workloads.jobs_api import JobsApi
+from workloads.jobs_api.errors import ErrorKind, JobsApiError
+from workloads.jobs_api.gke import GKE_API_OVERRIDE_ENV
 from workloads.ray_job import RayJobError, RayJobGuardProvider, RayJobProvider
 
 pytestmark = pytest.mark.timed  # reads the clock or waits on a deadline (tests/conftest.py)
@@ -346,7 +348,7 @@ def test_the_installed_ray_sdks_error_text_is_read_for_its_status(status, body, 
     from ray.job_submission import JobSubmissionClient
 
     from domain.ray.ray_version import RAY_VERSION
-    from workloads.jobs_api import classify, ray_sdk_answer
+    from workloads.jobs_api.errors import classify, ray_sdk_answer
 
     assert ray.__version__ == RAY_VERSION == "2.60.0", "re-read Ray's dashboard_sdk.py errors for ray_sdk_answer"
     monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
@@ -366,7 +368,7 @@ def test_the_installed_ray_sdks_error_text_is_read_for_its_status(status, body, 
 def test_the_installed_ray_sdks_failed_version_check_is_no_jobs_api(monkeypatch):
     from ray.job_submission import JobSubmissionClient
 
-    from workloads.jobs_api import ray_sdk_answer
+    from workloads.jobs_api.errors import ray_sdk_answer
 
     monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
     with FakeHttpServer(lambda _method, _path: (404, b"")) as fake, pytest.raises(RuntimeError) as caught:

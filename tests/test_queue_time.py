@@ -33,7 +33,8 @@ from tests.support.ray_job_harness import (
 )
 from workloads import job_wait
 from workloads.job_wait import Deadlines, QueueWatch
-from workloads.jobs_api import ErrorKind, JobsApi, JobsApiError
+from workloads.jobs_api import JobsApi
+from workloads.jobs_api.errors import ErrorKind, JobsApiError
 from workloads.ray_job import (
     ProgressReporter,
     RayJobError,

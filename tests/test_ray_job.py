@@ -29,7 +29,8 @@ from tests.support.ray_job_harness import (
     wait_for,
 )
 from workloads import job_wait, jobs_api, ray_job_record, smoke
-from workloads.jobs_api import ErrorKind, JobsApi, JobsApiError, classify
+from workloads.jobs_api import JobsApi
+from workloads.jobs_api.errors import ErrorKind, JobsApiError, classify
 from workloads.local_ray import LocalRayHead, free_port
 from workloads.ray_job import (
     ProgressReporter,

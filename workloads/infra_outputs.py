@@ -11,7 +11,7 @@ from domain.config.stack_outputs import READ_BY_WORKLOADS, ClusterOutputs, Stack
 from domain.setting import as_integer, as_number
 from domain.stack_identity import integral
 from domain.training.job import JobError
-from workloads.jobs_api import GkeTarget
+from workloads.jobs_api.gke_access import GkeTarget
 
 # The names a StackReference is asked for.
 OUTPUT_NAMES = tuple(entry.name for entry in READ_BY_WORKLOADS)

@@ -19,7 +19,8 @@ from domain.training.goodput import OUTPUTS as GOODPUT_OUTPUTS
 from domain.training.goodput import RunRecord
 from domain.training.job_log import JobLog, StepCollector
 from domain.training.start_phases import StartPhases
-from workloads.jobs_api import JobsApi, JobsApiError
+from workloads.jobs_api import JobsApi
+from workloads.jobs_api.errors import JobsApiError
 
 LOG_TAIL_LINES = 50
 PROGRESS_EVERY_SECONDS = 15.0

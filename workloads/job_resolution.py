@@ -17,7 +17,8 @@ from domain.training.job import JobError, JobSpec, resolve_job
 from domain.training.presets import PRESETS
 from workloads.bucket_files import BucketFiles
 from workloads.infra_outputs import gke_target
-from workloads.jobs_api import JobsApiError, operator_session
+from workloads.jobs_api.errors import JobsApiError
+from workloads.jobs_api.gke_access import operator_session
 
 
 def local_checkpoint_root(settings: WorkloadSettings) -> str:

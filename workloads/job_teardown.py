@@ -12,7 +12,8 @@ import sys
 import time
 from collections.abc import Callable
 
-from workloads.jobs_api import ErrorKind, JobsApi, JobsApiError
+from workloads.jobs_api import JobsApi
+from workloads.jobs_api.errors import ErrorKind, JobsApiError
 from workloads.ray_job_record import TERMINAL, RayJobError
 
 # How long a stop may take to show before destroy (or a timeout) gives up on confirming it.

@@ -19,7 +19,8 @@ from domain.ray.queueing import Node, slices_up
 from domain.training.job_log import JobLog, StepCollector
 from workloads.job_progress import PROGRESS_EVERY_SECONDS, ProgressReporter, read_tail, shown
 from workloads.job_teardown import stop_and_confirm
-from workloads.jobs_api import LOST_CONTACT_KINDS, JobsApi, JobsApiError
+from workloads.jobs_api import JobsApi
+from workloads.jobs_api.errors import LOST_CONTACT_KINDS, JobsApiError
 from workloads.ray_job_record import TERMINAL, JobRequest, RayJobError, WorkerGroup, iso
 
 POLL_SECONDS = 2.0

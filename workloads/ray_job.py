@@ -40,7 +40,8 @@ from workloads import ray_job_guard
 from workloads.job_progress import ProgressReporter, read_tail, read_whole_log, shown
 from workloads.job_teardown import stop_and_confirm, teardown
 from workloads.job_wait import Deadlines, RunClock, until_ended
-from workloads.jobs_api import ErrorKind, JobsApi, JobsApiError
+from workloads.jobs_api import JobsApi
+from workloads.jobs_api.errors import ErrorKind, JobsApiError
 from workloads.ray_job_migration import (
     LEGACY_JOB_ID,
     identity_unrecorded,

@@ -26,7 +26,7 @@ from domain.stack_identity import digest, integral
 from domain.training.goodput import GoodputOutputs
 from domain.training.job import JobSpec
 from domain.training.job_log import DataOutputs, StepOutputs
-from workloads.jobs_api import GkeTarget
+from workloads.jobs_api.gke_access import GkeTarget
 
 # The roles an input of the RayJob has (declared on JobRequest's fields).
 # Whose job it is: the stack, named in full (the workloads program adds these to the inputs).

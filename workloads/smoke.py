@@ -35,14 +35,9 @@ from domain.paths import WORKLOADS_PROJECT
 from domain.training.dataset import DEFAULT_TOKENIZER, SHIPPED_TOKENIZERS
 from domain.training.job import JobError, JobSpec
 from workloads import job_inputs, job_resolution
-from workloads.jobs_api import (
-    AUTHENTICATION_MODE_PATH,
-    ErrorKind,
-    JobsApi,
-    JobsApiError,
-    authentication_mode_of,
-    local_ray_token,
-)
+from workloads.jobs_api import JobsApi
+from workloads.jobs_api.errors import ErrorKind, JobsApiError
+from workloads.jobs_api.local import AUTHENTICATION_MODE_PATH, authentication_mode_of, local_ray_token
 from workloads.local_ray import LocalRayError, LocalRayHead, port_holder
 from workloads.ray_job import EXPORTED, RayJobError, RayJobProvider
 
