@@ -3,8 +3,10 @@
 In layers, each package importing only those below it (pyproject.toml's [tool.importlinter],
 tests/test_domain_layers.py), low to high: `tpu/` (the TPU catalog, how capacity is obtained),
 `paths.py` (where the checkout is), `setting.py` (how a setting is declared and read),
-`problems.py` and `stack_identity.py`; `ray/` (the Ray cluster); `gcp/` (Google Cloud and GKE
-resources and names); `training/` (a job, its presets, MaxText's configuration, the job's log);
-`perf/` (memory, FLOPs, cost, MaxText's config check and the speed model); `config/` (the stacks'
-settings and outputs). A builder below `config/` takes the settings as a Protocol of what it reads.
+`problems.py` and `stack_identity.py`; `ray/`'s and `gcp/`'s rules and names (Ray's version, the
+head's size; Google Cloud's names, GKE's versions); `training/` (a job, its presets, MaxText's
+configuration, the job's log); `stack_settings.py` (the infra stack's settings record); the
+builders that take it (`gcp/gcp_resources.py`, `gcp/worker_image.py`, `ray/kuberay.py`,
+`ray/preemption.py`); `perf/` (memory, FLOPs, cost, MaxText's config check and the speed model);
+`config/` (reading the stacks' settings, their checks of several settings, and outputs).
 """

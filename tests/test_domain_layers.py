@@ -38,9 +38,11 @@ def test_a_type_checking_import_of_a_higher_layer_breaks_the_contract(tmp_path):
     layers = [layer.replace("domain.", "toy.") for layer in contract["layers"]]
     names = [name.strip() for layer in layers for name in layer.replace(":", "|").split("|")]
     for name in names:
-        package = tmp_path.joinpath(*name.split("."))
-        package.mkdir(parents=True)
-        (package / "__init__.py").write_text("")
+        parts = name.split(".")
+        for depth in range(1, len(parts) + 1):  # and the packages on its way (toy.gcp of toy.gcp.dcn)
+            package = tmp_path.joinpath(*parts[:depth])
+            package.mkdir(exist_ok=True)
+            (package / "__init__.py").touch()
     (tmp_path / "toy" / "__init__.py").write_text("")
     highest, lowest = names[0], names[-1]
     tmp_path.joinpath(*lowest.split("."), "__init__.py").write_text(

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from domain.compile_cache import COMPILE_CACHE_PREFIX
 from domain.gcp import gke, resource_names
 from domain.gcp.dcn import DCN_MTU
 from domain.ray import preemption
+from domain.stack_settings import StackSettings
 from domain.tpu.gke_labels import DRANET_LABEL
-from domain.tpu.tpu_catalog import SliceSettings
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 DRANET_NODE_LABEL = {DRANET_LABEL: "true"}
@@ -86,58 +86,6 @@ def fill(args: Mapping[str, Any], slot: Slot, value: Any) -> dict[str, Any]:
     return filled(args)
 
 
-class ResourceSettings(preemption.PreemptionSettings, SliceSettings, Protocol):
-    """What the resources' arguments read of the infra stack's settings (StackSettings,
-    domain/config/settings.py), besides the slices and what the preemption timings read."""
-
-    @property
-    def stack(self) -> str: ...
-    @property
-    def project(self) -> str: ...
-    @property
-    def region(self) -> str: ...
-    @property
-    def zone(self) -> str: ...
-    @property
-    def cluster_name(self) -> str: ...
-    @property
-    def cluster_location(self) -> str: ...
-    @property
-    def network(self) -> str: ...
-    @property
-    def gke_version(self) -> str: ...
-    @property
-    def release_channel(self) -> str: ...
-    @property
-    def deletion_protection(self) -> bool: ...
-    @property
-    def production(self) -> bool: ...
-    @property
-    def head_machine_type(self) -> str: ...
-    @property
-    def dcn_subnets(self) -> tuple[str, ...]: ...
-    @property
-    def flex_start(self) -> bool: ...
-    @property
-    def uses_reservation(self) -> bool: ...
-    @property
-    def reservation(self) -> str | None: ...
-    @property
-    def bucket_name(self) -> str | None: ...
-    @property
-    def bucket_force_destroy(self) -> bool: ...
-    @property
-    def bucket_hierarchical_namespace(self) -> bool: ...
-    @property
-    def dataset_bucket(self) -> str | None: ...
-    @property
-    def streams_images(self) -> bool: ...
-    @property
-    def image_cache_disk(self) -> str | None: ...
-    @property
-    def compile_cache_max_age_days(self) -> int: ...
-
-
 def workload_pool(project: str) -> str:
     return f"{project}.svc.id.goog"
 
@@ -150,12 +98,12 @@ def workload_identity_principal(project_number: str, project: str, namespace: st
     )
 
 
-def dcn_network_name(settings: ResourceSettings, index: int) -> str:
+def dcn_network_name(settings: StackSettings, index: int) -> str:
     """`<cluster>-net-1`, `<cluster>-net-2`, ... as the procedure names them (1-based)."""
     return resource_names.dcn_network_name(settings.cluster_name, index)
 
 
-def dcn_network_args(settings: ResourceSettings, index: int) -> dict[str, Any]:
+def dcn_network_args(settings: StackSettings, index: int) -> dict[str, Any]:
     return {
         "name": dcn_network_name(settings, index),
         "project": settings.project,
@@ -165,7 +113,7 @@ def dcn_network_args(settings: ResourceSettings, index: int) -> dict[str, Any]:
     }
 
 
-def dcn_subnet_args(settings: ResourceSettings, index: int) -> dict[str, Any]:
+def dcn_subnet_args(settings: StackSettings, index: int) -> dict[str, Any]:
     """The component adds its `network` (the network's id, known once the network exists)."""
     return {
         "name": f"tpu-subnet-{index + 1}",
@@ -176,7 +124,7 @@ def dcn_subnet_args(settings: ResourceSettings, index: int) -> dict[str, Any]:
     }
 
 
-def dcn_firewall_args(settings: ResourceSettings, index: int) -> dict[str, Any]:
+def dcn_firewall_args(settings: StackSettings, index: int) -> dict[str, Any]:
     """New custom VPCs deny all ingress: without this rule slices cannot reach each other. The
     component adds its `network` (the network's id), as for the subnet."""
     return {
@@ -190,12 +138,12 @@ def dcn_firewall_args(settings: ResourceSettings, index: int) -> dict[str, Any]:
     }
 
 
-def project_service_args(settings: ResourceSettings, api: str) -> dict[str, Any]:
+def project_service_args(settings: StackSettings, api: str) -> dict[str, Any]:
     # Never disable an API on destroy: other workloads in the project may depend on it.
     return {"project": settings.project, "service": api, "disable_on_destroy": False}
 
 
-def node_service_account_args(settings: ResourceSettings) -> dict[str, Any]:
+def node_service_account_args(settings: StackSettings) -> dict[str, Any]:
     return {
         "account_id": resource_names.node_service_account_id(settings.cluster_name),
         "project": settings.project,
@@ -203,7 +151,7 @@ def node_service_account_args(settings: ResourceSettings) -> dict[str, Any]:
     }
 
 
-def cluster_args(settings: ResourceSettings) -> dict[str, Any]:
+def cluster_args(settings: StackSettings) -> dict[str, Any]:
     """The GKE cluster with the procedure's settings, in Standard or Autopilot mode; on Autopilot
     with the NODE_SERVICE_ACCOUNT slot."""
     args: dict[str, Any] = {
@@ -245,7 +193,7 @@ def cluster_args(settings: ResourceSettings) -> dict[str, Any]:
     return args
 
 
-def _node_config(settings: ResourceSettings, service_account_email: Any, machine_type: str) -> dict[str, Any]:
+def _node_config(settings: StackSettings, service_account_email: Any, machine_type: str) -> dict[str, Any]:
     config = {
         "machine_type": machine_type,
         "service_account": service_account_email,
@@ -262,7 +210,7 @@ def _node_config(settings: ResourceSettings, service_account_email: Any, machine
     return config
 
 
-def image_cache_disks(settings: ResourceSettings) -> list[dict[str, Any]]:
+def image_cache_disks(settings: StackSettings) -> list[dict[str, Any]]:
     """The TPU nodes' secondary boot disk that holds the worker image (GKE's container image
     cache), from imageCacheDisk; none without it. Its settings check requires image streaming."""
     if settings.image_cache_disk is None:
@@ -270,7 +218,7 @@ def image_cache_disks(settings: ResourceSettings) -> list[dict[str, Any]]:
     return [{"disk_image": settings.image_cache_disk, "mode": gke.SECONDARY_BOOT_DISK_MODE}]
 
 
-def head_pool_args(settings: ResourceSettings) -> dict[str, Any]:
+def head_pool_args(settings: StackSettings) -> dict[str, Any]:
     """On-demand CPU nodes for the Ray head (the procedure's default pool, n1-standard-16), with
     the NODE_SERVICE_ACCOUNT slot; the component adds the `cluster` (its name, an output).
 
@@ -288,7 +236,7 @@ def head_pool_args(settings: ResourceSettings) -> dict[str, Any]:
     }
 
 
-def tpu_pool_name(settings: ResourceSettings, index: int) -> str:
+def tpu_pool_name(settings: StackSettings, index: int) -> str:
     """`v6e-16-0`, `v6e-16-1`, ... as the procedure names them."""
     return resource_names.tpu_pool_name(settings.accelerator.slice_type(settings.topology), index)
 
@@ -299,12 +247,12 @@ FLEX_START_LOCATION_POLICY = "ANY"
 FLEX_START_RESERVATION_AFFINITY = {"consume_reservation_type": "NO_RESERVATION"}
 
 
-def tpu_pool_autoscales(settings: ResourceSettings, index: int) -> bool:
+def tpu_pool_autoscales(settings: StackSettings, index: int) -> bool:
     """Pools 0 .. minSlices-1 hold their slice for the stack's life; the rest scale 0 <-> all VMs."""
     return index >= settings.min_slices
 
 
-def tpu_pool_autoscaling(settings: ResourceSettings) -> dict[str, Any]:
+def tpu_pool_autoscaling(settings: StackSettings) -> dict[str, Any]:
     """GKE node-pool autoscaling for one whole slice: 0 or every VM of its topology.
 
     GKE creates and scales a multi-host TPU slice pool as one unit (docs/deploying.md, "How
@@ -318,7 +266,7 @@ def tpu_pool_autoscaling(settings: ResourceSettings) -> dict[str, Any]:
 
 
 def tpu_pool_args(
-    settings: ResourceSettings,
+    settings: StackSettings,
     index: int,
     cluster_name: Any,
     service_account_email: Any,
@@ -380,7 +328,7 @@ def tpu_pool_args(
     return args
 
 
-def compile_cache_lifecycle_rule(settings: ResourceSettings) -> dict[str, Any]:
+def compile_cache_lifecycle_rule(settings: StackSettings) -> dict[str, Any]:
     """Deletes the compilation cache's entries (objects under its prefix, and nothing else of the
     bucket) compileCacheMaxAgeDays after they were written: JAX never evicts a remote cache."""
     return {
@@ -389,7 +337,7 @@ def compile_cache_lifecycle_rule(settings: ResourceSettings) -> dict[str, Any]:
     }
 
 
-def bucket_args(settings: ResourceSettings) -> dict[str, Any]:
+def bucket_args(settings: StackSettings) -> dict[str, Any]:
     args: dict[str, Any] = {
         "project": settings.project,
         "location": settings.region.upper(),
@@ -408,7 +356,7 @@ def bucket_args(settings: ResourceSettings) -> dict[str, Any]:
     return args
 
 
-def dataset_access_args(settings: ResourceSettings) -> dict[str, Any] | None:
+def dataset_access_args(settings: StackSettings) -> dict[str, Any] | None:
     """The dataset bucket's read-only grant, for the Ray pods' principal (the component adds it as
     `member`); None without datasetBucket. A grant on an existing bucket: the stack never creates,
     changes or deletes the bucket, and removes only this grant on destroy."""

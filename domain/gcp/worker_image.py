@@ -17,11 +17,12 @@ import hashlib
 import json
 import shlex
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from domain.gcp import resource_names
 from domain.gcp.images import WORKER_IMAGE_NAME
 from domain.ray.ray_version import RAY_VERSION
+from domain.stack_settings import StackSettings
 
 DOCKERFILE = "trainer/Dockerfile"
 # What trainer/Dockerfile starts FROM: the project's Ray version, so the cluster and the job client
@@ -44,18 +45,6 @@ DOCKER_BUILDER = "gcr.io/cloud-builders/docker"
 # Pulling the Ray base image, installing the lock and pushing take well under this; the flag also
 # overrides any `builds/timeout` the operator's gcloud has set.
 BUILD_TIMEOUT = "3600s"
-
-
-class ImageSettings(Protocol):
-    """What the image's repository and build read of the infra stack's settings (StackSettings,
-    domain/config/settings.py)."""
-
-    @property
-    def project(self) -> str: ...
-    @property
-    def region(self) -> str: ...
-    @property
-    def cluster_name(self) -> str: ...
 
 
 def _is_bytecode(path: Path) -> bool:
@@ -96,7 +85,7 @@ def repository_id(cluster_name: str) -> str:
     return resource_names.artifact_repository_id(cluster_name)
 
 
-def repository_args(settings: ImageSettings) -> dict[str, Any]:
+def repository_args(settings: StackSettings) -> dict[str, Any]:
     """A Docker repository in the cluster's region: nodes pull without crossing regions.
 
     No cleanup policy: builds only happen when the sources change, `pulumi destroy` deletes the
@@ -113,7 +102,7 @@ def repository_args(settings: ImageSettings) -> dict[str, Any]:
     }
 
 
-def image_uri(settings: ImageSettings, tag: str) -> str:
+def image_uri(settings: StackSettings, tag: str) -> str:
     # Domain-scoped project ids (example.com:project) become a path in Artifact Registry URLs.
     project_path = settings.project.replace(":", "/")
     return f"{settings.region}-docker.pkg.dev/{project_path}/{repository_id(settings.cluster_name)}/{IMAGE_NAME}:{tag}"
@@ -128,7 +117,7 @@ def cloudbuild_config(image: str) -> dict[str, Any]:
     }
 
 
-def submit_arguments(settings: ImageSettings) -> list[str]:
+def submit_arguments(settings: StackSettings) -> list[str]:
     """`gcloud builds submit` without `--config` and the source, which the build script adds."""
     return [
         "gcloud",
@@ -149,7 +138,7 @@ def submit_arguments(settings: ImageSettings) -> list[str]:
     ]
 
 
-def existence_check_arguments(settings: ImageSettings, image: str) -> list[str]:
+def existence_check_arguments(settings: StackSettings, image: str) -> list[str]:
     return [
         "gcloud",
         "artifacts",
@@ -163,7 +152,7 @@ def existence_check_arguments(settings: ImageSettings, image: str) -> list[str]:
     ]
 
 
-def build_script(settings: ImageSettings, image: str) -> str:
+def build_script(settings: StackSettings, image: str) -> str:
     """A POSIX shell script, run from the repository root, that builds and pushes `image`.
 
     It does nothing when the tag already exists: tags are immutable, so the push would fail, and

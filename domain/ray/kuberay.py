@@ -12,7 +12,7 @@ ComputeClass's priorities, in order.
 from __future__ import annotations
 
 import unicodedata
-from typing import Any, Protocol
+from typing import Any
 
 from domain.compile_cache import COMPILE_CACHE_ENV
 from domain.ray import compiler_flags, preemption
@@ -21,6 +21,7 @@ from domain.ray.ray_version import (
     MIN_RAY_VERSION_FOR_TOKEN_AUTH as MIN_RAY_VERSION_FOR_TOKEN_AUTH,  # policies read it here
 )
 from domain.ray.ray_version import RAY_VERSION
+from domain.stack_settings import StackSettings
 from domain.tpu.capacity_choices import DEFAULT_CAPACITY, FLEX_START, ON_DEMAND, RESERVATION, SPOT
 from domain.tpu.gke_labels import (
     FLEX_START_LABEL,
@@ -29,7 +30,6 @@ from domain.tpu.gke_labels import (
     TPU_RESOURCE,
     TPU_TOPOLOGY_LABEL,
 )
-from domain.tpu.tpu_catalog import SliceSettings
 
 RAY_CLUSTER_NAME = "maxtext-tpu-cluster"
 WORKER_GROUP_NAME = "tpu-group"
@@ -135,38 +135,6 @@ AUTOSCALER_RESOURCES = {
 _KUBERAY_MAX_NAME = 50
 
 
-class KubeRaySettings(preemption.PreemptionSettings, SliceSettings, Protocol):
-    """What the manifests read of the infra stack's settings (StackSettings,
-    domain/config/settings.py), besides the slices and what the preemption timings read."""
-
-    @property
-    def namespace(self) -> str: ...
-    @property
-    def service_account(self) -> str: ...
-    @property
-    def slices(self) -> int: ...
-    @property
-    def autoscales(self) -> bool: ...
-    @property
-    def idle_timeout_seconds(self) -> int: ...
-    @property
-    def capacity(self) -> tuple[str, ...]: ...
-    @property
-    def primary_capacity(self) -> str: ...
-    @property
-    def reservation(self) -> str | None: ...
-    @property
-    def dataset_bucket(self) -> str | None: ...
-    @property
-    def dataset_prefix(self) -> str | None: ...
-    @property
-    def dataset_file_cache_mib(self) -> int | None: ...
-    @property
-    def dcn_networks(self) -> int:
-        """The DCN networks the stack's TPU node pools attach (Standard; none on Autopilot)."""
-        ...
-
-
 def head_service_name(cluster_name: str = RAY_CLUSTER_NAME) -> str:
     """The ClusterIP service KubeRay creates for the head (dashboard and Jobs API on 8265)."""
     return f"{cluster_name}-head-svc"
@@ -187,11 +155,11 @@ def _starts_badly(character: str) -> bool:
     return unicodedata.category(character) == "Nd" or unicodedata.category(character).startswith("P")
 
 
-def uses_dranet(settings: KubeRaySettings) -> bool:
+def uses_dranet(settings: StackSettings) -> bool:
     return settings.accelerator.dcn_networks > 0
 
 
-def resource_claim_template(settings: KubeRaySettings) -> dict[str, Any]:
+def resource_claim_template(settings: StackSettings) -> dict[str, Any]:
     """The DRANET claim for the extra NICs: exactly one per DCN network on Standard, where the
     node pools attach them; on Autopilot GKE attaches what the ComputeClass asks for, so take all."""
     allocation: dict[str, Any]
@@ -218,7 +186,7 @@ def resource_claim_template(settings: KubeRaySettings) -> dict[str, Any]:
     }
 
 
-def uses_compute_class(settings: KubeRaySettings) -> bool:
+def uses_compute_class(settings: StackSettings) -> bool:
     """Autopilot needs the ComputeClass for DRANET's extra NICs, and for any capacity but plain
     on-demand: a reservation, flex-start and a fallback order are ComputeClass priorities (Spot
     alone could be a pod node selector, but one mechanism for every choice is one to check)."""
@@ -239,7 +207,7 @@ def _capacity_priority(choice: str, reservation: str | None) -> dict[str, Any]:
     raise ValueError(f"capacity choice {choice!r} has no ComputeClass priority")
 
 
-def compute_class(settings: KubeRaySettings) -> dict[str, Any]:
+def compute_class(settings: StackSettings) -> dict[str, Any]:
     """Autopilot's equivalent of the TPU node pools: auto-created nodes for the slice's TPU, one
     priority per capacity choice in the stack's order, and nothing else: `whenUnsatisfiable:
     DoNotScaleUp` keeps GKE from creating nodes outside the list (its other value, ScaleUpAnyway,
@@ -295,7 +263,7 @@ _VOLUME_MOUNTS = [
 ]
 
 
-def dataset_mount_options(settings: KubeRaySettings, *, file_cache: bool = True) -> str:
+def dataset_mount_options(settings: StackSettings, *, file_cache: bool = True) -> str:
     """The dataset mount's options: GKE's read options, the prefix as only-dir, and a file cache
     of datasetFileCacheMib (max-size-mb 0, no file cache, without it or with file_cache False)."""
     options = [DATASET_OWNER_OPTIONS, *DATASET_READ_OPTIONS]
@@ -308,7 +276,7 @@ def dataset_mount_options(settings: KubeRaySettings, *, file_cache: bool = True)
     return ",".join(options)
 
 
-def _dataset_volumes(settings: KubeRaySettings, *, file_cache: bool = True) -> list[dict[str, Any]]:
+def _dataset_volumes(settings: StackSettings, *, file_cache: bool = True) -> list[dict[str, Any]]:
     """The dataset bucket, read-only (the CSI volume and every mount of it), and the RAM disk its
     file cache lives on when it has one (file_cache); none without datasetBucket."""
     if settings.dataset_bucket is None:
@@ -333,7 +301,7 @@ def _dataset_volumes(settings: KubeRaySettings, *, file_cache: bool = True) -> l
     return volumes
 
 
-def _dataset_mounts(settings: KubeRaySettings) -> list[dict[str, Any]]:
+def _dataset_mounts(settings: StackSettings) -> list[dict[str, Any]]:
     if settings.dataset_bucket is None:
         return []
     return [{"name": DATASET_VOLUME, "mountPath": DATASET_MOUNT, "readOnly": True}]
@@ -356,7 +324,7 @@ _HEAD_AFFINITY = {
 }
 
 
-def _head_group(settings: KubeRaySettings, bucket_name: Any, image: Any) -> dict[str, Any]:
+def _head_group(settings: StackSettings, bucket_name: Any, image: Any) -> dict[str, Any]:
     return {
         "rayStartParams": {},
         # ClusterIP only: the Jobs API runs arbitrary commands, so it is reached through the
@@ -391,7 +359,7 @@ def _head_group(settings: KubeRaySettings, bucket_name: Any, image: Any) -> dict
     }
 
 
-def _worker_node_selector(settings: KubeRaySettings) -> dict[str, str]:
+def _worker_node_selector(settings: StackSettings) -> dict[str, str]:
     """The TPU selectors stay on every stack: Ray's autoscaler reads them from the pod template to
     know a replica is one slice (its TPU-<type>-head resource). Where a ComputeClass decides the
     capacity, the pods select the class alone: a Spot or flex-start selector would refuse the
@@ -410,7 +378,7 @@ def _worker_node_selector(settings: KubeRaySettings) -> dict[str, str]:
     return selector
 
 
-def _worker_group(settings: KubeRaySettings, bucket_name: Any, image: Any, compile_cache: Any) -> dict[str, Any]:
+def _worker_group(settings: StackSettings, bucket_name: Any, image: Any, compile_cache: Any) -> dict[str, Any]:
     shape = settings.slice_shape
     chips = str(shape.chips_per_vm)
     dranet = uses_dranet(settings)
@@ -488,7 +456,7 @@ def _autoscaling(autoscales: bool, idle_timeout_seconds: int) -> dict[str, Any]:
     }
 
 
-def ray_cluster(settings: KubeRaySettings, bucket_name: Any, image: Any, compile_cache: Any) -> dict[str, Any]:
+def ray_cluster(settings: StackSettings, bucket_name: Any, image: Any, compile_cache: Any) -> dict[str, Any]:
     """The RayCluster: one head on CPU nodes, one worker group replica per TPU slice (minSlices to
     slices of them, scaled by the in-tree autoscaler, when the stack scales), all running
     `image` (the same Ray on head and workers, as Ray requires), with Ray token authentication on

@@ -9,7 +9,10 @@ The numbers below are the only place these durations are stated; the manifests
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the trainer imports this module on the workers, which need none of the settings
+    from domain.stack_settings import StackSettings
 
 # GKE's default shutdown on a Spot VM, kept on Autopilot (which makes its own nodes).
 GKE_DEFAULT_SPOT_SHUTDOWN_SECONDS = 30
@@ -40,23 +43,14 @@ DRAIN_TIMEOUT_ENV = "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"
 POLL_INTERVAL_ENV = "RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S"
 
 
-class PreemptionSettings(Protocol):
-    """What the timings read of the infra stack's settings (StackSettings, domain/config/settings.py)."""
-
-    @property
-    def is_autopilot(self) -> bool: ...
-    @property
-    def spot(self) -> bool: ...
-
-
-def spot_shutdown_seconds(settings: PreemptionSettings) -> int:
+def spot_shutdown_seconds(settings: StackSettings) -> int:
     """The kubelet's shutdown grace period on a Spot stack's TPU nodes: extended on Standard,
     whose node pools the stack configures (`kubelet_config`); GKE's default on Autopilot, whose
     nodes GKE makes (the ComputeClass schema the stack is checked against has no such field)."""
     return GKE_DEFAULT_SPOT_SHUTDOWN_SECONDS if settings.is_autopilot else EXTENDED_SPOT_SHUTDOWN_SECONDS
 
 
-def worker_grace_seconds(settings: PreemptionSettings) -> int:
+def worker_grace_seconds(settings: StackSettings) -> int:
     """The worker pods' terminationGracePeriodSeconds: on Spot, the ordinary pods' share of the
     node's shutdown grace period (the kubelet grants no more, whatever the pod asks for)."""
     if not settings.spot:
@@ -64,12 +58,12 @@ def worker_grace_seconds(settings: PreemptionSettings) -> int:
     return spot_shutdown_seconds(settings) - CRITICAL_PODS_SHUTDOWN_SECONDS
 
 
-def drain_timeout_seconds(settings: PreemptionSettings) -> int:
+def drain_timeout_seconds(settings: StackSettings) -> int:
     """`ray start`'s drain deadline after SIGTERM, before the kubelet's SIGKILL by Ray's teardown."""
     return worker_grace_seconds(settings) - RAY_TEARDOWN_SECONDS
 
 
-def save_window_seconds(settings: PreemptionSettings) -> float:
+def save_window_seconds(settings: StackSettings) -> float:
     """What a preemption notice leaves the trainer for the steps in flight and the save: the
     drain, less the notice's way to MaxText and the lead Ray Train restarts with."""
     return drain_timeout_seconds(settings) - PREEMPTION_POLL_SECONDS - NOTICE_POLL_SECONDS - RESTART_LEAD_SECONDS
@@ -81,7 +75,7 @@ def head_env() -> list[dict[str, Any]]:
     return [{"name": POLL_INTERVAL_ENV, "value": str(PREEMPTION_POLL_SECONDS)}]
 
 
-def worker_env(settings: PreemptionSettings) -> list[dict[str, Any]]:
+def worker_env(settings: StackSettings) -> list[dict[str, Any]]:
     """The drain deadline of the worker's own `ray start`, and the poll interval too, should a
     driver ever run on a worker."""
     return [{"name": DRAIN_TIMEOUT_ENV, "value": str(drain_timeout_seconds(settings))}, *head_env()]

@@ -11,7 +11,6 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Protocol
 
 from domain.tpu.capacity_choices import ON_DEMAND, RESERVATION, SPOT
 
@@ -150,20 +149,6 @@ class Accelerator:
     @property
     def regions(self) -> tuple[str, ...]:
         return offered_regions(self.name)
-
-
-class SliceSettings(Protocol):
-    """The TPU slices a stack's settings choose (StackSettings, domain/config/settings.py), as the
-    node pools (domain/gcp/gcp_resources.py) and the RayCluster (domain/ray/kuberay.py) read them."""
-
-    @property
-    def accelerator(self) -> Accelerator: ...
-    @property
-    def topology(self) -> str: ...
-    @property
-    def slice_shape(self) -> SliceShape: ...
-    @property
-    def min_slices(self) -> int: ...
 
 
 def _shapes(*entries: tuple[str, str, int]) -> Mapping[str, SliceShape]:
