@@ -11,7 +11,9 @@ import pytest
 from domain.config.workload_settings import WorkloadSettingsError
 from domain.ray.resource_types import RAY_JOB_GUARD
 from domain.setting import camel_case
+from domain.training.goodput import OUTPUTS as GOODPUT_OUTPUTS
 from domain.training.job import JobError
+from domain.training.job_log import DATA_OUTPUTS
 from tests.support.cli_settings import workload_settings
 from tests.support.pulumi_harness import PROJECT_ROOT, RecordingMonitor, run_program, stack_config
 from tests.support.refusals import assert_one_problem
@@ -28,7 +30,7 @@ from tests.support.workloads_program import (
 from workloads.config import read_settings
 from workloads.job_inputs import COST_OUTPUTS
 from workloads.program import build
-from workloads.ray_job_record import EXPORTED
+from workloads.ray_job_record import EXPORTED, OUTPUTS, JobRequest, WorkerGroup
 
 
 def test_dev_stack_trains_on_the_infra_stack_cluster():
@@ -235,6 +237,39 @@ def test_every_exported_job_output_is_a_stack_output():
     run, _ = run_workloads("local")
     assert {camel_case(name) for name in EXPORTED} <= set(run.outputs)
     assert camel_case("tokens_per_second_per_device") == "tokensPerSecondPerDevice"
+
+
+def test_the_job_outputs_keep_the_names_and_order_state_has_always_had():
+    """JobResult's fields are the RayJob's outputs: its bases give them in the order state and
+    the smoke run's line have always had."""
+    assert OUTPUTS == (
+        "submission_id",
+        "status",
+        "message",
+        "start_time",
+        "end_time",
+        "duration_seconds",
+        "steps_completed",
+        "final_loss",
+        "diverged",
+        "tokens_per_second_per_device",
+        "tflops_per_device",
+        *DATA_OUTPUTS,
+        *GOODPUT_OUTPUTS,
+        "checkpoint_dir",
+        "tensorboard_dir",
+        "dashboard_url",
+        "input_digests",
+    )
+
+
+def test_the_worker_group_reads_back_as_written_with_the_engines_floats_whole():
+    _, inputs = run_workloads("dev")
+    group = inputs["worker_group"]
+    assert group == {"slices": 2, "min_slices": 2, "hosts_per_slice": 4, "resources_per_worker": {"TPU": 4}}
+    job = JobRequest.from_props({"worker_group": {**group, "slices": 2.0}})
+    assert job.worker_group == WorkerGroup(slices=2, min_slices=2, hosts_per_slice=4, resources_per_worker={"TPU": 4})
+    assert job.props(["worker_group"]) == {"worker_group": group}
 
 
 def test_the_docs_name_every_output_of_the_workloads_stack():

@@ -26,10 +26,6 @@ from workloads.ray_job_migration import LEGACY_JOB_ID, legacy_submission_id
 from workloads.ray_job_record import JOB_INPUTS, submission_id
 
 
-def _secret_if(secret: bool, value: pulumi.Output[Any]) -> pulumi.Output[Any]:
-    return pulumi.Output.secret(value) if secret else value
-
-
 @dataclass(frozen=True)
 class _Placed:
     """The job where it runs: the job resolved there, the RayJob's JOB_INPUTS, its target input
@@ -95,7 +91,9 @@ async def _on_cluster(settings: WorkloadSettings, infra_stack: str, secret_job: 
             pulumi.log.warn(warning)
     plan = raw.apply(lambda values: known if known is not None else _cluster_plan(settings, infra_stack, values))
     cluster = plan.apply(lambda planned: planned.cluster)
-    job = _secret_if(secret_job, plan.apply(lambda planned: planned.job))
+    job, inputs = plan.apply(lambda planned: planned.job), plan.apply(lambda planned: planned.inputs)
+    if secret_job:
+        job, inputs = pulumi.Output.secret(job), pulumi.Output.secret(inputs)
     cost = pulumi.Output.all(job, cluster).apply(
         lambda values: _warned_of_deadline(
             job_inputs.cost_estimate(values[0], settings, values[1].price_per_chip_hour_usd, values[1].cost_basis),
@@ -105,7 +103,7 @@ async def _on_cluster(settings: WorkloadSettings, infra_stack: str, secret_job: 
     )
     return _Placed(
         job=job,
-        inputs=_secret_if(secret_job, plan.apply(lambda planned: planned.inputs)),
+        inputs=inputs,
         target={"gke": cluster.apply(gke_inputs)},
         cost=cost,
     )
@@ -115,7 +113,9 @@ def _on_head(settings: WorkloadSettings, secret_job: bool) -> _Placed:
     """The job on the Ray head at the stack's address, resolved and checked here."""
     resolved = job_resolution.resolve_local(settings, warn=pulumi.log.warn)
     built = job_inputs.ray_job_inputs(resolved, settings)  # refuses a missing trainer program
-    job = _secret_if(secret_job, pulumi.Output.from_input(resolved))
+    job = pulumi.Output.from_input(resolved)
+    if secret_job:
+        job = pulumi.Output.secret(job)
     return _Placed(
         job=job,
         inputs=job.apply(lambda _: built),
