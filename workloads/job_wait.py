@@ -14,9 +14,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from domain.config.workload_settings import TIMEOUT_SECONDS
 from domain.ray.queueing import Node, slices_up
 from domain.training.job_log import JobLog, StepCollector
+from domain.workload_settings import TIMEOUT_SECONDS
 from workloads.job_progress import PROGRESS_EVERY_SECONDS, ProgressReporter, read_tail, shown
 from workloads.job_teardown import stop_and_confirm
 from workloads.jobs_api import JobsApi

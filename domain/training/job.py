@@ -72,7 +72,7 @@ def min_slices_rule(slices: int | None) -> str:
 
 
 # The rules of the job's own choices, each declared once (domain/setting.py). The stacks' settings
-# of the same names are these declarations (domain/config/workload_settings.py, domain/stack_settings.py), and
+# of the same names are these declarations (domain/workload_settings.py, domain/stack_settings.py), and
 # resolve_job checks its arguments with them too: the fit check and the benchmarks call it with
 # values that no settings reader has seen.
 PRESET = Setting("string", "Training preset.", choices=tuple(PRESETS), field="preset")
