@@ -7,7 +7,7 @@ is `gs://BUCKET/PREFIX/c4/*.parquet`. A pattern is listed with the API's `matchG
 stays within one path segment as a filesystem glob's does
 (https://cloud.google.com/storage/docs/json_api/v1/objects/list#list-objects-and-prefixes-using-glob).
 The requests carry the operator's own Google token, the one gke-gcloud-auth-plugin gives for
-the cluster (workloads/jobs_api.py); gcloud's override variable points them at another endpoint.
+the cluster (workloads/jobs_api/gke_access.py); gcloud's override variable points them at another endpoint.
 """
 
 from __future__ import annotations
