@@ -103,7 +103,7 @@ class Setting:
     # Where the setting does nothing, and why: set there (to anything but its default), the project
     # refuses it. The predicate is the project's, over what it knows of the stack (a name mypy checks).
     ignored_when: tuple[Callable[[Any], bool], str] | None = None
-    field: str = ""  # the settings class's attribute, filled in by `settings_of`
+    field: str = ""  # the settings class's attribute, filled in by its `Field`
 
     @property
     def name(self) -> str:
@@ -203,7 +203,8 @@ class Partial:
 
     def __init__(self, reading: Reading[Any], resolved: Mapping[str, Any]) -> None:
         # The reading's values as they stand (a value the project resolves replacing one as read),
-        # and the refusals so far, after which a refusal makes its field None.
+        # and the refusals so far, after which a refusal makes its field None. Set as the frozen
+        # class's own __init__ sets its fields: once, here.
         values = {field: None if field in reading.refused else value for field, value in reading.values.items()}
         object.__setattr__(self, "_values", {**values, **{reading.field(name): v for name, v in resolved.items()}})
         object.__setattr__(self, "_reading", reading)
@@ -221,11 +222,6 @@ def camel_case(name: str) -> str:
     """A field's name as Pulumi's config keys and stack outputs spell it (`min_slices`: `minSlices`)."""
     head, *rest = name.split("_")
     return head + "".join(part.capitalize() for part in rest)
-
-
-def key_of(field: Field[Any]) -> str:
-    """The key (as the user types it) of the setting a class declares as `field` (`StackSettings.zone`)."""
-    return field.setting.key
 
 
 def settings_of(cls: type) -> tuple[Setting, ...]:
