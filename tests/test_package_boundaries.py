@@ -17,7 +17,7 @@ import pytest
 
 from domain.paths import PROJECT_ROOT
 
-PRODUCT_PACKAGES = ("trainer", "workloads", "infra", "policies", "benchmarks", "stack_config")
+PRODUCT_PACKAGES = ("trainer", "workloads", "infra", "policies", "benchmarks", "stack_config", "tools")
 
 
 def imported_modules(path: Path) -> set[str]:

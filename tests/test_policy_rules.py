@@ -34,10 +34,10 @@ from domain.training.presets import PROCEDURE_OVERRIDES, maxtext_overrides, pres
 from policies.check import resources_of
 from policies.evaluate import Violation, evaluate, reconcile_config
 from policies.rules import ALL, markdown_table
-from stack_config.sync import POLICIES, RULES_END, RULES_START, synced_policies
 from tests.support.infra_program import run_infra
 from tests.support.pulumi_harness import stack_config
 from tests.support.workloads_program import run_workloads
+from tools.sync_settings import POLICIES, RULES_END, RULES_START, synced_policies
 
 KEEP = object()  # a case broken by its config alone
 SIGNATURE_KEY = "4dabf18193072939515e22adb298388d"  # marks a secret, asset or archive value

@@ -11,8 +11,8 @@ import yaml
 
 from domain.config import cli_config
 from domain.setting import settings_of
-from stack_config.sync import PROJECTS, project_file
 from tests.support.shared import PROJECT_ROOT, require_shared
+from tools.sync_settings import PROJECTS, project_file
 
 # Namespaces of the providers and the engine: their keys belong to them, not to the project.
 FOREIGN_NAMESPACES = {"gcp", "kubernetes", "pulumi"}

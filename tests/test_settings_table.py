@@ -15,7 +15,9 @@ from domain.config.settings import SettingsError, StackSettings, parse_settings
 from domain.config.workload_settings import WorkloadSettings
 from domain.setting import SECRET, markdown_table, pulumi_yaml_config, read, setting, settings_of
 from stack_config import raw_config
-from stack_config.sync import (
+from tests.support.cli_settings import workload_settings
+from tests.support.pulumi_harness import INFRA_PROJECT, run_program, stack_config
+from tools.sync_settings import (
     PROJECTS,
     REFERENCE,
     project_file,
@@ -23,8 +25,6 @@ from stack_config.sync import (
     synced_project_file,
     synced_reference,
 )
-from tests.support.cli_settings import workload_settings
-from tests.support.pulumi_harness import INFRA_PROJECT, run_program, stack_config
 
 GCP = {"gcp:project": "my-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b"}
 

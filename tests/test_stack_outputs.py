@@ -23,7 +23,9 @@ from domain.config.stack_outputs import (
     outputs_of,
 )
 from domain.training.job import JobError
-from stack_config.sync import (
+from tests.support.refusals import assert_one_problem
+from tests.support.workloads_program import INFRA_OUTPUTS as FAKE_INFRA_OUTPUTS
+from tools.sync_settings import (
     OUTPUTS_END,
     OUTPUTS_START,
     PROJECTS,
@@ -32,8 +34,6 @@ from stack_config.sync import (
     start_marker,
     synced_reference,
 )
-from tests.support.refusals import assert_one_problem
-from tests.support.workloads_program import INFRA_OUTPUTS as FAKE_INFRA_OUTPUTS
 from workloads.infra_outputs import read_infra_outputs
 
 NAMES = [entry.name for entry in STACK_OUTPUTS]

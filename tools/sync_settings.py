@@ -4,7 +4,8 @@ of docs/policies.md. Run `scripts/sync-settings` after changing a setting, an ou
 tests/test_settings_table.py, tests/test_stack_outputs.py and tests/test_policy_rules.py fail
 until it has been run.
 
-Imports the domain and the policy rules, so it runs without an engine.
+Imports the domain and the policy rules, so it runs without an engine; reading the pack puts it
+above every package of the product (tools/, pyproject.toml's import layers).
 """
 
 from __future__ import annotations
