@@ -1,7 +1,8 @@
 """Every policy of the pack, one module per concern; `ALL` is what the pack serves and what
 `policies.evaluate` runs by default.
 
-Each rule is one validator function with a complete-sentence message that names the resource,
+Each rule is one validator function, declared where it is written with its name, description and
+config keys (`policies.rules.declare`), with a complete-sentence message that names the resource,
 the problem and the fix, and an explicit enforcement level: mandatory where a mistake wastes TPU
 hours or leaks data, advisory where the pack can only warn (estimates, hardening). Any level can
 be changed per stack through the standard pack config (`{"<policy>": {"enforcementLevel":
@@ -13,14 +14,15 @@ from pulumi_policy import Policy
 
 from policies.rules import cluster, networks, raycluster, rayjob, stack, storage, tpu_pools
 
+# Each module's rules as it declares them (`RULES`, policies/rules/declare.py), in this order.
 ALL: list[Policy] = [
-    *networks.ALL,
-    *tpu_pools.ALL,
-    *cluster.ALL,
-    *storage.ALL,
-    *raycluster.ALL,
-    *rayjob.ALL,
-    *stack.ALL,
+    *networks.RULES.policies,
+    *tpu_pools.RULES.policies,
+    *cluster.RULES.policies,
+    *storage.RULES.policies,
+    *raycluster.RULES.policies,
+    *rayjob.RULES.policies,
+    *stack.RULES.policies,
 ]
 
 

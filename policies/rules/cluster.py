@@ -13,11 +13,14 @@ from pulumi_policy import (
     EnforcementLevel,
     ReportViolation,
     ResourceValidationArgs,
-    ResourceValidationPolicy,
 )
 
 from domain.gcp import gke
 from policies.rules.common import CLUSTER, UNKNOWN, at, described, known, on, plain
+from policies.rules.declare import Rules
+
+# This module's policies, in the pack's order (policies/rules/declare.py).
+RULES = Rules()
 
 WORKLOAD_POOL_SUFFIX = ".svc.id.goog"
 
@@ -46,6 +49,11 @@ def _below(version: str, minimum: str) -> bool | None:
         return numbers < wanted[: len(numbers)]
 
 
+@RULES.resource(
+    "gke-cluster-dranet-version",
+    EnforcementLevel.MANDATORY,
+    "GKE clusters run a version with managed DRANET for their mode.",
+)
 @on(_cluster)
 def dranet_version(
     props: dict[str, Any], label: str, mode: Any, args: ResourceValidationArgs, report_violation: ReportViolation
@@ -64,6 +72,11 @@ def dranet_version(
         )
 
 
+@RULES.resource(
+    "gke-cluster-workload-identity",
+    EnforcementLevel.MANDATORY,
+    "Standard GKE clusters enable Workload Identity.",
+)
 @on(_cluster)
 def workload_identity(
     props: dict[str, Any], label: str, mode: Any, args: ResourceValidationArgs, report_violation: ReportViolation
@@ -81,6 +94,11 @@ def workload_identity(
         )
 
 
+@RULES.resource(
+    "gke-cluster-dataplane-v2",
+    EnforcementLevel.MANDATORY,
+    "Standard GKE clusters use Dataplane V2 (ADVANCED_DATAPATH).",
+)
 @on(_cluster)
 def dataplane_v2(
     props: dict[str, Any], label: str, mode: Any, args: ResourceValidationArgs, report_violation: ReportViolation
@@ -95,6 +113,11 @@ def dataplane_v2(
         )
 
 
+@RULES.resource(
+    "gke-cluster-ray-operator",
+    EnforcementLevel.MANDATORY,
+    "GKE clusters enable the Ray operator add-on.",
+)
 @on(_cluster)
 def ray_operator(
     props: dict[str, Any], label: str, _: Any, args: ResourceValidationArgs, report_violation: ReportViolation
@@ -110,6 +133,11 @@ def ray_operator(
         )
 
 
+@RULES.resource(
+    "gke-cluster-gcs-fuse",
+    EnforcementLevel.MANDATORY,
+    "GKE clusters enable the GCS FUSE CSI driver.",
+)
 @on(_cluster)
 def gcs_fuse(
     props: dict[str, Any], label: str, _: Any, args: ResourceValidationArgs, report_violation: ReportViolation
@@ -124,6 +152,11 @@ def gcs_fuse(
         )
 
 
+@RULES.resource(
+    "gke-cluster-production-deletion-protection",
+    EnforcementLevel.MANDATORY,
+    "GKE clusters labelled environment=production have deletion protection on.",
+)
 @on(_cluster)
 def production_deletion_protection(
     props: dict[str, Any], label: str, _: Any, args: ResourceValidationArgs, report_violation: ReportViolation
@@ -137,43 +170,3 @@ def production_deletion_protection(
             "`pulumi config set deletionProtection true` (deletion_protection=True).",
             args.urn,
         )
-
-
-ALL = [
-    ResourceValidationPolicy(
-        name="gke-cluster-dranet-version",
-        description="GKE clusters run a version with managed DRANET for their mode.",
-        validate=dranet_version,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-    ResourceValidationPolicy(
-        name="gke-cluster-workload-identity",
-        description="Standard GKE clusters enable Workload Identity.",
-        validate=workload_identity,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-    ResourceValidationPolicy(
-        name="gke-cluster-dataplane-v2",
-        description="Standard GKE clusters use Dataplane V2 (ADVANCED_DATAPATH).",
-        validate=dataplane_v2,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-    ResourceValidationPolicy(
-        name="gke-cluster-ray-operator",
-        description="GKE clusters enable the Ray operator add-on.",
-        validate=ray_operator,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-    ResourceValidationPolicy(
-        name="gke-cluster-gcs-fuse",
-        description="GKE clusters enable the GCS FUSE CSI driver.",
-        validate=gcs_fuse,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-    ResourceValidationPolicy(
-        name="gke-cluster-production-deletion-protection",
-        description="GKE clusters labelled environment=production have deletion protection on.",
-        validate=production_deletion_protection,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-]

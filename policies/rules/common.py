@@ -1,6 +1,6 @@
 """What every rule shares: reading properties that may not be known yet, naming resources in
-messages, policy config with its defaults, the TPU catalog seen from resource properties, and a
-stack-wide view for rules that relate resources to each other.
+messages, the TPU catalog seen from resource properties, and a stack-wide view for rules that
+relate resources to each other (how a rule is declared: `policies.rules.declare`).
 
 Unknown values. During `pulumi preview` an input that depends on another resource's output is not
 known yet: the SDK hands it to the pack as an unknown marker (reading it through `args.props`
@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pulumi_policy import PolicyConfigSchema, PolicyResource, ReportViolation, ResourceValidationArgs
+from pulumi_policy import PolicyResource, ReportViolation, ResourceValidationArgs
 from pulumi_policy.proxy import (
     UNKNOWN_ARCHIVE_VALUE,
     UNKNOWN_ARRAY_VALUE,
@@ -140,17 +140,6 @@ def described(kind: str, name: str, props: dict[str, Any]) -> str:
         cloud = at(props, "metadata", "name")
     suffix = f" ({cloud})" if isinstance(cloud, str) and cloud != name else ""
     return f"{kind} '{name}'{suffix}"
-
-
-def schema(**properties: dict[str, Any]) -> PolicyConfigSchema:
-    return PolicyConfigSchema(properties=properties)
-
-
-def config_value(config: Mapping[str, Any], config_schema: PolicyConfigSchema, key: str) -> Any:
-    """A policy's configured value, or its schema default when the engine sent no config for it
-    (the CLI fills defaults in, but an analyzer configured by hand may not)."""
-    value = config.get(key) if config else None
-    return config_schema.properties[key].get("default") if value is None else value
 
 
 # --- The TPU catalog, seen from GKE resources -----------------------------------------------

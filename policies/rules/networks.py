@@ -15,7 +15,6 @@ from pulumi_policy import (
     EnforcementLevel,
     ReportViolation,
     StackValidationArgs,
-    StackValidationPolicy,
 )
 
 from domain.gcp.dcn import DCN_MTU
@@ -30,6 +29,10 @@ from policies.rules.common import (
     known,
     whole_number,
 )
+from policies.rules.declare import Rules
+
+# This module's policies, in the pack's order (policies/rules/declare.py).
+RULES = Rules()
 
 
 @dataclass
@@ -72,6 +75,11 @@ def dcn_networks(stack: StackView) -> list[DcnNetwork]:
     return list(found.values())
 
 
+@RULES.stack(
+    "dcn-network-custom-mode",
+    EnforcementLevel.MANDATORY,
+    "DCN networks attached to TPU node pools are custom-mode VPCs.",
+)
 def custom_mode(args: StackValidationArgs, report_violation: ReportViolation) -> None:
     """Auto mode puts a /20 in every region, whose ranges can collide with the TPU subnets."""
     for dcn in dcn_networks(StackView(args.resources)):
@@ -84,6 +92,11 @@ def custom_mode(args: StackValidationArgs, report_violation: ReportViolation) ->
             )
 
 
+@RULES.stack(
+    "dcn-network-mtu",
+    EnforcementLevel.MANDATORY,
+    f"DCN networks attached to TPU node pools use MTU {DCN_MTU} (jumbo frames).",
+)
 def jumbo_mtu(args: StackValidationArgs, report_violation: ReportViolation) -> None:
     """Cross-slice collectives move gigabytes per step; small frames cut their bandwidth."""
     for dcn in dcn_networks(StackView(args.resources)):
@@ -144,6 +157,11 @@ def _allows_ingress_from(firewall: StackResource, ranges: list[str]) -> bool | N
     )
 
 
+@RULES.stack(
+    "dcn-network-internal-firewall",
+    EnforcementLevel.MANDATORY,
+    "Every DCN network has an ingress firewall rule allowing its subnet range.",
+)
 def internal_firewall(args: StackValidationArgs, report_violation: ReportViolation) -> None:
     """New custom VPCs deny all ingress: without an allow rule slices cannot talk over DCN."""
     stack = StackView(args.resources)
@@ -173,25 +191,3 @@ def internal_firewall(args: StackValidationArgs, report_violation: ReportViolati
             f"source_ranges [{sources}] and allows for tcp, udp and icmp.",
             dcn.network.urn,
         )
-
-
-ALL = [
-    StackValidationPolicy(
-        name="dcn-network-custom-mode",
-        description="DCN networks attached to TPU node pools are custom-mode VPCs.",
-        validate=custom_mode,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-    StackValidationPolicy(
-        name="dcn-network-mtu",
-        description=f"DCN networks attached to TPU node pools use MTU {DCN_MTU} (jumbo frames).",
-        validate=jumbo_mtu,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-    StackValidationPolicy(
-        name="dcn-network-internal-firewall",
-        description="Every DCN network has an ingress firewall rule allowing its subnet range.",
-        validate=internal_firewall,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-]

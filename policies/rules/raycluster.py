@@ -21,9 +21,7 @@ from pulumi_policy import (
     EnforcementLevel,
     ReportViolation,
     ResourceValidationArgs,
-    ResourceValidationPolicy,
     StackValidationArgs,
-    StackValidationPolicy,
 )
 
 from domain.compile_cache import COMPILE_CACHE_ENV
@@ -51,6 +49,10 @@ from policies.rules.common import (
     tpu_worker_groups,
     whole_number,
 )
+from policies.rules.declare import Rules
+
+# This module's policies, in the pack's order (policies/rules/declare.py).
+RULES = Rules()
 
 PUBLIC_SERVICE_TYPES = ("LoadBalancer", "NodePort")
 MOVING_TAGS = ("latest", "nightly")
@@ -155,6 +157,11 @@ def slices_for_a_job(cluster_spec: Any, group_spec: Any) -> tuple[Any, str]:
     return replicas, "replicas"
 
 
+@RULES.resource(
+    "raycluster-hosts-per-slice",
+    EnforcementLevel.MANDATORY,
+    "TPU worker groups have one host per VM of the selected topology.",
+)
 @on(_ray_cluster)
 def hosts_per_slice(
     props: dict[str, Any], label: str, args: ResourceValidationArgs, report_violation: ReportViolation
@@ -174,6 +181,11 @@ def hosts_per_slice(
         )
 
 
+@RULES.resource(
+    "raycluster-chips-per-host",
+    EnforcementLevel.MANDATORY,
+    "TPU workers ask for exactly the chips of one VM.",
+)
 @on(_ray_cluster)
 def chips_per_host(
     props: dict[str, Any], label: str, args: ResourceValidationArgs, report_violation: ReportViolation
@@ -195,6 +207,11 @@ def chips_per_host(
                 )
 
 
+@RULES.resource(
+    "raycluster-megascale-slices",
+    EnforcementLevel.MANDATORY,
+    "MEGASCALE_NUM_SLICES equals the slices the TPU worker group gives a job (replicas, or maxReplicas when autoscaled).",
+)
 @on(_ray_cluster)
 def megascale_slices(
     props: dict[str, Any], label: str, args: ResourceValidationArgs, report_violation: ReportViolation
@@ -221,6 +238,11 @@ def megascale_slices(
                     )
 
 
+@RULES.resource(
+    "raycluster-autoscaler-v2",
+    EnforcementLevel.MANDATORY,
+    "A TPU worker group that scales (minReplicas < maxReplicas) has KubeRay's in-tree autoscaler with Ray autoscaler v2.",
+)
 @on(_ray_cluster)
 def autoscaler_for_scaling_groups(
     props: dict[str, Any], label: str, args: ResourceValidationArgs, report_violation: ReportViolation
@@ -270,6 +292,11 @@ def _image_problem(image: str) -> str | None:
     return None
 
 
+@RULES.resource(
+    "raycluster-images-pinned",
+    EnforcementLevel.MANDATORY,
+    "Ray containers run pinned images (a version tag or a digest, never latest or nightly).",
+)
 @on(_ray_cluster)
 def images_pinned(
     props: dict[str, Any], label: str, args: ResourceValidationArgs, report_violation: ReportViolation
@@ -287,6 +314,11 @@ def images_pinned(
             )
 
 
+@RULES.resource(
+    "raycluster-privileged-only-for-tpu",
+    EnforcementLevel.ADVISORY,
+    "Only containers that use TPU chips run privileged.",
+)
 @on(_ray_cluster)
 def privileged_only_for_tpu(
     props: dict[str, Any], label: str, args: ResourceValidationArgs, report_violation: ReportViolation
@@ -318,6 +350,11 @@ def _unbounded_file_cache(attributes: Any) -> str | None:
     return None
 
 
+@RULES.resource(
+    "raycluster-fuse-file-cache-bounded",
+    EnforcementLevel.MANDATORY,
+    "Every Cloud Storage FUSE volume's file cache is bounded (never file-cache:max-size-mb:-1).",
+)
 @on(_ray_cluster)
 def fuse_file_cache_bounded(
     props: dict[str, Any], label: str, args: ResourceValidationArgs, report_violation: ReportViolation
@@ -411,6 +448,11 @@ def compile_caches(props: dict[str, Any]) -> list[CompileCache]:
     return found
 
 
+@RULES.resource(
+    "raycluster-dataset-mount-read-only",
+    EnforcementLevel.MANDATORY,
+    f"A Cloud Storage FUSE volume mounted at the dataset root ({DATASET_MOUNT}) is read-only (its CSI volume and every mount).",
+)
 @on(_ray_cluster)
 def dataset_mount_read_only(
     props: dict[str, Any], label: str, args: ResourceValidationArgs, report_violation: ReportViolation
@@ -477,6 +519,11 @@ _HEAD_REFUSED_CAPACITY = {
 }
 
 
+@RULES.resource(
+    "raycluster-head-not-on-spot",
+    EnforcementLevel.MANDATORY,
+    "The Ray head is never scheduled on Spot or flex-start nodes.",
+)
 @on(_ray_cluster)
 def head_not_on_spot(
     props: dict[str, Any], label: str, args: ResourceValidationArgs, report_violation: ReportViolation
@@ -496,6 +543,11 @@ def head_not_on_spot(
             )
 
 
+@RULES.resource(
+    "raycluster-head-service-cluster-ip",
+    EnforcementLevel.MANDATORY,
+    "The Ray head service is ClusterIP only.",
+)
 @on(_ray_cluster)
 def head_service_cluster_ip(
     props: dict[str, Any], label: str, args: ResourceValidationArgs, report_violation: ReportViolation
@@ -531,6 +583,11 @@ def _auth_problem(spec: dict[str, Any]) -> str | None:
     return f"spec.authOptions.mode is {mode!r}"
 
 
+@RULES.resource(
+    "raycluster-token-auth",
+    EnforcementLevel.MANDATORY,
+    "The RayCluster has Ray token authentication on (authOptions.mode token).",
+)
 @on(_ray_cluster)
 def token_authentication(
     props: dict[str, Any], label: str, args: ResourceValidationArgs, report_violation: ReportViolation
@@ -559,6 +616,11 @@ def _selects_ray_head(selector: dict[str, Any]) -> bool:
     )
 
 
+@RULES.resource(
+    "ray-head-service-not-public",
+    EnforcementLevel.MANDATORY,
+    "No LoadBalancer or NodePort Service selects the Ray head.",
+)
 def head_service_not_public(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
     """Any other Service in front of the head pod exposes the same Jobs API."""
     if args.resource_type != K8S_SERVICE:
@@ -582,6 +644,11 @@ def _ray_clusters(stack: StackView) -> Iterator[tuple[Any, str, TpuWorkerGroup]]
             yield cluster, label, group
 
 
+@RULES.stack(
+    "raycluster-tpu-selectors",
+    EnforcementLevel.MANDATORY,
+    "TPU worker groups select a catalog accelerator and topology that the stack's TPU node pools provide.",
+)
 def tpu_selectors(args: StackValidationArgs, report_violation: ReportViolation) -> None:
     """Worker pods must select an accelerator and topology that exist and that the stack's
     TPU node pools provide, or they stay pending forever."""
@@ -616,6 +683,11 @@ def tpu_selectors(args: StackValidationArgs, report_violation: ReportViolation) 
         )
 
 
+@RULES.stack(
+    "raycluster-replicas-match-slices",
+    EnforcementLevel.MANDATORY,
+    "TPU worker groups give a job one replica per TPU slice (node pool) of their shape.",
+)
 def replicas_match_slices(args: StackValidationArgs, report_violation: ReportViolation) -> None:
     """One worker-group replica per slice: the stack's TPU node pools of that shape (with the
     autoscaler, the most it may bring up: maxReplicas)."""
@@ -646,91 +718,3 @@ def replicas_match_slices(args: StackValidationArgs, report_violation: ReportVio
             f"so {effect}. {fix}.",
             cluster.urn,
         )
-
-
-ALL = [
-    ResourceValidationPolicy(
-        name="raycluster-hosts-per-slice",
-        description="TPU worker groups have one host per VM of the selected topology.",
-        validate=hosts_per_slice,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-    ResourceValidationPolicy(
-        name="raycluster-chips-per-host",
-        description="TPU workers ask for exactly the chips of one VM.",
-        validate=chips_per_host,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-    ResourceValidationPolicy(
-        name="raycluster-megascale-slices",
-        description="MEGASCALE_NUM_SLICES equals the slices the TPU worker group gives a job (replicas, or maxReplicas when autoscaled).",
-        validate=megascale_slices,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-    ResourceValidationPolicy(
-        name="raycluster-autoscaler-v2",
-        description="A TPU worker group that scales (minReplicas < maxReplicas) has KubeRay's in-tree autoscaler with Ray autoscaler v2.",
-        validate=autoscaler_for_scaling_groups,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-    ResourceValidationPolicy(
-        name="raycluster-images-pinned",
-        description="Ray containers run pinned images (a version tag or a digest, never latest or nightly).",
-        validate=images_pinned,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-    ResourceValidationPolicy(
-        name="raycluster-privileged-only-for-tpu",
-        description="Only containers that use TPU chips run privileged.",
-        validate=privileged_only_for_tpu,
-        enforcement_level=EnforcementLevel.ADVISORY,
-    ),
-    ResourceValidationPolicy(
-        name="raycluster-fuse-file-cache-bounded",
-        description="Every Cloud Storage FUSE volume's file cache is bounded (never file-cache:max-size-mb:-1).",
-        validate=fuse_file_cache_bounded,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-    ResourceValidationPolicy(
-        name="raycluster-dataset-mount-read-only",
-        description=f"A Cloud Storage FUSE volume mounted at the dataset root ({DATASET_MOUNT}) is read-only (its CSI volume and every mount).",
-        validate=dataset_mount_read_only,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-    ResourceValidationPolicy(
-        name="raycluster-head-not-on-spot",
-        description="The Ray head is never scheduled on Spot or flex-start nodes.",
-        validate=head_not_on_spot,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-    ResourceValidationPolicy(
-        name="raycluster-head-service-cluster-ip",
-        description="The Ray head service is ClusterIP only.",
-        validate=head_service_cluster_ip,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-    ResourceValidationPolicy(
-        name="raycluster-token-auth",
-        description="The RayCluster has Ray token authentication on (authOptions.mode token).",
-        validate=token_authentication,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-    ResourceValidationPolicy(
-        name="ray-head-service-not-public",
-        description="No LoadBalancer or NodePort Service selects the Ray head.",
-        validate=head_service_not_public,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-    StackValidationPolicy(
-        name="raycluster-tpu-selectors",
-        description="TPU worker groups select a catalog accelerator and topology that the stack's TPU node pools provide.",
-        validate=tpu_selectors,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-    StackValidationPolicy(
-        name="raycluster-replicas-match-slices",
-        description="TPU worker groups give a job one replica per TPU slice (node pool) of their shape.",
-        validate=replicas_match_slices,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-]

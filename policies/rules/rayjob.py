@@ -23,7 +23,6 @@ from pulumi_policy import (
     EnforcementLevel,
     ReportViolation,
     ResourceValidationArgs,
-    ResourceValidationPolicy,
 )
 
 from domain.config.workload_settings import WorkloadSettings
@@ -38,7 +37,11 @@ from domain.tpu.tpu_catalog import Accelerator, SliceShape, accelerator_by_ray_t
 from domain.training.job import JobSpec
 from domain.training.maxtext_config import base_config, override_problems
 from domain.training.presets import PRESETS, maxtext_overrides
-from policies.rules.common import UNKNOWN, at, config_value, known, on, plain, schema, whole_number
+from policies.rules.common import UNKNOWN, at, known, on, plain, whole_number
+from policies.rules.declare import ConfigKey, Rules
+
+# This module's policies, in the pack's order (policies/rules/declare.py).
+RULES = Rules()
 
 # docs/capacity.md: the estimate is off by up to ~4 GiB (13% of a v6e chip's usable HBM) either
 # way on the compiles it is fitted to, so only a clear excess blocks; near the limit the ahead-of-time fit check decides.
@@ -50,22 +53,20 @@ NEAR_LIMIT = 0.85
 # without its size (domain/published_recipes.model_family).
 ESTIMATE_FITTED_ON = frozenset({"llama3"})
 REDO_BUDGET = 0.10  # of the run's steps, per failure
-MFU_SCHEMA = schema(
-    minShareOfPresetMfu={
-        "type": "number",
-        "minimum": 0,
-        "maximum": 1,
-        "default": 0.8,
-        "description": "Flag a job whose predicted MFU is below this share of its preset's predicted MFU.",
-    }
+MIN_SHARE_OF_PRESET_MFU = ConfigKey[float](
+    "minShareOfPresetMfu",
+    "number",
+    minimum=0,
+    maximum=1,
+    default=0.8,
+    description="Flag a job whose predicted MFU is below this share of its preset's predicted MFU.",
 )
-COST_SCHEMA = schema(
-    budgetDollars={
-        "type": "number",
-        "minimum": 0,
-        "default": 1000,
-        "description": "The most one training job may be predicted to cost, in US dollars at list prices.",
-    }
+BUDGET_DOLLARS = ConfigKey[float](
+    "budgetDollars",
+    "number",
+    minimum=0,
+    default=1000,
+    description="The most one training job may be predicted to cost, in US dollars at list prices.",
 )
 # The workloads stack's default assumedMfu: the estimate when the fit check has not run.
 DEFAULT_ASSUMED_MFU = next(s.default for s in settings_of(WorkloadSettings) if s.field == "assumed_mfu")
@@ -123,6 +124,11 @@ def _mesh_problems(job: JobSpec, shape: SliceShape | None) -> list[str]:
     return problems
 
 
+@RULES.resource(
+    "rayjob-maxtext-mesh",
+    EnforcementLevel.MANDATORY,
+    "MaxText overrides are valid and their parallelism multiplies to the chips per slice and the slice count.",
+)
 @on(_job)
 def maxtext_mesh(job: JobSpec, label: str, args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
     """MaxText refuses a mesh that does not multiply to the devices, after the slices are up."""
@@ -207,6 +213,11 @@ def _estimate_is_fitted_for(job: JobSpec) -> bool:
     return model_family(model) in ESTIMATE_FITTED_ON
 
 
+@RULES.resource(
+    "rayjob-fits-hbm",
+    EnforcementLevel.MANDATORY,
+    f"The job's estimated memory per chip is not clearly over usable HBM (at most {CLEARLY_OVER:.0%} of it).",
+)
 def fits_hbm(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
     """A job clearly too big for the chips fails to compile after every slice is paid for."""
     sized = _sized(args)
@@ -227,6 +238,11 @@ def fits_hbm(args: ResourceValidationArgs, report_violation: ReportViolation) ->
         )
 
 
+@RULES.resource(
+    "rayjob-hbm-headroom",
+    EnforcementLevel.ADVISORY,
+    f"The job's estimated memory per chip leaves at least {1 - NEAR_LIMIT:.0%} of usable HBM free.",
+)
 def hbm_headroom(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
     """Within the estimate's error of the limit, only the compiler can say whether it fits."""
     sized = _sized(args)
@@ -246,6 +262,85 @@ def hbm_headroom(args: ResourceValidationArgs, report_violation: ReportViolation
         )
 
 
+@RULES.resource(
+    "rayjob-predicted-mfu",
+    EnforcementLevel.ADVISORY,
+    f"A job's predicted MFU (fit check) is at least {MIN_SHARE_OF_PRESET_MFU} of its preset's.",
+    config=[MIN_SHARE_OF_PRESET_MFU],
+)
+@on(_job)
+def predicted_mfu(job: JobSpec, label: str, args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+    """A layout much slower than its preset's pays for the difference in TPU hours. Reads the
+    fit check this checkout has for exactly the job's configuration; without one it says nothing."""
+    preset = PRESETS.get(job.preset)
+    result = _compiled_as_it_runs(job, args) if _tpu(job) is not None else None
+    prediction = result.prediction if result is not None else None
+    if preset is None or preset.predicted_mfu is None or prediction is None:
+        return
+    share = MIN_SHARE_OF_PRESET_MFU.value(args)
+    if prediction.mfu < share * preset.predicted_mfu:
+        report_violation(
+            f"{label} is predicted to run at {prediction.mfu:.1%} MFU ({prediction.step_seconds:.2f} s per step), "
+            f"below {share:.0%} of the {preset.predicted_mfu:.1%} predicted for preset {preset.name}: the same "
+            "tokens would cost more TPU hours. Compare layouts with `python -m trainer.fit_check --preset "
+            f"{preset.name} KEY=VALUE ...` (docs/capacity.md lists the preset's), or lower "
+            f"{MIN_SHARE_OF_PRESET_MFU} in the policy config for {predicted_mfu.name}.",
+            args.urn,
+        )
+
+
+@RULES.resource(
+    "rayjob-predicted-cost",
+    EnforcementLevel.ADVISORY,
+    f"A job is predicted to cost at most {BUDGET_DOLLARS} at list prices.",
+    config=[BUDGET_DOLLARS],
+)
+@on(_job)
+def predicted_cost(job: JobSpec, label: str, args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+    """What the whole run should cost: steps x the fit check's predicted step time for exactly
+    this configuration, or, without one, the model's FLOPs at the default assumed MFU: MaxText's
+    count, or where MaxText cannot be asked (no trainer environment) the Llama formula, which the
+    message then names."""
+    tpu = _tpu(job)
+    steps = job.total_steps
+    if tpu is None or steps is None:
+        return
+    accelerator, shape = tpu
+    chips = shape.chips * max(_slice_counts(job))
+    result = _compiled_as_it_runs(job, args)
+    prediction = result.prediction if result is not None else None
+    flops = None if prediction else model_flops(job)  # only the assumed MFU needs them
+    estimate = job_cost(
+        flops_per_step=flops.per_step if flops else 0.0,
+        steps=steps,
+        chips=chips,
+        peak_tflops_per_chip=accelerator.peak_bf16_tflops_per_chip,
+        assumed_mfu=DEFAULT_ASSUMED_MFU,
+        price_per_chip_hour_usd=accelerator.price_per_chip_hour_usd,
+        step_seconds=prediction.step_seconds if prediction else None,
+    )
+    budget = BUDGET_DOLLARS.value(args)
+    if estimate.job_dollars is not None and estimate.job_dollars > budget:
+        source = (
+            f"an assumed {DEFAULT_ASSUMED_MFU:.0%} MFU of the model FLOPs of {flops.described} "
+            "(no fit check of this configuration here)"
+            if flops
+            else "the fit check's predicted step time"
+        )
+        report_violation(
+            f"{label} is predicted to cost about ${estimate.job_dollars:,.2f} ({steps} steps of "
+            f"{estimate.step_seconds:.2f} s on {chips} chips at ${accelerator.price_per_chip_hour_usd:.2f} per chip-hour, "
+            f"from {source}), over the budget of ${budget:,.2f}. Run fewer steps, or raise {BUDGET_DOLLARS} in the "
+            f"policy config for {predicted_cost.name}.",
+            args.urn,
+        )
+
+
+@RULES.resource(
+    "rayjob-elastic-checkpointing",
+    EnforcementLevel.ADVISORY,
+    f"Elastic jobs checkpoint often enough that a failure repeats at most {REDO_BUDGET:.0%} of the steps.",
+)
 def elastic_checkpointing(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
     """Each preemption or failure repeats the steps since the last checkpoint (module docs)."""
     found = _job(args)
@@ -277,107 +372,3 @@ def elastic_checkpointing(args: ResourceValidationArgs, report_violation: Report
         f"{REDO_BUDGET:.0%} of the steps.",
         args.urn,
     )
-
-
-@on(_job)
-def predicted_mfu(job: JobSpec, label: str, args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
-    """A layout much slower than its preset's pays for the difference in TPU hours. Reads the
-    fit check this checkout has for exactly the job's configuration; without one it says nothing."""
-    preset = PRESETS.get(job.preset)
-    result = _compiled_as_it_runs(job, args) if _tpu(job) is not None else None
-    prediction = result.prediction if result is not None else None
-    if preset is None or preset.predicted_mfu is None or prediction is None:
-        return
-    share = config_value(args.get_config(), MFU_SCHEMA, "minShareOfPresetMfu")
-    if prediction.mfu < share * preset.predicted_mfu:
-        report_violation(
-            f"{label} is predicted to run at {prediction.mfu:.1%} MFU ({prediction.step_seconds:.2f} s per step), "
-            f"below {share:.0%} of the {preset.predicted_mfu:.1%} predicted for preset {preset.name}: the same "
-            "tokens would cost more TPU hours. Compare layouts with `python -m trainer.fit_check --preset "
-            f"{preset.name} KEY=VALUE ...` (docs/capacity.md lists the preset's), or lower minShareOfPresetMfu "
-            "in the policy config for rayjob-predicted-mfu.",
-            args.urn,
-        )
-
-
-@on(_job)
-def predicted_cost(job: JobSpec, label: str, args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
-    """What the whole run should cost: steps x the fit check's predicted step time for exactly
-    this configuration, or, without one, the model's FLOPs at the default assumed MFU: MaxText's
-    count, or where MaxText cannot be asked (no trainer environment) the Llama formula, which the
-    message then names."""
-    tpu = _tpu(job)
-    steps = job.total_steps
-    if tpu is None or steps is None:
-        return
-    accelerator, shape = tpu
-    chips = shape.chips * max(_slice_counts(job))
-    result = _compiled_as_it_runs(job, args)
-    prediction = result.prediction if result is not None else None
-    flops = None if prediction else model_flops(job)  # only the assumed MFU needs them
-    estimate = job_cost(
-        flops_per_step=flops.per_step if flops else 0.0,
-        steps=steps,
-        chips=chips,
-        peak_tflops_per_chip=accelerator.peak_bf16_tflops_per_chip,
-        assumed_mfu=DEFAULT_ASSUMED_MFU,
-        price_per_chip_hour_usd=accelerator.price_per_chip_hour_usd,
-        step_seconds=prediction.step_seconds if prediction else None,
-    )
-    budget = config_value(args.get_config(), COST_SCHEMA, "budgetDollars")
-    if estimate.job_dollars is not None and estimate.job_dollars > budget:
-        source = (
-            f"an assumed {DEFAULT_ASSUMED_MFU:.0%} MFU of the model FLOPs of {flops.described} "
-            "(no fit check of this configuration here)"
-            if flops
-            else "the fit check's predicted step time"
-        )
-        report_violation(
-            f"{label} is predicted to cost about ${estimate.job_dollars:,.2f} ({steps} steps of "
-            f"{estimate.step_seconds:.2f} s on {chips} chips at ${accelerator.price_per_chip_hour_usd:.2f} per chip-hour, "
-            f"from {source}), over the budget of ${budget:,.2f}. Run fewer steps, or raise budgetDollars in the "
-            "policy config for rayjob-predicted-cost.",
-            args.urn,
-        )
-
-
-ALL = [
-    ResourceValidationPolicy(
-        name="rayjob-maxtext-mesh",
-        description="MaxText overrides are valid and their parallelism multiplies to the chips per slice and the slice count.",
-        validate=maxtext_mesh,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-    ResourceValidationPolicy(
-        name="rayjob-fits-hbm",
-        description=f"The job's estimated memory per chip is not clearly over usable HBM (at most {CLEARLY_OVER:.0%} of it).",
-        validate=fits_hbm,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-    ResourceValidationPolicy(
-        name="rayjob-hbm-headroom",
-        description=f"The job's estimated memory per chip leaves at least {1 - NEAR_LIMIT:.0%} of usable HBM free.",
-        validate=hbm_headroom,
-        enforcement_level=EnforcementLevel.ADVISORY,
-    ),
-    ResourceValidationPolicy(
-        name="rayjob-predicted-mfu",
-        description="A job's predicted MFU (fit check) is at least minShareOfPresetMfu of its preset's.",
-        validate=predicted_mfu,
-        enforcement_level=EnforcementLevel.ADVISORY,
-        config_schema=MFU_SCHEMA,
-    ),
-    ResourceValidationPolicy(
-        name="rayjob-predicted-cost",
-        description="A job is predicted to cost at most budgetDollars at list prices.",
-        validate=predicted_cost,
-        enforcement_level=EnforcementLevel.ADVISORY,
-        config_schema=COST_SCHEMA,
-    ),
-    ResourceValidationPolicy(
-        name="rayjob-elastic-checkpointing",
-        description=f"Elastic jobs checkpoint often enough that a failure repeats at most {REDO_BUDGET:.0%} of the steps.",
-        validate=elastic_checkpointing,
-        enforcement_level=EnforcementLevel.ADVISORY,
-    ),
-]

@@ -27,9 +27,7 @@ from pulumi_policy import (
     EnforcementLevel,
     ReportViolation,
     ResourceValidationArgs,
-    ResourceValidationPolicy,
     StackValidationArgs,
-    StackValidationPolicy,
 )
 
 from domain.perf.capacity import HOURS_PER_DAY
@@ -43,50 +41,48 @@ from policies.rules.common import (
     UNKNOWN,
     StackView,
     at,
-    config_value,
     container_tpu_limit,
     described,
     known,
     plain,
-    schema,
     tpu_worker_groups,
     whole_number,
 )
+from policies.rules.declare import ConfigKey, Rules
 from policies.rules.raycluster import in_tree_autoscaling, slices_for_a_job
 
-CHIP_CAP_SCHEMA = schema(
-    chipCap={
-        "type": "integer",
-        "minimum": 0,
-        "default": 64,
-        "description": "The most TPU chips one stack may provision.",
-    }
+# This module's policies, in the pack's order (policies/rules/declare.py).
+RULES = Rules()
+
+# A whole number of chips, which the engine sends as a JSON number (a float).
+CHIP_CAP = ConfigKey[float](
+    "chipCap",
+    "integer",
+    minimum=0,
+    default=64,
+    description="The most TPU chips one stack may provision.",
 )
-BUDGET_SCHEMA = schema(
-    budgetDollarsPerHour={
-        "type": "number",
-        "minimum": 0,
-        "default": 200,
-        "description": "The most one stack's TPU chips may cost per hour while a job trains (every slice up), "
-        "at list prices.",
-    }
+BUDGET_DOLLARS_PER_HOUR = ConfigKey[float](
+    "budgetDollarsPerHour",
+    "number",
+    minimum=0,
+    default=200,
+    description="The most one stack's TPU chips may cost per hour while a job trains (every slice up), at list prices.",
 )
-IDLE_BUDGET_SCHEMA = schema(
-    idleBudgetDollarsPerDay={
-        "type": "number",
-        "minimum": 0,
-        "default": 0,
-        "description": "The most one stack's TPU chips may cost per day while no job runs (the slices it "
-        "keeps up), at list prices; 0 asks every stack to scale its slices to zero while idle.",
-    }
+IDLE_BUDGET_DOLLARS_PER_DAY = ConfigKey[float](
+    "idleBudgetDollarsPerDay",
+    "number",
+    minimum=0,
+    default=0,
+    description="The most one stack's TPU chips may cost per day while no job runs (the slices it "
+    "keeps up), at list prices; 0 asks every stack to scale its slices to zero while idle.",
 )
-REGIONS_SCHEMA = schema(
-    allowedRegions={
-        "type": "array",
-        "items": {"type": "string"},
-        "default": [],
-        "description": "Regions buckets, subnets and clusters may use (for example us-east5); empty allows any.",
-    }
+ALLOWED_REGIONS = ConfigKey[list[str]](
+    "allowedRegions",
+    "array",
+    items={"type": "string"},
+    default=[],
+    description="Regions buckets, subnets and clusters may use (for example us-east5); empty allows any.",
 )
 _ZONE = re.compile(r"^([a-z]+-[a-z]+\d+)-[a-z]$")
 
@@ -248,11 +244,17 @@ def _idle(c: TpuCapacity) -> int:
     return c.idle_chips
 
 
+@RULES.stack(
+    "tpu-chip-cap",
+    EnforcementLevel.MANDATORY,
+    f"A stack provisions at most {CHIP_CAP} TPU chips.",
+    config=[CHIP_CAP],
+)
 def chip_cap(args: StackValidationArgs, report_violation: ReportViolation) -> None:
     """A typo in `slices` or `topology` should not reserve a pod's worth of TPUs: every chip the
     stack can bring up counts, whether it is up while idle or only while a job trains."""
     capacity = tpu_capacity(StackView(args.resources))
-    cap = config_value(args.get_config(), CHIP_CAP_SCHEMA, "chipCap")
+    cap = CHIP_CAP.value(args)
     if not capacity:
         return
     total = sum(c.training_chips for c in capacity)
@@ -261,15 +263,21 @@ def chip_cap(args: StackValidationArgs, report_violation: ReportViolation) -> No
             f"The stack provisions {total} TPU chips ({_itemized(capacity, _training)}), over the cap of "
             f"{cap:g} chips per stack. Use fewer or smaller slices (the slices and topology "
             "settings), or raise the cap in the policy config: "
-            f'{{"tpu-chip-cap": {{"chipCap": {total}}}}}.',
+            f'{{"{chip_cap.name}": {{"{CHIP_CAP}": {total}}}}}.',
             None,
         )
 
 
+@RULES.stack(
+    "tpu-hourly-budget",
+    EnforcementLevel.ADVISORY,
+    f"A stack's TPU chips cost at most {BUDGET_DOLLARS_PER_HOUR} while a job trains, at list prices.",
+    config=[BUDGET_DOLLARS_PER_HOUR],
+)
 def hourly_budget(args: StackValidationArgs, report_violation: ReportViolation) -> None:
     """What the stack's TPUs cost for every hour a job trains on all of them."""
     capacity = tpu_capacity(StackView(args.resources))
-    budget = config_value(args.get_config(), BUDGET_SCHEMA, "budgetDollarsPerHour")
+    budget = BUDGET_DOLLARS_PER_HOUR.value(args)
     if not capacity or any(c.accelerator is None for c in capacity):
         return
     dollars, basis = _priced(capacity, _training)
@@ -279,15 +287,21 @@ def hourly_budget(args: StackValidationArgs, report_violation: ReportViolation) 
             f"While a job trains, the stack's {total} TPU chips ({_itemized(capacity, _training)}) cost about "
             f"${dollars:,.2f} an hour ({basis}), over the budget of ${budget:,.2f} an hour. Use fewer or "
             "smaller slices, cheaper capacity (capacity = spot, or a reservation), or raise "
-            "budgetDollarsPerHour in the policy config for tpu-hourly-budget.",
+            f"{BUDGET_DOLLARS_PER_HOUR} in the policy config for {hourly_budget.name}.",
             None,
         )
 
 
+@RULES.stack(
+    "tpu-idle-budget",
+    EnforcementLevel.ADVISORY,
+    f"The TPU slices a stack keeps up while no job runs cost at most {IDLE_BUDGET_DOLLARS_PER_DAY}.",
+    config=[IDLE_BUDGET_DOLLARS_PER_DAY],
+)
 def idle_budget(args: StackValidationArgs, report_violation: ReportViolation) -> None:
     """What the stack's TPUs cost while no job runs: the slices it keeps up are paid every hour."""
     capacity = tpu_capacity(StackView(args.resources))
-    budget = config_value(args.get_config(), IDLE_BUDGET_SCHEMA, "idleBudgetDollarsPerDay")
+    budget = IDLE_BUDGET_DOLLARS_PER_DAY.value(args)
     if not capacity or any(c.accelerator is None for c in capacity if c.idle_chips):
         return
     hourly, basis = _priced(capacity, _idle)
@@ -298,7 +312,7 @@ def idle_budget(args: StackValidationArgs, report_violation: ReportViolation) ->
             f"While no job runs, the stack keeps {total} TPU chips up ({_itemized(capacity, _idle)}): about "
             f"${hourly:,.2f} an hour, ${daily:,.2f} a day ({basis}), over the idle budget of ${budget:,.2f} a "
             "day. Lower minSlices (0 scales every slice to zero while idle; the Ray autoscaler brings them back "
-            "for a job), or raise idleBudgetDollarsPerDay in the policy config for tpu-idle-budget.",
+            f"for a job), or raise {IDLE_BUDGET_DOLLARS_PER_DAY} in the policy config for {idle_budget.name}.",
             None,
         )
 
@@ -317,9 +331,15 @@ def _region(resource_type: str, props: dict[str, Any]) -> Any:
     return UNKNOWN
 
 
+@RULES.resource(
+    "allowed-regions",
+    EnforcementLevel.MANDATORY,
+    f"Buckets, subnets and GKE clusters are in an allowed region ({ALLOWED_REGIONS}; empty allows any).",
+    config=[ALLOWED_REGIONS],
+)
 def allowed_regions(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
     """Data residency: checkpoints, DCN subnets and clusters stay where the organization says."""
-    allowed = config_value(args.get_config(), REGIONS_SCHEMA, "allowedRegions")
+    allowed = ALLOWED_REGIONS.value(args)
     if not allowed:
         return
     props = plain(args.props)
@@ -329,38 +349,6 @@ def allowed_regions(args: ResourceValidationArgs, report_violation: ReportViolat
         report_violation(
             f"{described(kind, args.name, props)} is in {region}, which is not an allowed region "
             f"({', '.join(allowed)}). Set gcp:region (and gcp:zone) to an allowed region, or "
-            "add this one to allowedRegions in the policy config.",
+            f"add this one to {ALLOWED_REGIONS} in the policy config.",
             args.urn,
         )
-
-
-ALL = [
-    StackValidationPolicy(
-        name="tpu-chip-cap",
-        description="A stack provisions at most chipCap TPU chips.",
-        validate=chip_cap,
-        enforcement_level=EnforcementLevel.MANDATORY,
-        config_schema=CHIP_CAP_SCHEMA,
-    ),
-    StackValidationPolicy(
-        name="tpu-hourly-budget",
-        description="A stack's TPU chips cost at most budgetDollarsPerHour while a job trains, at list prices.",
-        validate=hourly_budget,
-        enforcement_level=EnforcementLevel.ADVISORY,
-        config_schema=BUDGET_SCHEMA,
-    ),
-    StackValidationPolicy(
-        name="tpu-idle-budget",
-        description="The TPU slices a stack keeps up while no job runs cost at most idleBudgetDollarsPerDay.",
-        validate=idle_budget,
-        enforcement_level=EnforcementLevel.ADVISORY,
-        config_schema=IDLE_BUDGET_SCHEMA,
-    ),
-    ResourceValidationPolicy(
-        name="allowed-regions",
-        description="Buckets, subnets and GKE clusters are in an allowed region (allowedRegions; empty allows any).",
-        validate=allowed_regions,
-        enforcement_level=EnforcementLevel.MANDATORY,
-        config_schema=REGIONS_SCHEMA,
-    ),
-]

@@ -17,9 +17,7 @@ from pulumi_policy import (
     EnforcementLevel,
     ReportViolation,
     ResourceValidationArgs,
-    ResourceValidationPolicy,
     StackValidationArgs,
-    StackValidationPolicy,
 )
 
 from domain.gcp.gcp_resources import DATASET_ROLE
@@ -35,7 +33,11 @@ from policies.rules.common import (
     on,
     plain,
 )
+from policies.rules.declare import Rules
 from policies.rules.raycluster import CompileCache, compile_caches, dataset_buckets
+
+# This module's policies, in the pack's order (policies/rules/declare.py).
+RULES = Rules()
 
 # Resources that grant IAM roles on a bucket (or a managed folder in one), by how they hold
 # their grants: one member, a member list, or a whole policy document.
@@ -130,6 +132,11 @@ def _bucket(args: ResourceValidationArgs) -> tuple[dict[str, Any], str] | None:
     return props, described("Bucket", args.name, props)
 
 
+@RULES.resource(
+    "storage-bucket-uniform-access",
+    EnforcementLevel.MANDATORY,
+    "Buckets use uniform bucket-level access (no per-object ACLs).",
+)
 @on(_bucket)
 def uniform_access(
     props: dict[str, Any], label: str, args: ResourceValidationArgs, report_violation: ReportViolation
@@ -143,6 +150,11 @@ def uniform_access(
         )
 
 
+@RULES.resource(
+    "storage-bucket-public-access-prevention",
+    EnforcementLevel.MANDATORY,
+    "Buckets enforce public access prevention.",
+)
 @on(_bucket)
 def public_access_prevention(
     props: dict[str, Any], label: str, args: ResourceValidationArgs, report_violation: ReportViolation
@@ -157,6 +169,11 @@ def public_access_prevention(
         )
 
 
+@RULES.resource(
+    "storage-no-public-members",
+    EnforcementLevel.MANDATORY,
+    "No storage IAM grant or ACL names allUsers or allAuthenticatedUsers.",
+)
 def no_public_members(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
     """allUsers and allAuthenticatedUsers mean anyone with (or without) a Google account."""
     kind = IAM_KINDS.get(args.resource_type) or ACL_KINDS.get(args.resource_type)
@@ -185,6 +202,11 @@ def _iam_grants(args: ResourceValidationArgs) -> tuple[str, list[tuple[Any, Any]
     return described(kind, args.name, props), _grants(args.resource_type, props)
 
 
+@RULES.resource(
+    "storage-no-admin-roles",
+    EnforcementLevel.MANDATORY,
+    "No admin, owner or editor role is granted on buckets.",
+)
 @on(_iam_grants)
 def no_admin_roles(
     label: str, grants: list[tuple[Any, Any]], args: ResourceValidationArgs, report_violation: ReportViolation
@@ -199,6 +221,11 @@ def no_admin_roles(
         )
 
 
+@RULES.resource(
+    "storage-workload-identity-members",
+    EnforcementLevel.MANDATORY,
+    "Bucket access is granted only to Workload Identity principals.",
+)
 @on(_iam_grants)
 def workload_identity_members(
     label: str, grants: list[tuple[Any, Any]], args: ResourceValidationArgs, report_violation: ReportViolation
@@ -221,6 +248,11 @@ def workload_identity_members(
         )
 
 
+@RULES.stack(
+    "storage-dataset-bucket-read-only",
+    EnforcementLevel.MANDATORY,
+    "Grants on the dataset bucket (mounted at the dataset root, or read-only, by a RayCluster) only read it.",
+)
 def dataset_bucket_read_only(args: StackValidationArgs, report_violation: ReportViolation) -> None:
     """The dataset bucket (datasetBucket: the bucket a RayCluster mounts at the dataset root, or
     mounts read-only) is data the jobs only train on, in a bucket the stack does not create: the
@@ -252,6 +284,11 @@ def _is_writer(member: str, cache: CompileCache) -> bool:
     )
 
 
+@RULES.stack(
+    "storage-compile-cache-writers",
+    EnforcementLevel.MANDATORY,
+    "Only the job's own Workload Identity principal is granted more than reading on the bucket that holds the compilation cache.",
+)
 def compile_cache_writers(args: StackValidationArgs, report_violation: ReportViolation) -> None:
     """JAX loads whatever it finds in the compilation cache as the job's compiled programs, so
     whoever can write the cache's bucket can run code in every job: no grant on that bucket (or a
@@ -301,6 +338,11 @@ def _could_be(bucket: StackResource, name: str, cluster: StackResource) -> bool:
     return not dependencies or bucket.urn in dependencies  # none listed: it cannot be told
 
 
+@RULES.stack(
+    "storage-compile-cache-own-bucket",
+    EnforcementLevel.MANDATORY,
+    "The compilation cache is in a bucket the stack creates, never the dataset bucket or one it does not create.",
+)
 def compile_cache_own_bucket(args: StackValidationArgs, report_violation: ReportViolation) -> None:
     """A compilation cache in a bucket the stack does not create (or in the dataset bucket, which
     others fill) may be written by whoever else has access to that bucket: its grants are not in
@@ -323,55 +365,3 @@ def compile_cache_own_bucket(args: StackValidationArgs, report_violation: Report
                 "the stack creates.",
                 cluster.urn,
             )
-
-
-ALL = [
-    ResourceValidationPolicy(
-        name="storage-bucket-uniform-access",
-        description="Buckets use uniform bucket-level access (no per-object ACLs).",
-        validate=uniform_access,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-    ResourceValidationPolicy(
-        name="storage-bucket-public-access-prevention",
-        description="Buckets enforce public access prevention.",
-        validate=public_access_prevention,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-    ResourceValidationPolicy(
-        name="storage-no-public-members",
-        description="No storage IAM grant or ACL names allUsers or allAuthenticatedUsers.",
-        validate=no_public_members,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-    ResourceValidationPolicy(
-        name="storage-no-admin-roles",
-        description="No admin, owner or editor role is granted on buckets.",
-        validate=no_admin_roles,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-    ResourceValidationPolicy(
-        name="storage-workload-identity-members",
-        description="Bucket access is granted only to Workload Identity principals.",
-        validate=workload_identity_members,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-    StackValidationPolicy(
-        name="storage-dataset-bucket-read-only",
-        description="Grants on the dataset bucket (mounted at the dataset root, or read-only, by a RayCluster) only read it.",
-        validate=dataset_bucket_read_only,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-    StackValidationPolicy(
-        name="storage-compile-cache-writers",
-        description="Only the job's own Workload Identity principal is granted more than reading on the bucket that holds the compilation cache.",
-        validate=compile_cache_writers,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-    StackValidationPolicy(
-        name="storage-compile-cache-own-bucket",
-        description="The compilation cache is in a bucket the stack creates, never the dataset bucket or one it does not create.",
-        validate=compile_cache_own_bucket,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-]

@@ -14,7 +14,6 @@ from pulumi_policy import (
     EnforcementLevel,
     ReportViolation,
     ResourceValidationArgs,
-    ResourceValidationPolicy,
 )
 
 from domain.gcp.gcp_resources import DRANET_NODE_LABEL, FLEX_START_LOCATION_POLICY, FLEX_START_RESERVATION_AFFINITY
@@ -30,6 +29,10 @@ from policies.rules.common import (
     pool_slice,
     whole_number,
 )
+from policies.rules.declare import Rules
+
+# This module's policies, in the pack's order (policies/rules/declare.py).
+RULES = Rules()
 
 [(DRANET_LABEL, DRANET_VALUE)] = DRANET_NODE_LABEL.items()
 NO_RESERVATION = FLEX_START_RESERVATION_AFFINITY["consume_reservation_type"]
@@ -45,6 +48,12 @@ def _tpu_pool(args: ResourceValidationArgs) -> tuple[dict[str, Any], PoolSlice, 
     return props, found, described("TPU node pool", args.name, props)
 
 
+@RULES.resource(
+    "tpu-pool-catalog-shape",
+    EnforcementLevel.MANDATORY,
+    "TPU node pools use the catalog's machine type and node count for their topology, "
+    "or autoscale from 0 to that count.",
+)
 @on(_tpu_pool)
 def catalog_shape(
     props: dict[str, Any], found: PoolSlice, label: str, args: ResourceValidationArgs, report_violation: ReportViolation
@@ -112,6 +121,11 @@ def catalog_shape(
         )
 
 
+@RULES.resource(
+    "tpu-pool-compact-placement",
+    EnforcementLevel.MANDATORY,
+    "Multi-host TPU node pools use COMPACT placement.",
+)
 @on(_tpu_pool)
 def compact_placement(
     props: dict[str, Any], found: PoolSlice, label: str, args: ResourceValidationArgs, report_violation: ReportViolation
@@ -129,6 +143,11 @@ def compact_placement(
         )
 
 
+@RULES.resource(
+    "tpu-pool-dranet-networks",
+    EnforcementLevel.MANDATORY,
+    "TPU node pools attach the accelerator's DCN networks and carry the DRANET label.",
+)
 @on(_tpu_pool)
 def dranet_networks(
     props: dict[str, Any], found: PoolSlice, label: str, args: ResourceValidationArgs, report_violation: ReportViolation
@@ -159,6 +178,11 @@ def dranet_networks(
         )
 
 
+@RULES.resource(
+    "tpu-pool-gvnic",
+    EnforcementLevel.MANDATORY,
+    "TPU node pools enable gVNIC.",
+)
 @on(_tpu_pool)
 def gvnic(
     props: dict[str, Any], _: PoolSlice, label: str, args: ResourceValidationArgs, report_violation: ReportViolation
@@ -172,6 +196,11 @@ def gvnic(
         )
 
 
+@RULES.resource(
+    "tpu-pool-gke-metadata",
+    EnforcementLevel.MANDATORY,
+    "TPU node pools run the GKE metadata server (Workload Identity for pods).",
+)
 @on(_tpu_pool)
 def gke_metadata_server(
     props: dict[str, Any], _: PoolSlice, label: str, args: ResourceValidationArgs, report_violation: ReportViolation
@@ -187,6 +216,11 @@ def gke_metadata_server(
         )
 
 
+@RULES.resource(
+    "tpu-pool-flex-start",
+    EnforcementLevel.MANDATORY,
+    "Flex-start TPU node pools autoscale from 0 with location policy ANY, no reservation, no Spot and no auto-repair.",
+)
 @on(_tpu_pool)
 def flex_start(
     props: dict[str, Any], _: PoolSlice, label: str, args: ResourceValidationArgs, report_violation: ReportViolation
@@ -243,49 +277,3 @@ def flex_start(
             f"wherever it is found. {fix}autoscaling.location_policy='{FLEX_START_LOCATION_POLICY}'.",
             args.urn,
         )
-
-
-ALL = [
-    ResourceValidationPolicy(
-        name="tpu-pool-catalog-shape",
-        description=(
-            "TPU node pools use the catalog's machine type and node count for their topology, "
-            "or autoscale from 0 to that count."
-        ),
-        validate=catalog_shape,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-    ResourceValidationPolicy(
-        name="tpu-pool-compact-placement",
-        description="Multi-host TPU node pools use COMPACT placement.",
-        validate=compact_placement,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-    ResourceValidationPolicy(
-        name="tpu-pool-dranet-networks",
-        description="TPU node pools attach the accelerator's DCN networks and carry the DRANET label.",
-        validate=dranet_networks,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-    ResourceValidationPolicy(
-        name="tpu-pool-gvnic",
-        description="TPU node pools enable gVNIC.",
-        validate=gvnic,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-    ResourceValidationPolicy(
-        name="tpu-pool-gke-metadata",
-        description="TPU node pools run the GKE metadata server (Workload Identity for pods).",
-        validate=gke_metadata_server,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-    ResourceValidationPolicy(
-        name="tpu-pool-flex-start",
-        description=(
-            "Flex-start TPU node pools autoscale from 0 with location policy ANY, no reservation, "
-            "no Spot and no auto-repair."
-        ),
-        validate=flex_start,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    ),
-]
