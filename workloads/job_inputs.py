@@ -81,12 +81,6 @@ class CostEstimate:
 COST_OUTPUTS = tuple(camel_case(field.name) for field in fields(CostEstimate))
 
 
-def job_compiler_flags(job: JobSpec, settings: WorkloadSettings) -> CompilerFlags:
-    """What the job compiles with on the TPU workers: theirs, with its runtimeEnv's over them."""
-    env_vars = settings.runtime_env.get("env_vars") if settings.runtime_env else None
-    return runtime_flags(job, env_vars if isinstance(env_vars, dict) else None)
-
-
 def _fit_check_command(job: JobSpec, flags: CompilerFlags) -> str:
     """The fit check that compiles with the job's flags, or what keeps one from it."""
     acc = accelerator_by_ray_type(job.accelerator_type or "")
@@ -110,7 +104,9 @@ def fit_check_result(job: JobSpec, settings: WorkloadSettings) -> FitResult | No
     """The fit check of exactly this job's configuration and compiler flags: the file
     `fitCheckResult` names (it must be this configuration's), else this checkout's fit-check
     cache, else None."""
-    flags = job_compiler_flags(job, settings)
+    # What the job compiles with on the TPU workers: theirs, with its runtimeEnv's over them.
+    env_vars = settings.runtime_env.get("env_vars") if settings.runtime_env else None
+    flags = runtime_flags(job, env_vars if isinstance(env_vars, dict) else None)
     if settings.fit_check_result is None:
         return recorded_result(job, flags)
     path, result_key = PROJECT_ROOT / settings.fit_check_result, setting_key(NAMES.fit_check_result)
