@@ -45,9 +45,10 @@ from typing import Any
 from ray.util.state import list_actors
 
 from domain.compile_cache import COMPILE_CACHE_ENV
-from domain.config.workload_settings import WorkloadSettings, WorkloadSettingsError, parse_workload_settings
+from domain.config.workload_settings import WorkloadSettingsError, parse_workload_settings
 from domain.training.job import JobError, JobSpec
 from domain.training.start_phases import PHASES
+from domain.workload_settings import WorkloadSettings
 from workloads import job_resolution
 from workloads.jobs_api.errors import JobsApiError
 from workloads.local_ray import LocalRayError, LocalRayHead

@@ -14,9 +14,10 @@ import pytest
 from domain.config import settings as infra_parser
 from domain.config import workload_settings as workloads_parser
 from domain.config.settings import SettingsError
-from domain.config.workload_settings import WorkloadSettings, WorkloadSettingsError
+from domain.config.workload_settings import WorkloadSettingsError
 from domain.setting import read, settings_of
 from domain.stack_settings import StackSettings
+from domain.workload_settings import WorkloadSettings
 from tests.support.cli_settings import infra_settings, workload_settings
 
 INFRA_BASE = {"gcp:project": "my-gcp-project", "gcp:region": "us-east5", "gcp:zone": "us-east5-b"}

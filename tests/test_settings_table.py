@@ -11,9 +11,10 @@ from typing import Any
 import pulumi
 import pytest
 
-from domain.config.settings import SettingsError, StackSettings, parse_settings
-from domain.config.workload_settings import WorkloadSettings
+from domain.config.settings import SettingsError, parse_settings
 from domain.setting import SECRET, markdown_table, pulumi_yaml_config, read, setting, settings_of
+from domain.stack_settings import StackSettings
+from domain.workload_settings import WorkloadSettings
 from stack_config import raw_config
 from tests.support.cli_settings import workload_settings
 from tests.support.pulumi_harness import INFRA_PROJECT, run_program, stack_config

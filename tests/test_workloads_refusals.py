@@ -18,11 +18,12 @@ import pulumi
 import pytest
 from pulumi.runtime import settings as runtime_settings
 
-from domain.config.workload_settings import WorkloadSettings, WorkloadSettingsError
+from domain.config.workload_settings import WorkloadSettingsError
 from domain.problems import ProblemsError
 from domain.ray.resource_types import RAY_JOB, RAY_JOB_GUARD
 from domain.setting import settings_of
 from domain.training.job import JobError
+from domain.workload_settings import WorkloadSettings
 from tests.support.presets import ALL_PRESETS, CPU_PRESETS, TPU_PRESETS, presets_for
 from tests.support.pulumi_harness import PROJECT_ROOT, RecordingMonitor, cli_engine_config, stack_config
 from tests.support.refusals import (

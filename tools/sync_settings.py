@@ -15,11 +15,11 @@ from pathlib import Path
 
 import yaml
 
-from domain.config.settings import StackSettings
 from domain.config.stack_outputs import markdown_table as outputs_table
-from domain.config.workload_settings import WorkloadSettings
 from domain.paths import INFRA_PROJECT, PROJECT_ROOT, WORKLOADS_PROJECT
 from domain.setting import markdown_table, pulumi_yaml_config
+from domain.stack_settings import StackSettings
+from domain.workload_settings import WorkloadSettings
 from policies.rules import markdown_table as rules_table
 
 # Each project: its directory (relative to the project root), its settings class, and the name

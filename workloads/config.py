@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from domain.config.workload_settings import WorkloadSettings, parse_workload_settings
+from domain.config.workload_settings import parse_workload_settings
+from domain.workload_settings import WorkloadSettings
 from stack_config import raw_config, stack_identity
 
 

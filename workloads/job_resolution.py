@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from domain.config.stack_outputs import ClusterOutputs
-from domain.config.workload_settings import NAMES, WorkloadSettings
+from domain.config.workload_settings import NAMES
 from domain.config.workload_settings import key as setting_key
 from domain.paths import PROJECT_ROOT
 from domain.perf.maxtext_check import derived_values, maxtext_problems
@@ -15,6 +15,7 @@ from domain.tpu.capacity_choices import SPOT
 from domain.training.data_files import DataCheck, FileView, check_job_data
 from domain.training.job import JobError, JobSpec, resolve_job
 from domain.training.presets import PRESETS
+from domain.workload_settings import WorkloadSettings
 from workloads.bucket_files import BucketFiles
 from workloads.infra_outputs import gke_target
 from workloads.jobs_api.errors import JobsApiError

@@ -16,8 +16,9 @@ from typing import Any
 import pulumi
 
 from domain.config.stack_outputs import ClusterOutputs
-from domain.config.workload_settings import NAMES, WorkloadSettings, key
+from domain.config.workload_settings import NAMES, key
 from domain.training.job import JobError, JobSpec
+from domain.workload_settings import WorkloadSettings
 from workloads import job_inputs, job_resolution
 from workloads.infra_outputs import OUTPUT_NAMES, gke_inputs, read_infra_outputs
 from workloads.job_inputs import COST_OUTPUTS, CostEstimate

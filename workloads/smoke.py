@@ -30,10 +30,11 @@ import requests
 import yaml
 
 from domain.config import cli_config
-from domain.config.workload_settings import WorkloadSettings, WorkloadSettingsError, parse_workload_settings
+from domain.config.workload_settings import WorkloadSettingsError, parse_workload_settings
 from domain.paths import WORKLOADS_PROJECT
 from domain.training.dataset import DEFAULT_TOKENIZER, SHIPPED_TOKENIZERS
 from domain.training.job import JobError, JobSpec
+from domain.workload_settings import WorkloadSettings
 from workloads import job_inputs, job_resolution
 from workloads.jobs_api import JobsApi
 from workloads.jobs_api.errors import ErrorKind, JobsApiError

@@ -25,7 +25,6 @@ from pulumi_policy import (
     ResourceValidationArgs,
 )
 
-from domain.config.workload_settings import WorkloadSettings
 from domain.perf.capacity import MemoryEstimate, estimate_memory, job_cost
 from domain.perf.fit_results import NOT_COMPILED, FitResult, runtime_flags
 from domain.perf.maxtext_check import model_flops, recorded_result
@@ -37,6 +36,7 @@ from domain.tpu.tpu_catalog import Accelerator, SliceShape, accelerator_by_ray_t
 from domain.training.job import JobSpec
 from domain.training.maxtext_config import base_config, override_problems
 from domain.training.presets import PRESETS, maxtext_overrides
+from domain.workload_settings import WorkloadSettings
 from policies.rules.common import UNKNOWN, at, known, on, plain, whole_number
 from policies.rules.declare import ConfigKey, Rules
 

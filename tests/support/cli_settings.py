@@ -9,9 +9,10 @@ from typing import Any
 
 from domain.config import cli_config
 from domain.config.settings import parse_settings
-from domain.config.workload_settings import WorkloadSettings, parse_workload_settings
+from domain.config.workload_settings import parse_workload_settings
 from domain.paths import PROJECT_ROOT
 from domain.stack_settings import StackSettings
+from domain.workload_settings import WorkloadSettings
 
 WORKLOADS_DIR = PROJECT_ROOT / "workloads"
 
