@@ -269,6 +269,11 @@ class JobResult(GoodputOutputs, DataOutputs, StepOutputs, JobInfo):
     dashboard_url: str | None
     input_digests: dict[str, str]
 
+    @classmethod
+    def from_props(cls, props: Mapping[str, Any]) -> JobResult:
+        """The result among a create's outputs (the kept inputs beside it are left out)."""
+        return cls(**{name: props[name] for name in OUTPUTS})
+
 
 OUTPUTS = tuple(f.name for f in fields(JobResult))
 # The outputs the workloads stack exports (under their camelCase names).

@@ -40,7 +40,8 @@ from workloads.jobs_api import JobsApi
 from workloads.jobs_api.errors import ErrorKind, JobsApiError
 from workloads.jobs_api.local import AUTHENTICATION_MODE_PATH, authentication_mode_of, local_ray_token
 from workloads.local_ray import LocalRayError, LocalRayHead, port_holder
-from workloads.ray_job import EXPORTED, RayJobError, RayJobProvider
+from workloads.ray_job import RayJobProvider
+from workloads.ray_job_record import EXPORTED, JobResult, RayJobError
 
 PROJECT = WORKLOADS_PROJECT
 LOCAL_STACK_FILE = Path(__file__).with_name("Pulumi.local.yaml")
@@ -242,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     outs = result.outs
     assert outs is not None, "RayJobProvider.create returns the job's outputs"
     line = result_line(outs)
-    if outs.get("diverged"):
+    if JobResult.from_props(outs).diverged:
         print(
             f"finished in {time.monotonic() - started:.0f} s, but the run DIVERGED: its last loss is not a "
             f"finite number (final_loss is null)",
