@@ -52,7 +52,8 @@ from domain.workload_settings import WorkloadSettings
 from workloads import job_resolution
 from workloads.jobs_api.errors import JobsApiError
 from workloads.local_ray import LocalRayError, LocalRayHead
-from workloads.ray_job import RayJobError, RayJobProvider
+from workloads.ray_job import RayJobProvider
+from workloads.ray_job_record import RayJobError
 from workloads.smoke import PROJECT, local_job_props, local_stack_config
 
 PRESET = "tiny-cpu"

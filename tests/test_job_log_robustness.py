@@ -19,7 +19,8 @@ from tests.support.fake_ray_head import FakeRayHead, good_events, steps_log, tex
 from tests.support.ray_job_harness import STEP, inputs
 from workloads import job_wait, jobs_api, ray_job_record
 from workloads.jobs_api import JobsApi
-from workloads.ray_job import RayJobError, RayJobProvider
+from workloads.ray_job import RayJobProvider
+from workloads.ray_job_record import RayJobError
 
 pytestmark = pytest.mark.timed  # reads the clock or waits on a deadline (tests/conftest.py)
 

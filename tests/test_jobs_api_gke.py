@@ -22,7 +22,8 @@ from workloads import job_wait
 from workloads.jobs_api import JobsApi
 from workloads.jobs_api.errors import ErrorKind, JobsApiError
 from workloads.jobs_api.gke import GKE_API_OVERRIDE_ENV
-from workloads.ray_job import RayJobError, RayJobGuardProvider, RayJobProvider
+from workloads.ray_job import RayJobGuardProvider, RayJobProvider
+from workloads.ray_job_record import RayJobError
 
 pytestmark = pytest.mark.timed  # reads the clock or waits on a deadline (tests/conftest.py)
 

@@ -32,16 +32,12 @@ from tests.support.ray_job_harness import (
     wait_for,
 )
 from workloads import job_wait
+from workloads.job_progress import ProgressReporter
 from workloads.job_wait import Deadlines, QueueWatch
 from workloads.jobs_api import JobsApi
 from workloads.jobs_api.errors import ErrorKind, JobsApiError
-from workloads.ray_job import (
-    ProgressReporter,
-    RayJobError,
-    RayJobProvider,
-    submitted_runtime_env,
-)
-from workloads.ray_job_record import JobRequest, WorkerGroup, input_digests, submission_id
+from workloads.ray_job import RayJobProvider, submitted_runtime_env
+from workloads.ray_job_record import JobRequest, RayJobError, WorkerGroup, input_digests, submission_id
 
 pytestmark = pytest.mark.timed  # reads the clock or waits on a deadline (tests/conftest.py)
 

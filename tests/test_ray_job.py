@@ -29,16 +29,12 @@ from tests.support.ray_job_harness import (
     wait_for,
 )
 from workloads import job_wait, jobs_api, ray_job_record, smoke
+from workloads.job_progress import ProgressReporter
 from workloads.jobs_api import JobsApi
 from workloads.jobs_api.errors import ErrorKind, JobsApiError, classify
 from workloads.local_ray import LocalRayHead, free_port
-from workloads.ray_job import (
-    ProgressReporter,
-    RayJobError,
-    RayJobGuardProvider,
-    RayJobProvider,
-)
-from workloads.ray_job_record import submission_id
+from workloads.ray_job import RayJobGuardProvider, RayJobProvider
+from workloads.ray_job_record import RayJobError, submission_id
 
 slow = pytest.mark.slow
 

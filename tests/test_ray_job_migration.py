@@ -37,8 +37,8 @@ from tests.support.ray_job_harness import (
     wait_for,
 )
 from workloads import ray_job_migration, ray_job_record
-from workloads.ray_job import RayJobError, RayJobGuardProvider, RayJobProvider
-from workloads.ray_job_record import submission_id
+from workloads.ray_job import RayJobGuardProvider, RayJobProvider
+from workloads.ray_job_record import RayJobError, submission_id
 
 slow = pytest.mark.slow
 
