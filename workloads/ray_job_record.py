@@ -227,13 +227,17 @@ KEPT_INPUTS = _named(KEPT_ROLE)
 JOB_INPUTS = tuple(name for name in JOB_DEFINING + UPDATABLE if name not in (*TARGET_INPUTS, *IDENTITY))
 
 
+# The metadata of an output the workloads stack does not export.
+_NOT_EXPORTED = {"exported": False}
+
+
 @dataclass(frozen=True, kw_only=True)
 class JobInfo:
     """The outputs Ray's record of the job (its JobDetails) gives."""
 
     submission_id: str
     status: str
-    message: str | None
+    message: str | None = field(metadata=_NOT_EXPORTED)  # it repeats the log's last words
     start_time: str | None
     end_time: str | None
     duration_seconds: float | None
@@ -267,7 +271,7 @@ class JobResult(GoodputOutputs, DataOutputs, StepOutputs, JobInfo):
     checkpoint_dir: str | None
     tensorboard_dir: str | None
     dashboard_url: str | None
-    input_digests: dict[str, str]
+    input_digests: dict[str, str] = field(metadata=_NOT_EXPORTED)  # only what `diff` compares
 
     @classmethod
     def from_props(cls, props: Mapping[str, Any]) -> JobResult:
@@ -277,7 +281,7 @@ class JobResult(GoodputOutputs, DataOutputs, StepOutputs, JobInfo):
 
 OUTPUTS = tuple(f.name for f in fields(JobResult))
 # The outputs the workloads stack exports (under their camelCase names).
-EXPORTED = tuple(name for name in OUTPUTS if name not in ("message", "input_digests"))
+EXPORTED = tuple(f.name for f in fields(JobResult) if f.metadata.get("exported", True))
 
 # The statuses of a job that has ended.
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
