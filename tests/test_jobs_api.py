@@ -47,19 +47,18 @@ def test_within_gives_up_on_an_operation_that_does_not_finish():
 def test_the_target_is_the_one_input_given():
     local = target_of("http://127.0.0.1:8265/", None)
     assert isinstance(local, LocalHead) and local.address == "http://127.0.0.1:8265"
-    for gke in (GKE, GkeTarget.from_inputs(GKE)):
-        remote = target_of(None, gke)
-        assert isinstance(remote, GkeHead)
-        assert remote.address == (
-            "https://203.0.113.7/api/v1/namespaces/training/services/maxtext-tpu-cluster-head-svc:8265/proxy"
-        )
-    for address, gke in (("http://127.0.0.1:8265", GKE), (None, None)):
+    remote = target_of(None, GkeTarget.from_inputs(GKE))
+    assert isinstance(remote, GkeHead)
+    assert remote.address == (
+        "https://203.0.113.7/api/v1/namespaces/training/services/maxtext-tpu-cluster-head-svc:8265/proxy"
+    )
+    for address, gke in (("http://127.0.0.1:8265", GkeTarget.from_inputs(GKE)), (None, None)):
         with pytest.raises(ValueError, match="give exactly one of address"):
             JobsApi(address, gke)
 
 
 def test_each_target_says_where_it_is_and_what_to_fix():
-    local, remote = JobsApi("http://127.0.0.1:8265"), JobsApi(gke=GKE)
+    local, remote = JobsApi("http://127.0.0.1:8265"), JobsApi(gke=GkeTarget.from_inputs(GKE))
     assert local.describe() == "http://127.0.0.1:8265"
     assert local.cluster_name() == "the Ray head at http://127.0.0.1:8265"
     assert remote.describe() == "service maxtext-tpu-cluster-head-svc:8265 in namespace training via 203.0.113.7"

@@ -22,6 +22,7 @@ from workloads import job_wait
 from workloads.jobs_api import JobsApi
 from workloads.jobs_api.errors import ErrorKind, JobsApiError
 from workloads.jobs_api.gke import GKE_API_OVERRIDE_ENV
+from workloads.jobs_api.gke_access import GkeTarget
 from workloads.ray_job import RayJobGuardProvider, RayJobProvider
 from workloads.ray_job_record import RayJobError
 
@@ -186,7 +187,7 @@ def test_destroy_through_the_proxy_stops_a_running_job(api_server, local_ray_hea
 @slow
 def test_a_missing_service_is_not_a_missing_job(api_server, local_ray_head, auth_plugin):
     target = {**gke_target(api_server, local_ray_head.dashboard_port), "service": "no-such-svc"}
-    with JobsApi(gke=target) as api, pytest.raises(JobsApiError) as caught:
+    with JobsApi(gke=GkeTarget.from_inputs(target)) as api, pytest.raises(JobsApiError) as caught:
         api.call("asking", lambda client: client.get_job_info("x"))
     assert caught.value.kind is ErrorKind.UNREACHABLE
 
@@ -197,14 +198,14 @@ def test_an_untrusted_certificate_is_refused(api_server, local_ray_head, auth_pl
     other_ca, _ = self_signed_certificate(tmp_path / "other")
     target = gke_target(api_server, local_ray_head.dashboard_port, base64.b64encode(other_ca.read_bytes()).decode())
     with pytest.raises(JobsApiError, match="cannot reach the Ray Jobs API at service maxtext-tpu-cluster-head-svc"):
-        JobsApi(gke=target).check_reachable()
+        JobsApi(gke=GkeTarget.from_inputs(target)).check_reachable()
 
 
 @slow
 def test_a_missing_auth_plugin_says_how_to_install_it(api_server, local_ray_head, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(JobsApiError, match="gcloud components install gke-gcloud-auth-plugin") as caught:
-        JobsApi(gke=gke_target(api_server, local_ray_head.dashboard_port)).check_reachable()
+        JobsApi(gke=GkeTarget.from_inputs(gke_target(api_server, local_ray_head.dashboard_port))).check_reachable()
     assert caught.value.kind is ErrorKind.CREDENTIALS
 
 
@@ -251,7 +252,7 @@ def fake_cluster(tmp_path, monkeypatch):
 def use_the_gke_path_and_fail(target: dict) -> JobsApi:
     """Every GKE request kind (the Secret, the version check, a Ray SDK call, the node list) on one
     JobsApi, ending in an exception, and the object left open."""
-    api = JobsApi(gke=target)
+    api = JobsApi(gke=GkeTarget.from_inputs(target))
     api.check_reachable()
     with pytest.raises(JobsApiError) as caught:
         api.call("reading RayJob x", lambda client: client.get_job_info("x"))
@@ -280,7 +281,7 @@ def test_without_memory_files_the_ca_file_goes_with_its_object_even_unclosed(fak
     del api  # never closed
     gc.collect()
     assert list(fake_cluster.scratch.iterdir()) == []
-    with JobsApi(gke=fake_cluster.target) as api:  # and closed: gone at the end of the block
+    with JobsApi(gke=GkeTarget.from_inputs(fake_cluster.target)) as api:  # and closed: gone at the end of the block
         api.check_reachable()
     assert list(fake_cluster.scratch.iterdir()) == []
 
@@ -288,7 +289,7 @@ def test_without_memory_files_the_ca_file_goes_with_its_object_even_unclosed(fak
 def test_the_tokens_travel_in_the_headers_each_reader_expects(fake_cluster, auth_plugin, monkeypatch):
     with fake_gke_api(exists=True) as gke:
         monkeypatch.setenv(GKE_API_OVERRIDE_ENV, gke.address + "/")
-        with JobsApi(gke=fake_cluster.target) as api:
+        with JobsApi(gke=GkeTarget.from_inputs(fake_cluster.target)) as api:
             api.check_reachable()
             check = api.cluster_check()
     assert not check.gone and "still exists (status RUNNING)" in check.evidence
@@ -305,7 +306,7 @@ def test_a_failing_auth_plugin_is_a_credentials_error(fake_cluster, tmp_path, mo
     plugin.chmod(plugin.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{plugin.parent}{os.pathsep}{os.environ['PATH']}")
     with pytest.raises(JobsApiError, match="gcloud auth login") as caught:
-        JobsApi(gke=fake_cluster.target).check_reachable()
+        JobsApi(gke=GkeTarget.from_inputs(fake_cluster.target)).check_reachable()
     assert caught.value.kind is ErrorKind.CREDENTIALS
     assert fake_cluster.seen_tokens == []  # nothing was sent without a token
 
@@ -319,14 +320,14 @@ def test_the_api_servers_refusal_is_unauthorized_by_its_status(fake_cluster, tmp
     plugin.chmod(plugin.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{plugin.parent}{os.pathsep}{os.environ['PATH']}")
     with pytest.raises(JobsApiError, match=f"Secret training/{AUTH_SECRET} failed: HTTP 401") as caught:
-        JobsApi(gke=fake_cluster.target).check_reachable()
+        JobsApi(gke=GkeTarget.from_inputs(fake_cluster.target)).check_reachable()
     assert caught.value.kind is ErrorKind.UNAUTHORIZED
 
 
 def test_a_missing_secret_means_the_cluster_is_not_there(fake_cluster, auth_plugin):
     target = {**fake_cluster.target, "auth_secret": "no-such-secret"}
     with pytest.raises(JobsApiError, match="no-such-secret failed: HTTP 404") as caught:
-        JobsApi(gke=target).check_reachable()
+        JobsApi(gke=GkeTarget.from_inputs(target)).check_reachable()
     assert caught.value.kind is ErrorKind.UNREACHABLE
 
 

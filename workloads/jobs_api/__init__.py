@@ -8,7 +8,7 @@ kind is classified once (`errors`).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import requests
@@ -46,12 +46,12 @@ LOG_LINE_MAX_BYTES = 64 * 1024
 T = TypeVar("T")
 
 
-def target_of(address: str | None, gke: GkeTarget | Mapping[str, Any] | None) -> JobsTarget:
+def target_of(address: str | None, gke: GkeTarget | None) -> JobsTarget:
     """The target a RayJob's `address` or `gke` input names: the one place the two are told apart."""
     if address is not None and gke is None:
         return LocalHead(address)
     if gke is not None and address is None:
-        return GkeHead(gke if isinstance(gke, GkeTarget) else GkeTarget.from_inputs(gke))
+        return GkeHead(gke)
     raise ValueError("give exactly one of address (a Ray dashboard URL) or gke (an infra stack's cluster)")
 
 
@@ -59,7 +59,7 @@ class JobsApi:
     """One target's Jobs API for the length of one provider operation (use it in `with`): hands
     out a JobSubmissionClient, re-authenticating when due."""
 
-    def __init__(self, address: str | None = None, gke: GkeTarget | Mapping[str, Any] | None = None):
+    def __init__(self, address: str | None = None, gke: GkeTarget | None = None):
         self.target = target_of(address, gke)
         self._client: JobSubmissionClient | None = None
         self._headers: dict[str, str] = {}
