@@ -5,28 +5,14 @@ its report says which import breaks it."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import tomllib
-from pathlib import Path
 
 from domain.paths import PROJECT_ROOT
-
-LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
-
-
-def lint_imports(config: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(LINT_IMPORTS), "--config", str(config), "--no-cache", "--no-logo"],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+from tests.support.import_contracts import run_lint_imports
 
 
 def test_domain_keeps_its_layers():
-    checked = lint_imports(PROJECT_ROOT / "pyproject.toml", PROJECT_ROOT)
+    checked = run_lint_imports(PROJECT_ROOT, PROJECT_ROOT / "pyproject.toml")
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
@@ -60,7 +46,7 @@ def test_a_type_checking_import_of_a_higher_layer_breaks_the_contract(tmp_path):
     ]
     config.write_text("\n".join(lines) + "\n")
 
-    checked = lint_imports(config, tmp_path)
+    checked = run_lint_imports(tmp_path, config)
 
     assert checked.returncode == 1, checked.stdout + checked.stderr
     assert "BROKEN" in checked.stdout and f"{lowest} -> {highest}" in checked.stdout, checked.stdout

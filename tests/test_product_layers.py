@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 
 from domain.paths import PROJECT_ROOT
+from tests.support.import_contracts import run_lint_imports
 
-LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 NAME = "the product is layered"
 OPTIONS = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
 (CONTRACT,) = [c for c in OPTIONS["contracts"] if c["name"] == NAME]
@@ -38,13 +37,7 @@ def lint_imports(root: Path, packages: list[str]) -> subprocess.CompletedProcess
     ]
     config = root / "importlinter.toml"
     config.write_text("\n".join(lines) + "\n")
-    return subprocess.run(
-        [str(LINT_IMPORTS), "--config", str(config), "--no-cache", "--no-logo"],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_lint_imports(root, config)
 
 
 def report(checked: subprocess.CompletedProcess[str]) -> str:
@@ -59,13 +52,7 @@ def test_every_package_of_the_product_is_in_a_layer():
 
 
 def test_the_tree_keeps_its_layers():
-    checked = subprocess.run(
-        [str(LINT_IMPORTS), "--no-cache", "--no-logo"],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    checked = run_lint_imports(PROJECT_ROOT)
     assert f"{NAME} KEPT" in checked.stdout, report(checked)
 
 
