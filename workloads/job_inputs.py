@@ -8,7 +8,6 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
-from domain.config.workload_settings import NAMES, WorkloadSettings
 from domain.config.workload_settings import key as setting_key
 from domain.paths import PROJECT_ROOT
 from domain.perf.capacity import job_cost
@@ -19,6 +18,7 @@ from domain.ray.compiler_flags import CompilerFlags, added_to_workers
 from domain.setting import camel_case
 from domain.tpu.tpu_catalog import accelerator_by_ray_type
 from domain.training.job import JobError, JobSpec
+from domain.workload_settings import WorkloadSettings
 from workloads.ray_job_record import JOB_INPUTS, JobRequest, WorkerGroup
 
 
@@ -96,7 +96,7 @@ def _fit_check_command(job: JobSpec, flags: CompilerFlags) -> str:
     )
     return (
         f"rerun `{env + ' ' if env else ''}python -m trainer.fit_check --preset {job.preset} --topology {job.topology} "
-        f"--slices {job.slices} KEY=VALUE ... --output FILE` with this job's {setting_key(NAMES.maxtext_overrides)}"
+        f"--slices {job.slices} KEY=VALUE ... --output FILE` with this job's {setting_key(WorkloadSettings.maxtext_overrides)}"
     )
 
 
@@ -109,7 +109,7 @@ def fit_check_result(job: JobSpec, settings: WorkloadSettings) -> FitResult | No
     flags = runtime_flags(job, env_vars if isinstance(env_vars, dict) else None)
     if settings.fit_check_result is None:
         return recorded_result(job, flags)
-    path, result_key = PROJECT_ROOT / settings.fit_check_result, setting_key(NAMES.fit_check_result)
+    path, result_key = PROJECT_ROOT / settings.fit_check_result, setting_key(WorkloadSettings.fit_check_result)
     try:
         result = FitResult.from_json(path.read_text())
     except (OSError, ValueError, TypeError) as error:

@@ -7,7 +7,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from domain.config.stack_outputs import ClusterOutputs
-from domain.config.workload_settings import NAMES
 from domain.config.workload_settings import key as setting_key
 from domain.paths import PROJECT_ROOT
 from domain.perf.maxtext_check import derived_values, maxtext_problems
@@ -43,7 +42,7 @@ def _presets_for(accelerator_name: str) -> str:
 def resolve_for_cluster(settings: WorkloadSettings, cluster: ClusterOutputs) -> JobSpec:
     """Resolves the job for the shape the infra stack built (its outputs in `cluster`). Raises
     JobError listing every problem."""
-    infra_stack = settings.infra_stack or setting_key(NAMES.infra_stack)
+    infra_stack = settings.infra_stack or setting_key(WorkloadSettings.infra_stack)
     preset = settings.preset or cluster.preset
     accelerator = cluster.accelerator
     chosen = PRESETS.get(preset)
@@ -82,8 +81,8 @@ PREEMPTIBLE_CAPACITY = (SPOT,)
 def _cluster_data_problems(settings: WorkloadSettings, cluster: ClusterOutputs) -> list[str]:
     """The data settings against what the infra stack has: a dataset bucket for datasetFiles,
     and capacity that cannot be preempted for a stream that cannot resume."""
-    infra_stack = settings.infra_stack or setting_key(NAMES.infra_stack)
-    files_key = setting_key(NAMES.dataset_files)
+    infra_stack = settings.infra_stack or setting_key(WorkloadSettings.infra_stack)
+    files_key = setting_key(WorkloadSettings.dataset_files)
     problems = []
     if settings.dataset_files is not None and not cluster.dataset_root:
         problems.append(
@@ -94,11 +93,11 @@ def _cluster_data_problems(settings: WorkloadSettings, cluster: ClusterOutputs) 
     preemptible = [choice for choice in cluster.capacity or [] if choice in PREEMPTIBLE_CAPACITY]
     if settings.hugging_face_dataset is not None and preemptible and not settings.hugging_face_not_resumable:
         problems.append(
-            f"{setting_key(NAMES.hugging_face_dataset)} = {settings.hugging_face_dataset!r} on the infra stack's "
+            f"{setting_key(WorkloadSettings.hugging_face_dataset)} = {settings.hugging_face_dataset!r} on the infra stack's "
             f"{preemptible[0]} capacity: a preempted job resumes from its checkpoint, but a Hugging Face stream starts "
             "again from its beginning, repeating examples; prepare the corpus as files (python -m "
             f"trainer.prepare_data) and set {files_key}, or acknowledge it with `pulumi config set "
-            f"{setting_key(NAMES.hugging_face_not_resumable)} true`"
+            f"{setting_key(WorkloadSettings.hugging_face_not_resumable)} true`"
         )
     return problems
 
@@ -164,7 +163,9 @@ def checked_by_maxtext(job: JobSpec, settings: WorkloadSettings) -> JobSpec:
     """`job`, once MaxText's own config layer has accepted it on the job's device target (see
     domain/perf/maxtext_check.py: cached, so only a new configuration waits for MaxText). Raises
     JobError with MaxText's reasons otherwise, or when MaxText could not be asked."""
-    problems = maxtext_problems(job, settings.maxtext_overrides, secret=settings.is_secret(NAMES.maxtext_overrides))
+    problems = maxtext_problems(
+        job, settings.maxtext_overrides, secret=settings.is_secret(WorkloadSettings.maxtext_overrides)
+    )
     if problems:
         raise JobError(problems)
     return job

@@ -16,7 +16,7 @@ from typing import Any
 import pulumi
 
 from domain.config.stack_outputs import ClusterOutputs
-from domain.config.workload_settings import NAMES, key
+from domain.config.workload_settings import key
 from domain.training.job import JobError, JobSpec
 from domain.workload_settings import WorkloadSettings
 from workloads import job_inputs, job_resolution
@@ -45,11 +45,11 @@ async def build(settings: WorkloadSettings) -> dict[str, Any]:
     `settings.secrets` names the settings set as secrets: a secret runtime env keeps the job's
     runtime env secret; any other secret setting (it reaches the command) keeps the whole job
     description secret, in the resource's inputs, outputs and the exports derived from it."""
-    secret_job = bool(settings.secrets - {key(NAMES.runtime_env)})
+    secret_job = bool(settings.secrets - {key(WorkloadSettings.runtime_env)})
     infra_stack = settings.infra_stack
     placed = await _on_cluster(settings, infra_stack, secret_job) if infra_stack else _on_head(settings, secret_job)
     props: dict[str, pulumi.Input[Any]] = {name: placed.inputs[name] for name in JOB_INPUTS}
-    if settings.is_secret(NAMES.runtime_env):
+    if settings.is_secret(WorkloadSettings.runtime_env):
         props["runtime_env"] = pulumi.Output.secret(props["runtime_env"])
     props.update(placed.target)
     props.update(settings.identity.as_inputs())

@@ -55,8 +55,8 @@ class PartialWorkloadSettings(Partial, WorkloadSettings):
     checks of several settings read."""
 
 
-# A setting by its field, for checks and messages to name it by (`NAMES.dataset_files`; mypy knows each).
-NAMES = _F = WorkloadSettings
+# A setting by its field, for checks and messages to name it by (`_F.dataset_files`; mypy knows each).
+_F = WorkloadSettings
 
 
 def key(field: Field[Any]) -> str:
