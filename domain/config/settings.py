@@ -12,20 +12,23 @@ import re
 from collections.abc import Mapping, Set
 from typing import Any
 
+from domain.config.stack_value_rules import (
+    cluster_derived_problems,
+    derived_problem,
+    head_machine_problems,
+    key,
+    ray_image_problems,
+    stack_name_problems,
+)
 from domain.gcp import dcn, gcp_names, gke, resource_names
 from domain.gcp.images import (
-    IMAGE_RULE,
     WORKER_IMAGE_NAME,
     in_artifact_registry,
     is_worker_image,
-    ray_version_of,
     registry_of,
 )
-from domain.gcp.machine_types import machine_size
 from domain.perf.capacity import StackCost, price_problem, stack_cost
 from domain.problems import ProblemsError
-from domain.ray import ray_head
-from domain.ray.ray_version import MIN_RAY_VERSION_FOR_TOKEN_AUTH, RAY_VERSION, version_key
 from domain.setting import Field, Partial, Reading, read
 from domain.stack_settings import StackSettings
 from domain.tpu.capacity_choices import FLEX_START, RESERVATION, SPOT
@@ -43,8 +46,6 @@ from domain.training.presets import PRESETS, Preset
 
 # A zone is its region plus a letter (`us-east5-b`), or an AI zone's `ai<N><letter>` (`us-south1-ai1b`).
 _ZONE_SUFFIX = re.compile(r"[a-z]|ai\d+[a-z]")
-# The label that records the stack on the cluster (domain/gcp/gcp_resources.py).
-STACK_LABEL = "maxtext-tpu-stack"
 
 # Settings of earlier releases, and what says the same now: the stack stops on them rather than
 # running with the setting silently gone.
@@ -82,16 +83,6 @@ STANDARD_ONLY: dict[Field[Any], str] = {
         "an allowlist, which this stack does not build"
     ),
 }
-
-
-def _key(field: Field[Any]) -> str:
-    """A field's setting as the user types it (`minSlices`, `gcp:zone`), as messages name it."""
-    return field.setting.key
-
-
-def _derived_problem(key: str, value: str, derived: str, service: str, problems: list[str], fix: str) -> str:
-    """A name the program builds from a setting, refused by the service that gets it."""
-    return f"{key} = {value!r} makes {derived}, which {service} refuses: it {', '.join(problems)}; {fix}"
 
 
 def _read_settings(reading: Reading[StackSettings]) -> PartialStackSettings:
@@ -157,7 +148,7 @@ def parse_settings(
         _name_problems,
     ):
         reading.problems += problems_of(reading, settings)
-    reading.problems += _stack_name_problems(stack)
+    reading.problems += stack_name_problems(stack)
 
     reading.raise_problems(SettingsError)
     return reading.complete(settings, stack=stack)
@@ -289,9 +280,9 @@ def _image_and_machine_problems(reading: Reading[StackSettings], settings: Parti
     machine_type, slices, min_slices = settings.head_machine_type, settings.slices, settings.min_slices
     if settings.mode == "standard" and machine_type:
         autoscales = slices is not None and min_slices is not None and min_slices < slices
-        problems += _head_machine_problems(machine_type, autoscales=autoscales)
+        problems += head_machine_problems(machine_type, autoscales=autoscales)
     if settings.ray_image:
-        problems += _ray_image_problems(reading.stated(_F.ray_image), settings.ray_image)
+        problems += ray_image_problems(reading.stated(_F.ray_image), settings.ray_image)
     problems += _image_cache_disk_problems(reading, settings)
     return problems
 
@@ -327,10 +318,10 @@ def image_streaming_note(settings: StackSettings) -> str | None:
     if settings.mode != "standard" or not settings.image_streaming or image is None or settings.streams_images:
         return None
     return (
-        f"{_key(_F.ray_image)} = {image!r} is in {registry_of(image) or 'Docker Hub'}, not Artifact Registry, so "
+        f"{key(_F.ray_image)} = {image!r} is in {registry_of(image) or 'Docker Hub'}, not Artifact Registry, so "
         "GKE cannot stream it: the node pools are created without image streaming and every new node pulls "
         "the whole image before its first pod starts. Push the image to Artifact Registry "
-        f"(LOCATION-docker.pkg.dev) to stream it, or `pulumi config set {_key(_F.image_streaming)} false` to "
+        f"(LOCATION-docker.pkg.dev) to stream it, or `pulumi config set {key(_F.image_streaming)} false` to "
         "say so"
     )
 
@@ -350,17 +341,17 @@ def _protection_problems(reading: Reading[StackSettings], settings: PartialStack
         return []
     unsafe, fixes = [], []
     if settings.deletion_protection is False:
-        unsafe.append(f"{_key(_F.deletion_protection)} is false")
-        fixes.append(f"`pulumi config set {_key(_F.deletion_protection)} true`")
+        unsafe.append(f"{key(_F.deletion_protection)} is false")
+        fixes.append(f"`pulumi config set {key(_F.deletion_protection)} true`")
     if settings.bucket_force_destroy:
         unsafe.append(
-            f"{_key(_F.bucket_force_destroy)} is true, so it would delete the bucket with every checkpoint in it"
+            f"{key(_F.bucket_force_destroy)} is true, so it would delete the bucket with every checkpoint in it"
         )
-        fixes.append(f"`pulumi config set {_key(_F.bucket_force_destroy)} false`")
+        fixes.append(f"`pulumi config set {key(_F.bucket_force_destroy)} false`")
     if not unsafe:
         return []
     return [
-        f"{_key(_F.production)} = true but {' and '.join(unsafe)}: a production cluster and its checkpoints must survive "
+        f"{key(_F.production)} = true but {' and '.join(unsafe)}: a production cluster and its checkpoints must survive "
         f"a `pulumi destroy` run against the wrong stack; run {' and '.join(fixes)}"
     ]
 
@@ -393,7 +384,7 @@ def _name_problems(reading: Reading[StackSettings], settings: PartialStackSettin
     problems = []
     cluster_name, network, mode = settings.cluster_name, settings.network, settings.mode
     if cluster_name is not None:
-        problems += _cluster_derived_problems(
+        problems += cluster_derived_problems(
             cluster_name,
             dcn_networks=_dcn_networks(settings),
             builds_image=settings.ray_image is None and reading.ok(_F.ray_image),
@@ -414,8 +405,8 @@ def _name_problems(reading: Reading[StackSettings], settings: PartialStackSettin
         pool_problems = gcp_names.node_pool_name_problems(pool)
         if pool_problems:
             problems.append(
-                _derived_problem(
-                    _key(_F.topology),
+                derived_problem(
+                    key(_F.topology),
                     slice_shape.topology,
                     f"the node pool name {pool!r}",
                     "GKE",
@@ -424,16 +415,6 @@ def _name_problems(reading: Reading[StackSettings], settings: PartialStackSettin
                 )
             )
     return problems
-
-
-def _stack_name_problems(stack: str) -> list[str]:
-    stack_problems = gcp_names.label_value_problems(stack)
-    if not stack_problems:
-        return []
-    return [
-        f"the stack name {stack!r} becomes the cluster's label {STACK_LABEL}={stack}, which GKE "
-        f"refuses: it {', '.join(stack_problems)}; use a stack named with {gcp_names.LABEL_VALUE_RULE}"
-    ]
 
 
 def _reservation_problems(reading: Reading[StackSettings], settings: PartialStackSettings) -> list[str]:
@@ -518,73 +499,18 @@ def _flex_start_zone_problems(accelerator: str, mode: str, region: str, zone: st
         return []  # no list for this generation: not checked (domain/tpu/tpu_catalog.py)
     if mode == "standard" and zone not in zones:
         return [
-            f"{_key(_F.zone)} = {zone!r} with capacity = flex-start: GKE offers flex-start TPU {accelerator} only in "
+            f"{key(_F.zone)} = {zone!r} with capacity = flex-start: GKE offers flex-start TPU {accelerator} only in "
             f"{', '.join(zones)}, so the node pools would never get a slice; use one of those zones, or another "
             f"capacity choice. Zones as listed by {FLEX_START_ZONES_SOURCE}"
         ]
     regions = sorted({zone_region(candidate) for candidate in zones})
     if mode == "autopilot" and region not in regions:
         return [
-            f"{_key(_F.region)} = {region!r} with capacity including flex-start: GKE offers flex-start TPU {accelerator} "
+            f"{key(_F.region)} = {region!r} with capacity including flex-start: GKE offers flex-start TPU {accelerator} "
             f"only in {', '.join(zones)}, none of them in this region; use {' or '.join(regions)}, or drop "
             f"flex-start from capacity. Zones as listed by {FLEX_START_ZONES_SOURCE}"
         ]
     return []
-
-
-def _head_machine_problems(machine_type: str, *, autoscales: bool) -> list[str]:
-    """The Ray head pod's requests (with the autoscaler's sidecar on a stack that scales) against
-    what GKE leaves pods on a node of `machine_type` (domain/gcp/gke.py); a size the name does not say
-    is not checked (domain/gcp/machine_types.py)."""
-    size = machine_size(machine_type)
-    cpus, memory_gib = ray_head.head_pod_cpus(autoscales), ray_head.head_pod_memory_gib(autoscales)
-    whose = "the head's and its autoscaler's requests" if autoscales else "the head's request"
-    short = []
-    if size.vcpus is not None and gke.allocatable_cpu(size.vcpus) < cpus:
-        short.append(
-            f"{gke.allocatable_cpu(size.vcpus):.2f} allocatable CPUs of its {size.vcpus:g} vCPUs for {whose} of {cpus:g}"
-        )
-    if size.memory_gib is not None and gke.allocatable_memory_gib(size.memory_gib) < memory_gib:
-        short.append(
-            f"{gke.allocatable_memory_gib(size.memory_gib):.2f} GiB of allocatable memory of its "
-            f"{size.memory_gib:g} GiB for {whose} of {memory_gib:g} GiB"
-        )
-    if not short:
-        return []
-    return [
-        f"{_key(_F.head_machine_type)} = {machine_type!r} is too small for the Ray head: a GKE node of it offers "
-        f"{' and '.join(short)} (GKE keeps the rest for the system), so the head pod would never schedule; use a "
-        f"machine type with more, for example {_F.head_machine_type.setting.default} (the default)"
-    ]
-
-
-def _ray_image_problems(stated: str, image: str) -> list[str]:
-    """An image that cannot run this product's jobs. Its contents cannot be read before a node
-    pulls it, so its name says whether it is a build of trainer/Dockerfile; Ray's own images
-    also say which Ray they hold."""
-    if is_worker_image(image):
-        return []
-    version = ray_version_of(image)
-    if version is None:
-        what = f"is not named as a build of trainer/Dockerfile (its image name is not {WORKER_IMAGE_NAME!r})"
-    else:
-        what = "is Ray's own image"
-    mismatch = ""
-    if version is not None and version != RAY_VERSION:
-        too_old = (
-            f"; {version} also predates token authentication, which the cluster turns on"
-            if version_key(version) < version_key(MIN_RAY_VERSION_FOR_TOKEN_AUTH)
-            else ""
-        )
-        mismatch = (
-            f", and it holds Ray {version}, but the cluster runs Ray {RAY_VERSION} (the head, every worker and "
-            f"the job client need the same Ray{too_old})"
-        )
-    return [
-        f"{stated} {what}: only a build of trainer/Dockerfile has MaxText and this product's trainer "
-        f"package, so every job would fail with `No module named ...` once the slices are up{mismatch}; use "
-        f"{IMAGE_RULE}"
-    ]
 
 
 def _single_tenant_problems(
@@ -597,9 +523,9 @@ def _single_tenant_problems(
     single_tenant = single_tenant_zones(accelerator.name)
     in_region = [candidate for candidate in accelerator.zones if zone_region(candidate) == region]
     if mode == "standard" and zone in single_tenant:
-        where, what = f"{_key(_F.zone)} = {zone!r}", "is"
+        where, what = f"{key(_F.zone)} = {zone!r}", "is"
     elif mode == "autopilot" and in_region and set(in_region) <= set(single_tenant):
-        where, what = f"{_key(_F.region)} = {region!r}", f"has only zones ({', '.join(in_region)}) that are"
+        where, what = f"{key(_F.region)} = {region!r}", f"has only zones ({', '.join(in_region)}) that are"
     else:
         return []
     shared = [candidate for candidate in accelerator.zones if candidate not in single_tenant]
@@ -621,15 +547,15 @@ def _availability_problems(accelerator: Accelerator, mode: str, region: str, zon
         hint = (
             f"in {region}: {', '.join(in_region)}"
             if in_region
-            else f"(set {_key(_F.region)} to match): {', '.join(accelerator.zones)}"
+            else f"(set {key(_F.region)} to match): {', '.join(accelerator.zones)}"
         )
         return [
-            f"{_key(_F.zone)} = {zone!r} does not offer TPU {accelerator.name}; use a zone that does {hint}. "
+            f"{key(_F.zone)} = {zone!r} does not offer TPU {accelerator.name}; use a zone that does {hint}. "
             f"Zones as listed by {TPU_ZONES_SOURCE}"
         ]
     if mode == "autopilot" and region not in accelerator.regions:
         return [
-            f"{_key(_F.region)} = {region!r} has no zone offering TPU {accelerator.name}; use one of: "
+            f"{key(_F.region)} = {region!r} has no zone offering TPU {accelerator.name}; use one of: "
             f"{', '.join(accelerator.regions)}. Zones as listed by {TPU_ZONES_SOURCE}"
         ]
     return []
@@ -664,57 +590,6 @@ def _mesh_problems(chosen: Preset, topology: str, slices: int) -> list[str]:
         f"{chosen.name!r}: its MaxText mesh does not fit ({'; '.join(problems)}); {fix}, or a preset "
         "sized for this shape"
     ]
-
-
-def _cluster_derived_problems(cluster_name: str, *, dcn_networks: int, builds_image: bool) -> list[str]:
-    """The names the program derives from clusterName (domain/gcp/resource_names.py), checked."""
-    problems = []
-    account_id = resource_names.node_service_account_id(cluster_name)
-    account_problems = gcp_names.service_account_id_problems(account_id)
-    if account_problems:
-        problems.append(
-            _derived_problem(
-                _key(_F.cluster_name),
-                cluster_name,
-                f"the node service account id {account_id!r}",
-                "IAM",
-                account_problems,
-                f"use at most {resource_names.NODE_SERVICE_ACCOUNT_FULL_NAME_MAX} characters, so that the id is "
-                f"the whole name followed by {resource_names.NODE_SERVICE_ACCOUNT_SUFFIX}",
-            )
-        )
-    for index in range(dcn_networks):
-        for derived, kind in (
-            (resource_names.dcn_network_name(cluster_name, index), "DCN network name"),
-            (resource_names.dcn_firewall_name(cluster_name, index), "DCN firewall rule name"),
-        ):
-            derived_problems = gcp_names.compute_name_problems(derived)
-            if derived_problems:
-                problems.append(
-                    _derived_problem(
-                        _key(_F.cluster_name),
-                        cluster_name,
-                        f"the {kind} {derived!r}",
-                        "Compute Engine",
-                        derived_problems,
-                        f"use a shorter {_key(_F.cluster_name)}",
-                    )
-                )
-    if builds_image:
-        repository = resource_names.artifact_repository_id(cluster_name)
-        repository_problems = gcp_names.artifact_repository_id_problems(repository)
-        if repository_problems:
-            problems.append(
-                _derived_problem(
-                    _key(_F.cluster_name),
-                    cluster_name,
-                    f"the image repository id {repository!r}",
-                    "Artifact Registry",
-                    repository_problems,
-                    f"use a shorter {_key(_F.cluster_name)}",
-                )
-            )
-    return problems
 
 
 def settings_cost(settings: StackSettings) -> StackCost:

@@ -17,31 +17,14 @@ from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from domain.compile_cache import COMPILE_CACHE_ENV, COMPILE_CACHE_PREFIX, JAX_CACHE_ENV
+from domain.config.runtime_env_rules import installs, libtpu_problems, platform_problems, runtime_env_problems
 from domain.problems import ProblemsError
-from domain.ray.queueing import WORKER_GROUP_START_TIMEOUT_ENV
 from domain.setting import Field, Partial, Reading, Setting, as_boolean, read, settings_of, shown
 from domain.training import maxtext_config
 from domain.training.dataset import DATA_KEYS, SHIPPED_TOKENIZERS, file_type, tokenizer_type
 from domain.training.job import preset_names
 from domain.training.presets import PRESETS
 from domain.workload_settings import Target, When, WorkloadSettings
-
-# Runtime env fields that make Ray download or install something on every worker at every job
-# start, before the first step (https://docs.ray.io/en/latest/ray-core/handling-dependencies.html).
-RUNTIME_INSTALLS = {
-    "pip": "installs Python packages with pip",
-    "uv": "installs Python packages with uv",
-    "conda": "creates a conda environment",
-    "py_modules": "downloads and installs Python modules",
-    "container": "pulls and runs a container image",
-    "image_uri": "pulls and runs a container image",
-    "java_jars": "downloads Java archives",
-}
-_OPT_IN = (
-    "the worker image already holds MaxText and the trainer; remove it, or opt in with "
-    "allowRuntimeInstall: true (pulumi config set allowRuntimeInstall true)"
-)
 
 
 class WorkloadSettingsError(ProblemsError):
@@ -148,107 +131,6 @@ def _ignored_problems(reading: Reading[WorkloadSettings], target: Target) -> lis
     return problems
 
 
-def _libtpu_problems(runtime_env: Mapping[str, Any], accelerators: list[Any], *, secret: bool) -> list[str]:
-    """Flags in the job's own LIBTPU_INIT_ARGS that every accelerator the job can run on refuses
-    (domain/tpu/tpu_catalog.py): the job would fail at its first step."""
-    env_vars = runtime_env.get("env_vars")
-    init_args = env_vars.get("LIBTPU_INIT_ARGS") if isinstance(env_vars, dict) else None
-    if not isinstance(init_args, str) or not accelerators:
-        return []
-    problems = []
-    for flag, why in accelerators[0].refused_libtpu_flags(init_args):
-        if all(flag in dict(other.refused_libtpu_flags(flag)) for other in accelerators[1:]):
-            problems.append(
-                f"runtimeEnv.env_vars.LIBTPU_INIT_ARGS has the flag {'[secret]' if secret else repr(flag)}: {why}; "
-                f"remove that flag (the workers already run with the catalog's flags for TPU {accelerators[0].name})"
-            )
-    return problems
-
-
-# JAX's platform choice: a list in JAX_PLATFORMS (in order of preference), one name in the older
-# JAX_PLATFORM_NAME. Without tpu in it, JAX on a TPU host computes on the host's CPUs.
-JAX_PLATFORM_VARIABLES = ("JAX_PLATFORMS", "JAX_PLATFORM_NAME")
-
-
-def _platform_problems(runtime_env: Mapping[str, Any], *, secret: bool) -> list[str]:
-    """JAX told to use other platforms than the TPUs a GKE job pays for."""
-    env_vars = runtime_env.get("env_vars")
-    if not isinstance(env_vars, dict):
-        return []  # refused on its own (_runtime_env_problems)
-    problems = []
-    for name in JAX_PLATFORM_VARIABLES:
-        value = env_vars.get(name)
-        if isinstance(value, str) and "tpu" not in [part.strip().lower() for part in value.split(",")]:
-            shown = "[secret]" if secret else repr(value)
-            problems.append(
-                f"runtimeEnv.env_vars.{name} = {shown} keeps JAX off the TPUs: the job would train on the hosts' "
-                "CPUs while every chip of its slices sits idle, billed; remove it (JAX finds the TPUs itself), or "
-                "list tpu first"
-            )
-    return problems
-
-
-def _install_of(key: str, value: Any) -> str | None:
-    """What a runtime env field installs at every job start, or None."""
-    if key in RUNTIME_INSTALLS:
-        return RUNTIME_INSTALLS[key]
-    if key == "working_dir" and "://" in str(value):
-        return "downloads and unpacks a remote archive"
-    return None
-
-
-def _installs(runtime_env: Mapping[str, Any]) -> bool:
-    return any(_install_of(key, value) is not None for key, value in runtime_env.items())
-
-
-def _runtime_env_problems(runtime_env: Mapping[str, Any], *, allow_install: bool, secret: bool) -> list[str]:
-    def named(key: str, value: Any) -> str:
-        return f"runtimeEnv.{key} = {'[secret]' if secret else shown(value)}"
-
-    problems = []
-    for key, value in runtime_env.items():
-        what = _install_of(key, value)
-        if what is not None and not allow_install:
-            problems.append(
-                f"{named(key, value)} {what} at every job start, on every worker, before the first "
-                f"step (gigabytes for MaxText's dependencies, paid in TPU time); {_OPT_IN}"
-            )
-    env_vars = runtime_env.get("env_vars")
-    if env_vars is not None and not isinstance(env_vars, dict):
-        problems.append(f"{named('env_vars', env_vars)} is not a map; give names and their values as text")
-    elif env_vars:
-        for name, value in env_vars.items():
-            if name == WORKER_GROUP_START_TIMEOUT_ENV:
-                problems.append(
-                    f"{named(f'env_vars.{name}', value)} is the job's queue deadline, which queueTimeoutSeconds "
-                    "sets; remove it from runtimeEnv and set queueTimeoutSeconds instead (`pulumi config set "
-                    "queueTimeoutSeconds SECONDS`)"
-                )
-            elif name == JAX_CACHE_ENV:
-                problems.append(
-                    f"{named(f'env_vars.{name}', value)} does nothing: MaxText sets JAX's compilation cache itself "
-                    f"(its jax_cache_dir), which the job points at the stack's persistent cache ({CACHE_WHERE}); "
-                    "remove it (`pulumi config set compileCache false` trains without a cache)"
-                )
-            elif name == COMPILE_CACHE_ENV:
-                problems.append(
-                    f"{named(f'env_vars.{name}', value)} would move the job's compilation cache, which is the "
-                    f"cluster's ({CACHE_WHERE}): anyone who can write a cache can run code in the job; remove it "
-                    "(`pulumi config set compileCache false` trains without a cache)"
-                )
-            elif not isinstance(value, str):
-                problems.append(
-                    f"{named(f'env_vars.{name}', value)} is not text; quote it (Ray sets environment variables as text)"
-                )
-    return problems
-
-
-# Where the stack's compilation cache is, as messages say it.
-CACHE_WHERE = (
-    f"the checkpoint bucket's {COMPILE_CACHE_PREFIX}/ prefix on GKE, checkpointRoot/{COMPILE_CACHE_PREFIX} locally"
-)
-
-
 def _cache_problems(reading: Reading[WorkloadSettings], settings: PartialWorkloadSettings) -> list[str]:
     """MaxText's dump_hlo turns its compilation cache off (it skips the cache so that it can dump
     what it compiles): say so unless the stack turned the cache off itself."""
@@ -314,17 +196,15 @@ def parse_workload_settings(
     problems += maxtext_config.value_problems(overrides, secret=reading.is_secret(_F.maxtext_overrides))
     runtime_env = settings.runtime_env or {}
     secret_env = reading.is_secret(_F.runtime_env)
-    problems += _runtime_env_problems(
-        runtime_env, allow_install=bool(settings.allow_runtime_install), secret=secret_env
-    )
+    problems += runtime_env_problems(runtime_env, allow_install=bool(settings.allow_runtime_install), secret=secret_env)
     if on_infra:
-        problems += _platform_problems(runtime_env, secret=secret_env)
+        problems += platform_problems(runtime_env, secret=secret_env)
     # The accelerators the job can run on: its preset's, or (the infra stack's preset being
     # unknown here) any TPU preset's; a flag all of them refuse is refused now.
     candidates = [chosen] if chosen is not None else [p for p in PRESETS.values() if p.runs_on_tpu]
     accelerators = [p.accelerator for p in candidates if p.runs_on_tpu]
-    problems += _libtpu_problems(runtime_env, accelerators, secret=secret_env)
-    if settings.allow_runtime_install and not _installs(runtime_env):
+    problems += libtpu_problems(runtime_env, accelerators, secret=secret_env)
+    if settings.allow_runtime_install and not installs(runtime_env):
         allow_key = reading.key(_F.allow_runtime_install)
         problems.append(
             f"{allow_key} = true does nothing on this stack: {reading.key(_F.runtime_env)} installs nothing (no pip, "
