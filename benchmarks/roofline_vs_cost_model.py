@@ -19,7 +19,8 @@ import argparse
 from collections import defaultdict
 from pathlib import Path
 
-from domain.perf.hlo_profile import WORK_KINDS, computation_runs, computation_work, parse_module
+from domain.perf.hlo_profile import WORK_KINDS, computation_runs, computation_work
+from domain.perf.hlo_text import parse_module
 from domain.perf.speed_anchors import V6E, V6E_HBM
 
 # The cost model's cycle: 524,288 FLOPs per cycle at peak (it times the largest matmul fusions

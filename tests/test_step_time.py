@@ -1,6 +1,7 @@
-"""The step-time predictor: reading the compiler's optimized HLO (domain/perf/hlo_profile.py) and
-turning it into seconds (domain/perf/step_time.py). Pure: a small module written for these tests in
-the format libtpu dumps (tests/fixtures/tiny_step.hlo.txt), and made-up profiles."""
+"""The step-time predictor: reading the compiler's optimized HLO (domain/perf/hlo_text.py,
+domain/perf/hlo_profile.py) and turning it into seconds (domain/perf/step_time.py). Pure: a small
+module written for these tests in the format libtpu dumps (tests/fixtures/tiny_step.hlo.txt), and
+made-up profiles."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.perf import hlo_profile
+from domain.perf import hlo_profile, hlo_text
 from domain.perf.hlo_profile import Scope, StepProfile
 from domain.perf.speed_anchors import SPEED_MODELS, speed_model
 from domain.perf.step_time import fitted_overhead, predict, raw_step_seconds, scope_times
@@ -93,19 +94,19 @@ def test_a_fusion_moves_only_what_it_slices_and_the_update_it_writes():
 
 
 def test_the_buffer_assignment_reads_to_the_executables_memory():
-    memory = hlo_profile.buffer_memory(TINY_BUFFERS.read_text())
+    memory = hlo_text.buffer_memory(TINY_BUFFERS.read_text())
     # HBM only (no color): parameters 0 and 1 are arguments; 0 and the unnamed allocation are
     # live out (0 both: aliased); one preallocated block holds the temporaries. VMEM (color 2)
     # and host memory (color 5) are left out.
-    assert memory == hlo_profile.BufferMemory(
+    assert memory == hlo_text.BufferMemory(
         argument_bytes=13228441600 + 300,
         output_bytes=13228441600 + 200,
         alias_bytes=13228441600,
         temp_bytes=17029824512,
     )
     assert memory.total_bytes == 300 + 200 + 13228441600 + 17029824512
-    with pytest.raises(hlo_profile.HloError, match="not a buffer assignment"):
-        hlo_profile.buffer_memory("HloModule jit_train_step")
+    with pytest.raises(hlo_text.HloError, match="not a buffer assignment"):
+        hlo_text.buffer_memory("HloModule jit_train_step")
 
 
 def test_a_profile_survives_json():
@@ -114,13 +115,13 @@ def test_a_profile_survives_json():
 
 
 def test_text_that_is_not_an_hlo_module_is_refused():
-    with pytest.raises(hlo_profile.HloError, match="no ENTRY computation"):
+    with pytest.raises(hlo_text.HloError, match="no ENTRY computation"):
         read("Segmentation fault")
 
 
 def test_a_loop_whose_bound_cannot_be_read_is_refused():
     text = TINY_HLO.read_text().replace("%constant.4 = s32[]{:T(128)} constant(4)", "")
-    with pytest.raises(hlo_profile.HloError, match=r"cannot tell the trip count of while\.1"):
+    with pytest.raises(hlo_text.HloError, match=r"cannot tell the trip count of while\.1"):
         read(text)
 
 
@@ -154,7 +155,7 @@ def test_the_compilers_known_trip_count_wins():
     ],
 )
 def test_replica_groups_in_every_form_say_whether_they_cross_slices(groups, chips_per_slice, expected):
-    assert hlo_profile.group_crosses_slices(groups, chips_per_slice) == expected
+    assert hlo_text.group_crosses_slices(groups, chips_per_slice) == expected
 
 
 @pytest.mark.parametrize(
@@ -179,7 +180,7 @@ def test_attention_kernels_count_their_matmuls(name, results, matmuls):
     shape = "(" + ", ".join(["bf16[1,2,256,64]{3,2,1,0}"] * results) + ")"
     operands = "operand_layout_constraints={s8[1,1,1]{2,1,0}, bf16[1,2,256,64]{3,2,1,0}, bf16[1,2,256,64]{3,2,1,0}}"
     rest = f'%a), custom_call_target="tpu_custom_call", {operands}, metadata={{op_name="x"}}'
-    kernel = hlo_profile.Instruction(name, shape, "custom-call", rest)
+    kernel = hlo_text.Instruction(name, shape, "custom-call", rest)
     assert hlo_profile.attention_kernel_flops(kernel) == matmuls * 2 * 2 * 256 * 256 * 64
 
 

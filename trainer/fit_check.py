@@ -49,7 +49,8 @@ from domain.perf.fit_results import (
     fit_check_job,
     libtpu_flags,
 )
-from domain.perf.hlo_profile import BufferMemory, HloError, buffer_memory, profile
+from domain.perf.hlo_profile import profile
+from domain.perf.hlo_text import BufferMemory, HloError, buffer_memory
 from domain.perf.maxtext_check import counted_by_maxtext, model_flops
 from domain.perf.published_recipes import PublishedRun, compile_spec
 from domain.perf.speed_anchors import speed_model
