@@ -22,7 +22,17 @@ from policies.evaluate import evaluate
 from policies.rules import ALL, rayjob, stack
 from policies.rules.declare import ConfigKey, ResourceRule, Rules, StackRule
 
-MODULES = ["networks", "tpu_pools", "cluster", "storage", "raycluster", "rayjob", "stack"]
+MODULES = [
+    "networks",
+    "tpu_pools",
+    "cluster",
+    "storage",
+    "raycluster",
+    "ray_head",
+    "raycluster_pools",
+    "rayjob",
+    "stack",
+]
 
 
 def test_the_pack_is_every_modules_rules_in_the_order_they_are_written():

@@ -12,7 +12,7 @@ be changed per stack through the standard pack config (`{"<policy>": {"enforceme
 
 from pulumi_policy import Policy
 
-from policies.rules import cluster, networks, raycluster, rayjob, stack, storage, tpu_pools
+from policies.rules import cluster, networks, ray_head, raycluster, raycluster_pools, rayjob, stack, storage, tpu_pools
 
 # Each module's rules as it declares them (`RULES`, policies/rules/declare.py), in this order.
 ALL: list[Policy] = [
@@ -21,6 +21,8 @@ ALL: list[Policy] = [
     *cluster.RULES.policies,
     *storage.RULES.policies,
     *raycluster.RULES.policies,
+    *ray_head.RULES.policies,
+    *raycluster_pools.RULES.policies,
     *rayjob.RULES.policies,
     *stack.RULES.policies,
 ]

@@ -11,7 +11,7 @@ nothing: no crash and no guessed violation. The price is that a property left un
 read as its provider default; the shipped programs set every property these rules read, and
 their tests pin those values. One exception: a RayCluster's `authOptions` (or its `mode`) left
 out is read as KubeRay reads it, authentication disabled, because an omission there leaves the
-Jobs API open (`raycluster.token_authentication`).
+Jobs API open (`ray_head.token_authentication`).
 """
 
 from __future__ import annotations

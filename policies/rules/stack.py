@@ -49,7 +49,7 @@ from policies.rules.common import (
     whole_number,
 )
 from policies.rules.declare import ConfigKey, Rules
-from policies.rules.raycluster import in_tree_autoscaling, slices_for_a_job
+from policies.rules.raycluster_props import in_tree_autoscaling, slices_for_a_job
 
 # This module's policies, in the pack's order (policies/rules/declare.py).
 RULES = Rules()

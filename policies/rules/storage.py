@@ -34,7 +34,7 @@ from policies.rules.common import (
     plain,
 )
 from policies.rules.declare import Rules
-from policies.rules.raycluster import CompileCache, compile_caches, dataset_buckets
+from policies.rules.raycluster_props import CompileCache, compile_caches, dataset_buckets
 
 # This module's policies, in the pack's order (policies/rules/declare.py).
 RULES = Rules()
