@@ -37,7 +37,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -47,13 +47,13 @@ from ray.util.state import list_actors
 from domain.compile_cache import COMPILE_CACHE_ENV
 from domain.config.workload_settings import WorkloadSettingsError, parse_workload_settings
 from domain.training.job import JobError, JobSpec
-from domain.training.start_phases import PHASES
+from domain.training.start_phases import PHASES, StartPhases
 from domain.workload_settings import WorkloadSettings
 from workloads import job_resolution
 from workloads.jobs_api.errors import JobsApiError
 from workloads.local_ray import LocalRayError, LocalRayHead
 from workloads.ray_job import RayJobProvider
-from workloads.ray_job_record import RayJobError
+from workloads.ray_job_record import JobResult, RayJobError
 from workloads.smoke import PROJECT, local_job_props, local_stack_config
 
 PRESET = "tiny-cpu"
@@ -72,7 +72,7 @@ class BenchmarkError(RuntimeError):
 @dataclass(frozen=True)
 class Row:
     label: str
-    phases: Mapping[str, Any]  # one element of start_phases
+    phases: StartPhases  # one group of the job's start_phases
 
 
 @dataclass(frozen=True)
@@ -84,17 +84,35 @@ class Scenario:
     kill: bool = False
 
 
-SCENARIOS = (
-    Scenario("cold", "1. fresh run, empty cache", "shared"),
-    Scenario("warm", "2. same job again, warm cache", "shared"),
-    Scenario("restart", "3. restart after a kill (its second group)", "killed", kill=True),
-    Scenario("off", "4. fresh run, cache off", "off", compile_cache=False),
-)
+COLD = Scenario("cold", "1. fresh run, empty cache", "shared")
+WARM = Scenario("warm", "2. same job again, warm cache", "shared")
+RESTART = Scenario("restart", "3. restart after a kill (its second group)", "killed", kill=True)
+OFF = Scenario("off", "4. fresh run, cache off", "off", compile_cache=False)
 
 
-def to_first_step(phases: Mapping[str, Any]) -> float | None:
+@dataclass(frozen=True)
+class Runs:
+    """Each scenario's outputs, as the RayJob gave them."""
+
+    cold: JobResult
+    warm: JobResult
+    restart: JobResult
+    off: JobResult
+
+
+@dataclass(frozen=True)
+class Groups:
+    """The worker group each scenario's row shows (the restart's second), what the checks read."""
+
+    cold: StartPhases
+    warm: StartPhases
+    restart: StartPhases
+    off: StartPhases
+
+
+def to_first_step(phases: StartPhases) -> float | None:
     """The group's phases added up; None when it timed none."""
-    known = [phases[phase] for phase in PHASES if phases.get(phase) is not None]
+    known = [seconds for phase in PHASES if (seconds := phases.seconds(phase)) is not None]
     return round(sum(known), 1) if known else None
 
 
@@ -109,32 +127,31 @@ def table(rows: Sequence[Row]) -> str:
         "| --- | " + " | ".join("---" if column == "cache" else "---:" for column in COLUMNS) + " |",
     ]
     for row in rows:
-        cells = [_seconds(row.phases.get(phase)) for phase in PHASES]
-        cells.insert(PHASES.index("compile") + 1, str(row.phases.get("compile_cache") or "-"))
+        cells = [_seconds(row.phases.seconds(phase)) for phase in PHASES]
+        cells.insert(PHASES.index("compile") + 1, str(row.phases.compile_cache or "-"))
         cells.append(_seconds(to_first_step(row.phases)))
         lines.append(f"| {row.label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def checks(by_key: Mapping[str, Mapping[str, Any]]) -> list[str]:
+def checks(groups: Groups) -> list[str]:
     """What the issue asks of the runs, computed from their reported phases: the warm compile at
     least 50% shorter than the cold one, the warm run and the restart reporting `hit`, the run
     without a cache reporting `off`."""
-    cold, warm = by_key["cold"].get("compile"), by_key["warm"].get("compile")
+    cold, warm = groups.cold.compile, groups.warm.compile
     if cold is None or warm is None:
         shorter = f"unknown (cold compile {_seconds(cold)} s, warm {_seconds(warm)} s)"
     else:
         saved = 100 * (1 - warm / cold) if cold > 0 else 0.0
         verdict = "yes" if cold > 0 and warm <= 0.5 * cold else "NO"
         shorter = f"{verdict}: {cold:.1f} s cold, {warm:.1f} s warm, {saved:.0f}% shorter"
-    reported = {key: by_key[key].get("compile_cache") for key in ("cold", "warm", "restart", "off")}
-    hits = "yes" if reported["warm"] == reported["restart"] == "hit" else "NO"
-    off = "yes" if reported["off"] == "off" else "NO"
+    hits = "yes" if groups.warm.compile_cache == groups.restart.compile_cache == "hit" else "NO"
+    off = "yes" if groups.off.compile_cache == "off" else "NO"
     return [
         f"- warm compile at least 50% shorter than cold: {shorter}",
-        f"- warm run and restart report a cache hit: {hits} (warm {reported['warm']}, restart "
-        f"{reported['restart']}; cold {reported['cold']})",
-        f"- cache-off run reports off: {off} ({reported['off']})",
+        f"- warm run and restart report a cache hit: {hits} (warm {groups.warm.compile_cache}, restart "
+        f"{groups.restart.compile_cache}; cold {groups.cold.compile_cache})",
+        f"- cache-off run reports off: {off} ({groups.off.compile_cache})",
     ]
 
 
@@ -187,7 +204,7 @@ def train_worker_pid(address: str) -> int:
 
 def run_job(
     head: LocalRayHead, job: JobSpec, settings: WorkloadSettings, during: Callable[[Callable[[], bool]], None] | None
-) -> dict[str, Any]:
+) -> JobResult:
     """The job through the RayJob provider's check and create, as the smoke run does; `during`
     runs while create waits, given a function that says whether create still waits. Returns the
     job's outputs; raises what create raised."""
@@ -195,13 +212,16 @@ def run_job(
     checked = provider.check({}, local_job_props(job, settings, head.address))
     if checked.failures:
         raise BenchmarkError("; ".join(f"{failure.property}: {failure.reason}" for failure in checked.failures))
-    outcome: dict[str, Any] = {}
+    # What create returned or raised, set by its thread.
+    outs: dict[str, Any] | None = None
+    create_error: Exception | None = None
 
     def create() -> None:
+        nonlocal outs, create_error
         try:
-            outcome["outs"] = provider.create(checked.inputs).outs
+            outs = provider.create(checked.inputs).outs
         except Exception as error:  # raised again in the caller's thread
-            outcome["error"] = error
+            create_error = error
 
     thread = threading.Thread(target=create, name=f"create {job.run_name}", daemon=True)
     thread.start()
@@ -212,14 +232,13 @@ def run_job(
         except Exception as error:  # the job's own failure, if any, says more
             during_error = error
     thread.join()
-    if "error" in outcome:
-        raise outcome["error"]
+    if create_error is not None:
+        raise create_error
     if during_error is not None:
         raise during_error
-    outs = outcome.get("outs")
     if outs is None:
         raise BenchmarkError(f"run {job.run_name}: the provider returned no outputs")
-    return outs
+    return JobResult.from_props(outs)
 
 
 def kill_after_first_checkpoint(job: JobSpec, address: str) -> Callable[[Callable[[], bool]], None]:
@@ -246,40 +265,50 @@ def kill_after_first_checkpoint(job: JobSpec, address: str) -> Callable[[Callabl
     return kill
 
 
-def run_scenarios(head: LocalRayHead, workdir: Path) -> dict[str, dict[str, Any]]:
-    """Each scenario's outputs, by key, run one after the other."""
-    outputs: dict[str, dict[str, Any]] = {}
-    for scenario in SCENARIOS:
-        run_name = f"cold-start-{scenario.key}-{os.getpid()}"
-        settings = settings_for(head.address, workdir / scenario.root, run_name, scenario)
-        job = job_resolution.resolve_local(settings, warn=lambda warning: print(f"warning: {warning}", file=sys.stderr))
-        print(f"{scenario.label}: run {run_name}", file=sys.stderr, flush=True)
-        during = kill_after_first_checkpoint(job, head.address) if scenario.kill else None
-        started = time.monotonic()
-        outs = run_job(head, job, settings, during)
-        print(f"{scenario.label}: {outs.get('status')} in {time.monotonic() - started:.0f} s", file=sys.stderr)
-        outputs[scenario.key] = outs
-    return outputs
+def run_scenario(head: LocalRayHead, workdir: Path, scenario: Scenario) -> JobResult:
+    """The scenario's job, run to its end."""
+    run_name = f"cold-start-{scenario.key}-{os.getpid()}"
+    settings = settings_for(head.address, workdir / scenario.root, run_name, scenario)
+    job = job_resolution.resolve_local(settings, warn=lambda warning: print(f"warning: {warning}", file=sys.stderr))
+    print(f"{scenario.label}: run {run_name}", file=sys.stderr, flush=True)
+    during = kill_after_first_checkpoint(job, head.address) if scenario.kill else None
+    started = time.monotonic()
+    result = run_job(head, job, settings, during)
+    print(f"{scenario.label}: {result.status} in {time.monotonic() - started:.0f} s", file=sys.stderr)
+    return result
 
 
-def rows(outputs: Mapping[str, Mapping[str, Any]]) -> tuple[list[Row], dict[str, Mapping[str, Any]]]:
-    """The table's rows and each scenario's phases; raises BenchmarkError for a run whose
-    outputs lack the group its row needs (a killed run that never restarted)."""
-    found: list[Row] = []
-    by_key: dict[str, Mapping[str, Any]] = {}
-    for scenario in SCENARIOS:
-        starts = outputs[scenario.key].get("start_phases") or []
-        wanted = 2 if scenario.kill else 1
-        if len(starts) < wanted:
-            raise BenchmarkError(
-                f"{scenario.label}: start_phases has {len(starts)} group(s), {wanted} needed "
-                f"(restarts {outputs[scenario.key].get('restarts')})"
-            )
-        if scenario.kill:
-            found.append(Row("3a. the killed run's first group", starts[0]))
-        by_key[scenario.key] = starts[wanted - 1]
-        found.append(Row(scenario.label, starts[wanted - 1]))
-    return found, by_key
+def run_scenarios(head: LocalRayHead, workdir: Path) -> Runs:
+    """Each scenario's outputs, run one after the other (keyword arguments are evaluated in order)."""
+    return Runs(
+        cold=run_scenario(head, workdir, COLD),
+        warm=run_scenario(head, workdir, WARM),
+        restart=run_scenario(head, workdir, RESTART),
+        off=run_scenario(head, workdir, OFF),
+    )
+
+
+def scenario_rows(scenario: Scenario, result: JobResult) -> list[Row]:
+    """The scenario's rows, the last the group its checks read; raises BenchmarkError for a run
+    whose outputs lack the group its row needs (a killed run that never restarted)."""
+    starts = [StartPhases(**entry) for entry in result.start_phases or []]
+    wanted = 2 if scenario.kill else 1
+    if len(starts) < wanted:
+        raise BenchmarkError(
+            f"{scenario.label}: start_phases has {len(starts)} group(s), {wanted} needed (restarts {result.restarts})"
+        )
+    first = [Row("3a. the killed run's first group", starts[0])] if scenario.kill else []
+    return [*first, Row(scenario.label, starts[wanted - 1])]
+
+
+def rows(runs: Runs) -> tuple[list[Row], Groups]:
+    """The table's rows, in the scenarios' order, and the group each scenario's checks read."""
+    cold = scenario_rows(COLD, runs.cold)
+    warm = scenario_rows(WARM, runs.warm)
+    restart = scenario_rows(RESTART, runs.restart)
+    off = scenario_rows(OFF, runs.off)
+    groups = Groups(cold=cold[-1].phases, warm=warm[-1].phases, restart=restart[-1].phases, off=off[-1].phases)
+    return [*cold, *warm, *restart, *off], groups
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -290,8 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="cold-start-") as workdir:
             with LocalRayHead() as head, head.client_environment():
-                outputs = run_scenarios(head, Path(workdir))
-            found, by_key = rows(outputs)
+                runs = run_scenarios(head, Path(workdir))
+            found, groups = rows(runs)
     except (BenchmarkError, RayJobError, JobsApiError, LocalRayError, JobError, WorkloadSettingsError) as error:
         print(f"benchmark failed: {error}", file=sys.stderr)
         return 1
@@ -299,11 +328,12 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(f"Measured {machine()}: `.venv/bin/python -m benchmarks.cold_start`, the {PRESET} preset with {OVERRIDES}.")
     first = ", ".join(
-        f"{key} {_seconds(outputs[key].get('seconds_to_first_step'))} s" for key in ("cold", "warm", "off")
+        f"{scenario.key} {_seconds(result.seconds_to_first_step)} s"
+        for scenario, result in ((COLD, runs.cold), (WARM, runs.warm), (OFF, runs.off))
     )
     print(f"seconds_to_first_step as the jobs report it: {first}.")
     print("Checks (issue 33):")
-    print("\n".join(checks(by_key)))
+    print("\n".join(checks(groups)))
     return 0
 
 
