@@ -41,6 +41,7 @@ import sys
 import threading
 import time
 import uuid
+from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,7 @@ from urllib.parse import urlsplit
 
 import workloads
 import workloads.local_ray as local_ray
+from workloads.ray_job_record import JobResult
 
 # The checkout the imported workloads/ is in (found from the package: local_ray is a package here
 # and a module in older checkouts).
@@ -92,8 +94,8 @@ while step < lines:
 
 # Runs in the subprocess: the provider's create, as the engine would run it, measured.
 CREATE_PROGRAM = """\
-import importlib, json, resource, sys, time, tracemalloc
-config = json.loads(sys.argv[1])
+import importlib, json, resource, sys, time, tracemalloc, types
+config = types.SimpleNamespace(**json.loads(sys.argv[1]))  # CreateConfig's fields
 import ray.job_submission  # imported lazily by the provider anyway: keep it out of the delta
 import importlib.util
 import workloads.ray_job as ray_job
@@ -102,21 +104,22 @@ waits = importlib.import_module("workloads.job_wait") if importlib.util.find_spe
 constants = {}
 for name in ("PROGRESS_EVERY_SECONDS", "POLL_SECONDS"):
     if hasattr(waits, name):
-        constants[name] = [getattr(waits, name), config["poll_seconds"]]
-        setattr(waits, name, config["poll_seconds"])
+        constants[name] = [getattr(waits, name), config.poll_seconds]
+        setattr(waits, name, config.poll_seconds)
 rss_after_imports = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-if config["tracemalloc"]:
+if config.tracemalloc:
     tracemalloc.start()
 started = time.perf_counter()
-RESULT_MARKER = config["result_marker"]
+RESULT_MARKER = config.result_marker
 outputs, error = None, None
 try:
-    result = ray_job.RayJobProvider().create(config["props"])
+    result = ray_job.RayJobProvider().create(config.props)
     outputs = dict(result.outs, id=result.id)
 except BaseException as exc:
     error = f"{type(exc).__name__}: {exc}"
 wall = time.perf_counter() - started
-traced_peak = tracemalloc.get_traced_memory()[1] if config["tracemalloc"] else None
+traced_peak = tracemalloc.get_traced_memory()[1] if config.tracemalloc else None
+# What CreateRun.from_json reads.
 print(RESULT_MARKER + json.dumps({
     "module": ray_job.__file__,
     "constants": constants,
@@ -130,7 +133,53 @@ print(RESULT_MARKER + json.dumps({
 """
 
 
+@dataclass(frozen=True)
+class CreateConfig:
+    """What the create subprocess is given, as JSON: CREATE_PROGRAM reads these names."""
+
+    props: dict[str, Any]  # the RayJob's inputs
+    poll_seconds: float
+    tracemalloc: bool
+    result_marker: str
+
+
+@dataclass(frozen=True)
+class CreateRun:
+    """What the create subprocess measured (CREATE_PROGRAM writes these names), with the job's
+    outputs parsed once: None when create raised (then `error` says what)."""
+
+    module: str
+    constants: dict[str, list[float]]  # each constant set: [its value, the one set]
+    result: JobResult | None
+    error: str | None
+    wall_seconds: float
+    rss_after_imports_kib: int
+    peak_rss_kib: int
+    tracemalloc_peak_bytes: int | None
+
+    @classmethod
+    def from_json(cls, text: str) -> CreateRun:
+        measured = json.loads(text)
+        outputs = measured.pop("outputs")
+        return cls(**measured, result=JobResult.from_props(outputs) if outputs else None)
+
+
 # ---------------------------------------------------------------------------- the proxy
+
+
+@dataclass(frozen=True)
+class ProxyRecord:
+    """One request through the proxy: when (seconds since the proxy started), its method and path
+    (no query), the upstream's status (502: not reached), the response body's bytes sent back,
+    what went wrong and how long it took (None when the upstream was not reached)."""
+
+    t: float
+    method: str
+    path: str
+    status: int
+    body_bytes: int
+    error: str | None
+    seconds: float | None
 
 
 class CountingProxy(ThreadingHTTPServer):
@@ -142,7 +191,7 @@ class CountingProxy(ThreadingHTTPServer):
         parts = urlsplit(upstream)
         self.upstream_host = parts.hostname or "127.0.0.1"
         self.upstream_port = parts.port or 80
-        self.records: list[dict] = []
+        self.records: list[ProxyRecord] = []
         self.lock = threading.Lock()
         self.started = time.monotonic()
         super().__init__(("127.0.0.1", 0), _ProxyHandler)
@@ -151,7 +200,7 @@ class CountingProxy(ThreadingHTTPServer):
     def address(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}"
 
-    def record(self, entry: dict) -> None:
+    def record(self, entry: ProxyRecord) -> None:
         with self.lock:
             self.records.append(entry)
 
@@ -186,13 +235,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
     def _forward(self) -> None:
         started = time.monotonic()
-        entry: dict[str, Any] = {
-            "t": round(started - self.server.started, 3),
-            "method": self.command,
-            "path": urlsplit(self.path).path,
-            "status": None,
-            "bytes": 0,
-        }
+        at, path = round(started - self.server.started, 3), urlsplit(self.path).path
         upstream = http.client.HTTPConnection(
             self.server.upstream_host, self.server.upstream_port, timeout=TIMEOUT_SECONDS
         )
@@ -213,16 +256,18 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             upstream.endheaders(body)
             response = upstream.getresponse()
         except OSError as error:
-            entry["status"] = 502
-            entry["error"] = f"{type(error).__name__}: {error}"
-            self.server.record(entry)
+            failed = f"{type(error).__name__}: {error}"
+            self.server.record(
+                ProxyRecord(t=at, method=self.command, path=path, status=502, body_bytes=0, error=failed, seconds=None)
+            )
             upstream.close()
             try:
                 self.send_error(502, f"upstream: {error}")
             except OSError:
                 pass
             return
-        entry["status"] = response.status
+        sent = 0
+        failure: str | None = None
         try:
             self.send_response_only(response.status, response.reason)
             for name, value in response.getheaders():
@@ -234,13 +279,22 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                 # Forwarded as it arrives; read1 returns what is there (chunks decoded).
                 while chunk := response.read1(65536):
                     self.wfile.write(chunk)
-                    entry["bytes"] += len(chunk)
+                    sent += len(chunk)
             self.wfile.flush()
         except OSError as error:
-            entry["error"] = f"{type(error).__name__}: {error}"
+            failure = f"{type(error).__name__}: {error}"
         finally:
-            entry["seconds"] = round(time.monotonic() - started, 3)
-            self.server.record(entry)
+            seconds = round(time.monotonic() - started, 3)
+            record = ProxyRecord(
+                t=at,
+                method=self.command,
+                path=path,
+                status=response.status,
+                body_bytes=sent,
+                error=failure,
+                seconds=seconds,
+            )
+            self.server.record(record)
             upstream.close()
             self.close_connection = True
 
@@ -260,18 +314,17 @@ def job_entrypoint(lines: int, job_seconds: float, bursts: int) -> str:
     return f"python -c {shlex.quote(program)}"
 
 
-def run_create(props: dict, poll_seconds: float, use_tracemalloc: bool, extra_env: dict[str, str]) -> tuple[dict, str]:
+def run_create(
+    props: dict[str, Any], poll_seconds: float, use_tracemalloc: bool, extra_env: dict[str, str]
+) -> tuple[CreateRun, str]:
     env = {**os.environ, **extra_env}
     # The same checkout as this process, whatever the current directory or editable install says.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(CHECKOUT), os.environ.get("PYTHONPATH")) if p)
-    config = {
-        "props": props,
-        "poll_seconds": poll_seconds,
-        "tracemalloc": use_tracemalloc,
-        "result_marker": RESULT_MARKER,
-    }
+    config = CreateConfig(
+        props=props, poll_seconds=poll_seconds, tracemalloc=use_tracemalloc, result_marker=RESULT_MARKER
+    )
     completed = subprocess.run(
-        [sys.executable, "-c", CREATE_PROGRAM, json.dumps(config)],
+        [sys.executable, "-c", CREATE_PROGRAM, json.dumps(asdict(config))],
         capture_output=True,
         text=True,
         env=env,
@@ -279,7 +332,7 @@ def run_create(props: dict, poll_seconds: float, use_tracemalloc: bool, extra_en
     )
     for line in completed.stdout.splitlines():
         if line.startswith(RESULT_MARKER):
-            return json.loads(line[len(RESULT_MARKER) :]), completed.stderr
+            return CreateRun.from_json(line[len(RESULT_MARKER) :]), completed.stderr
     raise RuntimeError(
         f"the create subprocess exited {completed.returncode} without a result:\n"
         f"{completed.stdout[-3000:]}\n{completed.stderr[-6000:]}"
@@ -294,73 +347,99 @@ def mib(value: float | None) -> float | None:
     return None if value is None else round(value / (1024 * 1024), 1)
 
 
-def summarize(records: list[dict], result: dict, lines: int, poll_seconds: float, wall: float) -> dict:
-    logs = [r for r in records if "/logs" in r["path"]]
-    log_bytes = [r["bytes"] for r in logs]
-    outputs = result.get("outputs") or {}
-    return {
-        "checkout": str(CHECKOUT),
-        "lines": lines,
-        "poll_seconds": poll_seconds,
-        "constants_set": result.get("constants"),
-        "log_requests": len(logs),
-        "log_bytes_min": min(log_bytes) if log_bytes else 0,
-        "log_bytes_median": int(statistics.median(log_bytes)) if log_bytes else 0,
-        "log_bytes_max": max(log_bytes) if log_bytes else 0,
-        "log_bytes_total": sum(log_bytes),
-        "requests_total": len(records),
-        "bytes_total": sum(r["bytes"] for r in records),
-        "peak_rss_mib": round(result["peak_rss_kib"] / 1024, 1),
-        "rss_after_imports_mib": round(result["rss_after_imports_kib"] / 1024, 1),
-        "tracemalloc_peak_mib": mib(result.get("tracemalloc_peak_bytes")),
-        "status": outputs.get("status") if outputs else "create raised",
-        "steps_completed": outputs.get("steps_completed"),
-        "create_wall_seconds": round(result["wall_seconds"], 1),
-        "job_duration_seconds": outputs.get("duration_seconds"),
-        "benchmark_wall_seconds": round(wall, 1),
-        "log_request_bytes": log_bytes,
-        "error": result.get("error"),
-    }
+@dataclass(frozen=True)
+class Summary:
+    """The figures: the report's table, and the JSON line at its end (each but `error`)."""
+
+    checkout: str
+    lines: int
+    poll_seconds: float
+    constants_set: dict[str, list[float]]
+    log_requests: int
+    log_bytes_min: int
+    log_bytes_median: int
+    log_bytes_max: int
+    log_bytes_total: int
+    requests_total: int
+    bytes_total: int
+    peak_rss_mib: float
+    rss_after_imports_mib: float
+    tracemalloc_peak_mib: float | None
+    status: str  # the job's, or "create raised"
+    steps_completed: int | None
+    create_wall_seconds: float
+    job_duration_seconds: float | None
+    benchmark_wall_seconds: float
+    log_request_bytes: list[int]
+    error: str | None
 
 
-def print_report(summary: dict, records: list[dict]) -> None:
+def summarize(records: list[ProxyRecord], run: CreateRun, lines: int, poll_seconds: float, wall: float) -> Summary:
+    logs = [r for r in records if "/logs" in r.path]
+    log_bytes = [r.body_bytes for r in logs]
+    job = run.result
+    return Summary(
+        checkout=str(CHECKOUT),
+        lines=lines,
+        poll_seconds=poll_seconds,
+        constants_set=run.constants,
+        log_requests=len(logs),
+        log_bytes_min=min(log_bytes) if log_bytes else 0,
+        log_bytes_median=int(statistics.median(log_bytes)) if log_bytes else 0,
+        log_bytes_max=max(log_bytes) if log_bytes else 0,
+        log_bytes_total=sum(log_bytes),
+        requests_total=len(records),
+        bytes_total=sum(r.body_bytes for r in records),
+        peak_rss_mib=round(run.peak_rss_kib / 1024, 1),
+        rss_after_imports_mib=round(run.rss_after_imports_kib / 1024, 1),
+        tracemalloc_peak_mib=mib(run.tracemalloc_peak_bytes),
+        status=job.status if job else "create raised",
+        steps_completed=job.steps_completed if job else None,
+        create_wall_seconds=round(run.wall_seconds, 1),
+        job_duration_seconds=job.duration_seconds if job else None,
+        benchmark_wall_seconds=round(wall, 1),
+        log_request_bytes=log_bytes,
+        error=run.error,
+    )
+
+
+def print_report(summary: Summary, records: list[ProxyRecord]) -> None:
     by_path: dict[tuple[str, str], list[int]] = {}
     for r in records:
-        by_path.setdefault((r["method"], normalize(r["path"])), []).append(r["bytes"])
+        by_path.setdefault((r.method, normalize(r.path)), []).append(r.body_bytes)
     print("\nrequests through the proxy")
     print(f"  {'method':<7} {'path':<44} {'count':>6} {'bytes':>14}")
     for (method, path), sizes in sorted(by_path.items(), key=lambda item: -sum(item[1])):
         print(f"  {method:<7} {path:<44} {len(sizes):>6} {sum(sizes):>14,}")
     print("\nlog requests (seconds since the proxy started, response bytes)")
     for r in records:
-        if "/logs" in r["path"]:
-            print(
-                f"  {r['t']:>8.1f} s  {r['method']} {normalize(r['path'])}  {r['bytes']:>12,}  ({r.get('seconds', 0):.2f} s)"
-            )
+        if "/logs" in r.path:
+            print(f"  {r.t:>8.1f} s  {r.method} {normalize(r.path)}  {r.body_bytes:>12,}  ({r.seconds or 0:.2f} s)")
     rows = [
-        ("checkout", summary["checkout"]),
-        ("job lines", f"{summary['lines']:,}"),
-        ("poll seconds (set)", f"{summary['poll_seconds']} {summary['constants_set']}"),
-        ("polls of log endpoints", summary["log_requests"]),
-        ("bytes per log request min", f"{summary['log_bytes_min']:,}"),
-        ("bytes per log request median", f"{summary['log_bytes_median']:,}"),
-        ("bytes per log request max", f"{summary['log_bytes_max']:,}"),
-        ("total bytes, log requests", f"{summary['log_bytes_total']:,}"),
-        ("total bytes, all requests", f"{summary['bytes_total']:,} ({summary['requests_total']} requests)"),
-        ("peak RSS MiB", f"{summary['peak_rss_mib']} (after imports {summary['rss_after_imports_mib']})"),
-        ("tracemalloc peak MiB", summary["tracemalloc_peak_mib"]),
-        ("job status", summary["status"]),
-        ("steps_completed", summary["steps_completed"]),
-        ("create wall seconds", f"{summary['create_wall_seconds']} (job ran {summary['job_duration_seconds']} s)"),
-        ("benchmark wall seconds", summary["benchmark_wall_seconds"]),
+        ("checkout", summary.checkout),
+        ("job lines", f"{summary.lines:,}"),
+        ("poll seconds (set)", f"{summary.poll_seconds} {summary.constants_set}"),
+        ("polls of log endpoints", summary.log_requests),
+        ("bytes per log request min", f"{summary.log_bytes_min:,}"),
+        ("bytes per log request median", f"{summary.log_bytes_median:,}"),
+        ("bytes per log request max", f"{summary.log_bytes_max:,}"),
+        ("total bytes, log requests", f"{summary.log_bytes_total:,}"),
+        ("total bytes, all requests", f"{summary.bytes_total:,} ({summary.requests_total} requests)"),
+        ("peak RSS MiB", f"{summary.peak_rss_mib} (after imports {summary.rss_after_imports_mib})"),
+        ("tracemalloc peak MiB", summary.tracemalloc_peak_mib),
+        ("job status", summary.status),
+        ("steps_completed", summary.steps_completed),
+        ("create wall seconds", f"{summary.create_wall_seconds} (job ran {summary.job_duration_seconds} s)"),
+        ("benchmark wall seconds", summary.benchmark_wall_seconds),
     ]
     print()
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
         print(f"  {name:<{width}}  {value}")
-    if summary["error"]:
-        print(f"\ncreate raised:\n{summary['error']}")
-    print("\n" + json.dumps({k: v for k, v in summary.items() if k != "error"}, sort_keys=True), flush=True)
+    if summary.error:
+        print(f"\ncreate raised:\n{summary.error}")
+    figures = {name: value for name, value in asdict(summary).items() if name != "error"}
+    print("\n" + json.dumps(figures, sort_keys=True), flush=True)
 
 
 def main() -> int:
@@ -420,14 +499,14 @@ def main() -> int:
             f"{args.poll_seconds} s{' (client_env passed)' if extra_env else ''} ...",
             flush=True,
         )
-        result, stderr = run_create(props, args.poll_seconds, not args.no_tracemalloc, dict(extra_env))
-        if args.show_stderr or result.get("error"):
+        run, stderr = run_create(props, args.poll_seconds, not args.no_tracemalloc, dict(extra_env))
+        if args.show_stderr or run.error:
             print("--- provider stderr ---\n" + stderr[-6000:], flush=True)
         with proxy.lock:
             records = list(proxy.records)
-        summary = summarize(records, result, args.lines, args.poll_seconds, time.monotonic() - started)
+        summary = summarize(records, run, args.lines, args.poll_seconds, time.monotonic() - started)
         print_report(summary, records)
-        return 0 if summary["status"] == "SUCCEEDED" else 1
+        return 0 if summary.status == "SUCCEEDED" else 1
     finally:
         if proxy is not None:
             proxy.shutdown()
