@@ -31,6 +31,7 @@ from domain.perf.hbm_estimate import (
     load_points,
     max_error_gib,
 )
+from domain.perf.published_recipes import Compiled
 from trainer.fit_check import FitResult, libtpu_flags, run_fit_check
 
 DIGITS = 3  # GiB to the MiB: finer than the estimate's error by three orders of magnitude
@@ -78,26 +79,29 @@ def main() -> None:
     if args.report:
         report()
         return
-    data = json.loads(POINTS_FILE.read_text())
-    unknown = set(args.names) - {entry["name"] for entry in data["points"]}
+    data = json.loads(POINTS_FILE.read_text())  # the document each point's result is written into
+    points = load_points()
+    unknown = set(args.names) - {point.name for point in points}
     if unknown:
-        parser.error(f"no such point: {', '.join(sorted(unknown))}; points: {', '.join(p.name for p in load_points())}")
-    for entry, point in zip(data["points"], load_points(), strict=True):
+        parser.error(f"no such point: {', '.join(sorted(unknown))}; points: {', '.join(p.name for p in points)}")
+    for entry, point in zip(data["points"], points, strict=True):
         if args.names and point.name not in args.names:
             continue
         job = job_of(point)
         started = time.monotonic()
         result = run_fit_check(job, use_cache=not args.no_cache)
-        entry["compiled"] = sizes(result) | {
+        measured = sizes(result)
+        entry["compiled"] = measured | {
             "libtpu_init_args": libtpu_flags(job),
             "maxtext": pinned("maxtext"),
             "jax": pinned("jax"),
             "libtpu": pinned("libtpu"),
         }
+        # As load_points will read them: rounded to DIGITS.
+        argument, total = Compiled.from_json(measured).sizes_gib()
         print(
-            f"{point.name}: {'fits' if result.fits else 'does not fit'}, arguments {entry['compiled']['argument_gib']} "
-            f"+ temporaries {entry['compiled']['total_gib'] - entry['compiled']['argument_gib']:.3f} = total "
-            f"{entry['compiled']['total_gib']} GiB, {time.monotonic() - started:.0f} s",
+            f"{point.name}: {'fits' if result.fits else 'does not fit'}, arguments {argument} "
+            f"+ temporaries {total - argument:.3f} = total {total} GiB, {time.monotonic() - started:.0f} s",
             flush=True,
         )
         POINTS_FILE.write_text(json.dumps(data, indent=1) + "\n")  # after each point: a long run keeps what it measured
