@@ -31,8 +31,8 @@ def _engine_keys() -> set[str]:
 
 
 def raw_config(cls: type) -> tuple[dict[str, Any], frozenset[str]]:
-    """`cls`'s settings as the engine has them (text), keyed as `domain.setting.read` takes
-    them, plus the project's keys `cls` does not declare; and the keys set as secrets."""
+    """`cls`'s settings as the engine has them (text), keyed as `domain.config.raw_config.read`
+    takes them, plus the project's keys `cls` does not declare; and the keys set as secrets."""
     prefix = f"{pulumi.get_project()}:"
     config = pulumi.Config()
     names = {key[len(prefix) :] for key in _engine_keys() if key.startswith(prefix)}

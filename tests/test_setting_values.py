@@ -13,9 +13,10 @@ import pytest
 
 from domain.config import settings as infra_parser
 from domain.config import workload_settings as workloads_parser
+from domain.config.raw_config import read
 from domain.config.settings import SettingsError
 from domain.config.workload_settings import WorkloadSettingsError
-from domain.setting import read, settings_of
+from domain.setting import settings_of
 from domain.stack_settings import StackSettings
 from domain.workload_settings import WorkloadSettings
 from tests.support.cli_settings import infra_settings, workload_settings

@@ -4,8 +4,8 @@ import dataclasses
 
 import pytest
 
+from domain.config.raw_config import read
 from domain.config.settings import PartialStackSettings, SettingsError, settings_cost
-from domain.setting import read
 from domain.stack_settings import MAX_SLICES, StackSettings
 from domain.tpu.tpu_catalog import accelerator
 from tests.support.cli_settings import infra_settings

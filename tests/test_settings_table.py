@@ -11,8 +11,9 @@ from typing import Any
 import pulumi
 import pytest
 
+from domain.config.raw_config import read
 from domain.config.settings import SettingsError, parse_settings
-from domain.setting import SECRET, markdown_table, pulumi_yaml_config, read, setting, settings_of
+from domain.setting import SECRET, markdown_table, pulumi_yaml_config, setting, settings_of
 from domain.stack_settings import StackSettings
 from domain.workload_settings import WorkloadSettings
 from stack_config import raw_config

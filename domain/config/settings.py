@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping, Set
 from typing import Any
 
+from domain.config.raw_config import read
 from domain.config.stack_value_rules import (
     cluster_derived_problems,
     derived_problem,
@@ -29,7 +30,7 @@ from domain.gcp.images import (
 )
 from domain.perf.capacity import StackCost, price_problem, stack_cost
 from domain.problems import ProblemsError
-from domain.setting import Field, Partial, Reading, read
+from domain.setting import Field, Partial, Reading
 from domain.stack_settings import StackSettings
 from domain.tpu.capacity_choices import FLEX_START, RESERVATION, SPOT
 from domain.tpu.tpu_catalog import (

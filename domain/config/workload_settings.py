@@ -17,9 +17,10 @@ from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
 
+from domain.config.raw_config import read
 from domain.config.runtime_env_rules import installs, libtpu_problems, platform_problems, runtime_env_problems
 from domain.problems import ProblemsError
-from domain.setting import Field, Partial, Reading, Setting, as_boolean, read, settings_of, shown
+from domain.setting import Field, Partial, Reading, Setting, as_boolean, settings_of, shown
 from domain.training import maxtext_config
 from domain.training.dataset import DATA_KEYS, SHIPPED_TOKENIZERS, file_type, tokenizer_type
 from domain.training.job import preset_names
