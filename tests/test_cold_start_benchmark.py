@@ -34,9 +34,9 @@ def phases(compile_seconds: float | None, cache: CacheResult | None, restore: fl
     )
 
 
-def _summed(starts: tuple[StartPhases, ...], phases: tuple[Phase, ...] = PHASES) -> float:
+def _summed(starts: tuple[StartPhases, ...], which: tuple[Phase, ...] = PHASES) -> float:
     """The seconds of these groups' phases, added up (a phase the log does not give as none)."""
-    return round(sum(start.seconds(phase) or 0.0 for start in starts for phase in phases), 1)
+    return round(sum(start.seconds(phase) or 0.0 for start in starts for phase in which), 1)
 
 
 def job_result(*starts: StartPhases) -> JobResult:
