@@ -1,10 +1,11 @@
 """What the RayJob is given for a resolved job, the same for `pulumi up` and the local smoke run:
-its inputs, and the fit check, deadline warning and cost estimate exported beside them."""
+its inputs, and the fit check, deadline warning and cost estimate exported beside them (`plan`)."""
 
 from __future__ import annotations
 
 import importlib.util
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -136,6 +137,38 @@ def fit_check_result(job: JobSpec, settings: WorkloadSettings) -> FitResult | No
     return result
 
 
+@dataclass(frozen=True)
+class JobPlan:
+    """A resolved job as the RayJob is given it: the job, the RayJob's JOB_INPUTS and the
+    estimate exported beside them."""
+
+    job: JobSpec
+    inputs: dict[str, Any]
+    cost: CostEstimate
+
+
+def plan(
+    job: JobSpec,
+    settings: WorkloadSettings,
+    *,
+    price_per_chip_hour: float | None,
+    cost_basis: str | None = None,
+    warn: Callable[[str], None],
+) -> JobPlan:
+    """The RayJob's inputs for a resolved job and its estimate, from the fit check of exactly its
+    configuration (read once). Raises JobError for a missing trainer program or a fitCheckResult
+    of another configuration; passes a deadline the prediction outlasts to `warn`."""
+    inputs = ray_job_inputs(job, settings)
+    fit_check = fit_check_result(job, settings) if job.use_tpu else None
+    cost = cost_estimate(
+        job, fit_check, assumed_mfu=settings.assumed_mfu, price_per_chip_hour=price_per_chip_hour, cost_basis=cost_basis
+    )
+    warning = deadline_warning(cost, job.total_steps, settings.timeout_seconds)
+    if warning is not None:
+        warn(warning)
+    return JobPlan(job, inputs, cost)
+
+
 def deadline_warning(estimate: CostEstimate, steps: int | None, timeout_seconds: int) -> str | None:
     """The run the estimate predicts against timeoutSeconds: a job predicted to outlast its
     deadline would be stopped there. The estimate has an error band, so this is a warning."""
@@ -159,28 +192,32 @@ def deadline_warning(estimate: CostEstimate, steps: int | None, timeout_seconds:
 
 
 def cost_estimate(
-    job: JobSpec, settings: WorkloadSettings, price_per_chip_hour: float | None, cost_basis: str | None = None
+    job: JobSpec,
+    fit_check: FitResult | None,
+    *,
+    assumed_mfu: float,
+    price_per_chip_hour: float | None,
+    cost_basis: str | None = None,
 ) -> CostEstimate:
     """What the job should cost: its steps x an estimated step time, at the chips' hourly price
     (None when the infra stack has none: `cost_basis`, its costBasis output, says why).
-    The step time is the fit check's prediction for this exact configuration when there is one
-    (estimateSource `prediction`), else model FLOPs per step over what the chips deliver at the
+    The step time is `fit_check`'s prediction (the fit check of this exact configuration, when there
+    is one: estimateSource `prediction`), else model FLOPs per step over what the chips deliver at the
     assumed MFU (`assumedMfu`). The FLOPs (and the prediction's MFU) are MaxText's count for the
     configuration (flopsSource `maxtext`; domain/perf/capacity.py names the fallback). None for CPU
     jobs."""
     if not job.use_tpu or job.total_steps is None:
         return CostEstimate()
     flops = model_flops(job)
-    result = fit_check_result(job, settings)
-    if result is not None:
-        result = counted_by_maxtext(job, result)  # a result file recorded with another count
+    # A result file recorded with another count is counted again.
+    result = counted_by_maxtext(job, fit_check) if fit_check is not None else None
     prediction = result.prediction if result is not None else None
     estimate = job_cost(
         flops_per_step=flops.per_step,
         steps=job.total_steps,
         chips=flops.chips,
         peak_tflops_per_chip=accelerator_by_ray_type(job.accelerator_type or "").peak_bf16_tflops_per_chip,
-        assumed_mfu=settings.assumed_mfu,
+        assumed_mfu=assumed_mfu,
         price_per_chip_hour_usd=price_per_chip_hour or 0.0,
         step_seconds=prediction.step_seconds if prediction else None,
     )
@@ -194,7 +231,7 @@ def cost_estimate(
         flops_per_step=flops.per_step,
         flops_source=flops.source,
         estimate_source=PREDICTION if prediction else ASSUMED_MFU,
-        assumed_mfu=None if prediction else settings.assumed_mfu,
+        assumed_mfu=None if prediction else assumed_mfu,
         predicted_mfu=round(prediction.mfu, 4) if prediction else None,
         estimated_step_seconds=round(estimate.step_seconds or 0, 3),
         estimated_job_hours=round(estimate.job_hours or 0, 3),

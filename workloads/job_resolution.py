@@ -141,7 +141,9 @@ def _settings_job(
     dataset_root: str = str(PROJECT_ROOT),
 ) -> JobSpec:
     """The job the stack's settings describe on its target (slices and topology: the preset's
-    when None), checked by MaxText."""
+    when None), once MaxText's own config layer has accepted it on the job's device target (see
+    domain/perf/maxtext_check.py: cached, so only a new configuration waits for MaxText). Raises
+    JobError with MaxText's reasons otherwise, or when MaxText could not be asked."""
     job = resolve_job(
         preset,
         run_name=settings.run_name_for(preset),
@@ -156,13 +158,6 @@ def _settings_job(
         dataset=settings.dataset(dataset_root),
         compile_cache=settings.compile_cache,
     )
-    return checked_by_maxtext(job, settings)
-
-
-def checked_by_maxtext(job: JobSpec, settings: WorkloadSettings) -> JobSpec:
-    """`job`, once MaxText's own config layer has accepted it on the job's device target (see
-    domain/perf/maxtext_check.py: cached, so only a new configuration waits for MaxText). Raises
-    JobError with MaxText's reasons otherwise, or when MaxText could not be asked."""
     problems = maxtext_problems(
         job, settings.maxtext_overrides, secret=settings.is_secret(WorkloadSettings.maxtext_overrides)
     )

@@ -21,7 +21,7 @@ from domain.training.job import JobError, JobSpec
 from domain.workload_settings import WorkloadSettings
 from workloads import job_inputs, job_resolution
 from workloads.infra_outputs import OUTPUT_NAMES, gke_inputs, read_infra_outputs
-from workloads.job_inputs import COST_OUTPUTS, CostEstimate
+from workloads.job_inputs import COST_OUTPUTS, JobPlan
 from workloads.ray_job import RayJob, RayJobGuard
 from workloads.ray_job_migration import LEGACY_JOB_ID, legacy_submission_id
 from workloads.ray_job_record import JOB_INPUTS, submission_id
@@ -78,72 +78,65 @@ async def build(settings: WorkloadSettings) -> dict[str, Any]:
 
 async def _on_cluster(settings: WorkloadSettings, infra_stack: str, secret_job: bool) -> _Placed:
     """The job on the infra stack's cluster. Its outputs are known in previews too, so the job is
-    resolved and checked here, before anything is registered; unknown, that is left to the apply."""
+    resolved, planned and checked here, before anything is registered; unknown, that is left to
+    the apply."""
     infra = pulumi.StackReference(infra_stack)
     raw = pulumi.Output.all(**{name: infra.get_output(name) for name in OUTPUT_NAMES})
     values = await raw.future()
     known = _cluster_plan(settings, infra_stack, values) if values is not None else None
     if known is not None:
-        job_inputs.fit_check_result(known.job, settings)  # refuses another configuration's result
-        problems, warnings = job_resolution.bucket_data_check(known.job, known.cluster)
+        problems, warnings = job_resolution.bucket_data_check(known.plan.job, known.cluster)
         if problems:
             raise JobError(problems)
         for warning in warnings:
             pulumi.log.warn(warning)
-    plan = raw.apply(lambda values: known if known is not None else _cluster_plan(settings, infra_stack, values))
-    cluster = plan.apply(lambda planned: planned.cluster)
-    job, inputs = plan.apply(lambda planned: planned.job), plan.apply(lambda planned: planned.inputs)
+    planned = raw.apply(lambda values: known if known is not None else _cluster_plan(settings, infra_stack, values))
+    job = planned.apply(lambda cluster_plan: cluster_plan.plan.job)
+    inputs = planned.apply(lambda cluster_plan: cluster_plan.plan.inputs)
+    cost = planned.apply(lambda cluster_plan: cluster_plan.plan.cost.outputs())
     if secret_job:
-        job, inputs = pulumi.Output.secret(job), pulumi.Output.secret(inputs)
-    cost = pulumi.Output.all(job, cluster).apply(
-        lambda values: _warned_of_deadline(
-            job_inputs.cost_estimate(values[0], settings, values[1].price_per_chip_hour_usd, values[1].cost_basis),
-            values[0],
-            settings,
-        )
-    )
+        job, inputs, cost = pulumi.Output.secret(job), pulumi.Output.secret(inputs), pulumi.Output.secret(cost)
     return _Placed(
         job=job,
         inputs=inputs,
-        target={"gke": cluster.apply(gke_inputs)},
+        target={"gke": planned.apply(lambda cluster_plan: gke_inputs(cluster_plan.cluster))},
         cost=cost,
     )
 
 
 def _on_head(settings: WorkloadSettings, secret_job: bool) -> _Placed:
-    """The job on the Ray head at the stack's address, resolved and checked here."""
+    """The job on the Ray head at the stack's address, resolved, planned and checked here."""
     resolved = job_resolution.resolve_local(settings, warn=pulumi.log.warn)
-    built = job_inputs.ray_job_inputs(resolved, settings)  # refuses a missing trainer program
+    planned = job_inputs.plan(resolved, settings, price_per_chip_hour=0.0, warn=pulumi.log.warn)
     job = pulumi.Output.from_input(resolved)
     if secret_job:
         job = pulumi.Output.secret(job)
     return _Placed(
         job=job,
-        inputs=job.apply(lambda _: built),
+        inputs=job.apply(lambda _: planned.inputs),
         target={"address": pulumi.Output.from_input(settings.address)},
-        cost=pulumi.Output.from_input(job_inputs.cost_estimate(resolved, settings, 0.0).outputs()),
+        cost=pulumi.Output.from_input(planned.cost.outputs()),
     )
-
-
-def _warned_of_deadline(estimate: CostEstimate, job: JobSpec, settings: WorkloadSettings) -> dict[str, Any]:
-    """The estimate's outputs, after a warning at preview and update when it outlasts timeoutSeconds."""
-    warning = job_inputs.deadline_warning(estimate, job.total_steps, settings.timeout_seconds)
-    if warning is not None:
-        pulumi.log.warn(warning)
-    return estimate.outputs()
 
 
 @dataclass(frozen=True)
 class _ClusterPlan:
-    """The job on the infra stack's cluster: its outputs, the job resolved for them and the
-    RayJob's inputs (building them refuses a missing trainer program)."""
+    """The job planned for the infra stack's cluster, beside that cluster's outputs."""
 
     cluster: ClusterOutputs
-    job: JobSpec
-    inputs: dict[str, Any]
+    plan: JobPlan
 
 
 def _cluster_plan(settings: WorkloadSettings, infra_stack: str, values: dict[str, Any]) -> _ClusterPlan:
     cluster = read_infra_outputs(infra_stack, values)
     job = job_resolution.resolve_for_cluster(settings, cluster)
-    return _ClusterPlan(cluster, job, job_inputs.ray_job_inputs(job, settings))
+    return _ClusterPlan(
+        cluster,
+        job_inputs.plan(
+            job,
+            settings,
+            price_per_chip_hour=cluster.price_per_chip_hour_usd,
+            cost_basis=cluster.cost_basis,
+            warn=pulumi.log.warn,
+        ),
+    )
