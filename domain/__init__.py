@@ -6,7 +6,9 @@ tests/test_domain_layers.py), low to high: `tpu/` (the TPU catalog, how capacity
 `problems.py` and `stack_identity.py`; `ray/`'s and `gcp/`'s rules and names (Ray's version, the
 head's size; Google Cloud's names, GKE's versions); `training/` (a job, its presets, MaxText's
 configuration, the job's log); `stack_settings.py` and `workload_settings.py` (the stacks'
-settings records); the builders that take the infra stack's (`gcp/gcp_resources.py`,
-`gcp/worker_image.py`, `ray/kuberay.py`, `ray/preemption.py`); `perf/` (memory, FLOPs, cost,
-MaxText's config check and the speed model); `config/` (reading the stacks' settings, their checks of several settings, and outputs).
+settings records); `ray/preemption.py` (the preemption timings, some derived from the infra
+stack's record); `resources/`, the builders that take the infra stack's record (the Google Cloud
+resources' arguments, the worker image's build, the RayCluster); `perf/` (memory, FLOPs, cost,
+MaxText's config check and the speed model); `config/` (reading the stacks' settings, their checks
+of several settings, and outputs).
 """

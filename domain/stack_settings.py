@@ -1,8 +1,8 @@
 """The infra stack's settings record: each setting declared once, as a field of `StackSettings`
 (see domain/setting.py), with its default, its rule for one value, and the properties derived from
-the fields. Builders of resources and manifests take it (domain/gcp/gcp_resources.py,
-domain/ray/kuberay.py); the checks of several settings together, which read perf/ and the job's
-own checks, sit above them (domain/config/settings.py, which reads a stack's config into this).
+the fields. The builders of what the stack creates take it (domain/resources/); the checks of
+several settings together, which read perf/ and the job's own checks, sit above them
+(domain/config/settings.py, which reads a stack's config into this).
 """
 
 from __future__ import annotations
@@ -120,8 +120,8 @@ def _own_service_account(value: str) -> str | None:
 
 
 # A dataset prefix becomes the dataset mount's `only-dir=PREFIX` option, in a comma-separated list of
-# mount options (domain/ray/kuberay.py): folder names of these characters only, so no prefix can
-# end the option or add another.
+# mount options (domain/resources/kuberay.py): folder names of these characters only, so no prefix
+# can end the option or add another.
 _PREFIX_CHARACTER = re.compile(r"[A-Za-z0-9._-]")
 DATASET_PREFIX_MAX = 1024  # bytes: Cloud Storage's longest object name
 DATASET_PREFIX_RULE = (
@@ -129,7 +129,7 @@ DATASET_PREFIX_RULE = (
     "end (for example corpora/web-v1)"
 )
 # The dataset's file cache is a RAM disk on each TPU host, beside the worker's own memory
-# (domain/ray/kuberay.py): at most this much of it.
+# (domain/resources/kuberay.py): at most this much of it.
 DATASET_FILE_CACHE_MAX_MIB = 262144
 
 

@@ -14,7 +14,7 @@ from domain.compile_cache import compile_cache_dir
 from domain.config.settings import image_streaming_note, settings_cost
 from domain.config.stack_outputs import ExportedOutputs, InfraOutputs, exported
 from domain.paths import PROJECT_ROOT
-from domain.ray import kuberay
+from domain.resources import kuberay
 from domain.stack_settings import StackSettings
 from infra.components.apis import ProjectApis, ProjectApisArgs
 from infra.components.cluster import GkeCluster, GkeClusterArgs

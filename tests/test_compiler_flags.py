@@ -9,8 +9,9 @@ import dataclasses
 import pytest
 
 from domain.perf import fit_results
-from domain.ray import compiler_flags, kuberay
+from domain.ray import compiler_flags
 from domain.ray.compiler_flags import CompilerFlags, added_to_workers, job_flags, worker_flags
+from domain.resources import kuberay
 from domain.tpu.tpu_catalog import ACCELERATORS, Accelerator
 from domain.training.job import JobError, resolve_job
 from tests.support.cli_settings import infra_settings

@@ -15,7 +15,7 @@ from domain.perf.hlo_profile import StepProfile
 from domain.perf.published_recipes import OUT_PROJ_RECOMPUTED, RECIPES_FILE, published_runs
 from domain.perf.speed_anchors import SPEED_MODELS
 from domain.perf.step_time import raw_step_seconds
-from domain.ray import kuberay
+from domain.resources import kuberay
 from domain.tpu.tpu_catalog import ACCELERATORS
 from domain.training.job import resolve_job
 from domain.training.presets import PRESETS, PROCEDURE_OVERRIDES

@@ -27,8 +27,8 @@ from typing import Any
 
 import pytest
 
-from domain.gcp import gcp_resources
-from domain.gcp.gcp_resources import REQUIRED_APIS
+from domain.resources import gcp_resources
+from domain.resources.gcp_resources import REQUIRED_APIS
 from tests.support.cli_settings import infra_settings
 from tests.support.fake_container_api import gcloud_node_pool_create, gcloud_path
 

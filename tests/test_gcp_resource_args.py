@@ -4,7 +4,7 @@ import pulumi_gcp as gcp
 import pytest
 
 from domain.compile_cache import COMPILE_CACHE_PREFIX
-from domain.gcp import gcp_resources, worker_image
+from domain.resources import gcp_resources, worker_image
 from tests.support.cli_settings import infra_settings
 from tests.support.typed_args import to_typed_args
 

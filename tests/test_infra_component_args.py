@@ -10,8 +10,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 
-from domain.gcp import gcp_resources, worker_image
-from domain.ray import kuberay
+from domain.resources import gcp_resources, kuberay, worker_image
 from infra.components.apis import ProjectApis, ProjectApisArgs
 from infra.components.cluster import GkeCluster, GkeClusterArgs
 from infra.components.kuberay import KubeRayArgs

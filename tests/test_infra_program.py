@@ -11,7 +11,7 @@ import pytest
 from domain.config import settings as settings_module
 from domain.config.settings import SettingsError
 from domain.config.stack_outputs import STACK_OUTPUTS
-from domain.ray import kuberay
+from domain.resources import kuberay
 from infra.config import read_settings
 from infra.program import build
 from tests.support.infra_program import run_infra
@@ -608,7 +608,8 @@ def test_a_capacity_without_a_price_exports_no_dollar_figure():
 
 # What decides how a TPU pool's nodes come and go, by capacity choice (the rest of each pool is
 # the procedure's, above). A held slice has its count; a scaling one GKE autoscaling from 0 to the
-# slice's 4 VMs; flex-start adds what GKE requires of it (domain/gcp/gcp_resources.py cites it).
+# slice's 4 VMs; flex-start adds what GKE requires of it (domain/resources/gcp_resources.py cites
+# it).
 HELD = {"nodeCount": 4}
 SCALING = {"autoscaling": {"totalMinNodeCount": 0, "totalMaxNodeCount": 4}}
 REPAIRED = {"management": {"autoRepair": True, "autoUpgrade": True}}

@@ -11,7 +11,8 @@ import yaml
 from domain.compile_cache import COMPILE_CACHE_ENV, COMPILE_CACHE_PREFIX
 from domain.config import settings as settings_module
 from domain.paths import PROJECT_ROOT
-from domain.ray import kuberay, ray_head
+from domain.ray import ray_head
+from domain.resources import kuberay
 from domain.stack_settings import StackSettings
 from domain.tpu import tpu_catalog
 from domain.tpu.tpu_catalog import ACCELERATORS

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from domain.ray import kuberay
 from domain.ray.ray_version import RAY_VERSION
+from domain.resources import kuberay
 
 
 @pytest.mark.parametrize(

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from domain.config.settings import SettingsError
-from domain.gcp import gcp_resources, worker_image
 from domain.ray.ray_version import RAY_VERSION
+from domain.resources import gcp_resources, worker_image
 from infra.program import PROJECT_ROOT
 from tests.support.cli_settings import infra_settings
 from tests.support.infra_program import run_infra
@@ -120,7 +120,7 @@ def test_a_missing_dockerfile_is_named(tree):
 
 def test_the_repository_holds_every_image_source():
     sources = worker_image.image_sources(PROJECT_ROOT)
-    assert {"trainer/Dockerfile", "requirements-trainer.txt", "domain/gcp/worker_image.py"} <= set(sources)
+    assert {"trainer/Dockerfile", "requirements-trainer.txt", "domain/resources/worker_image.py"} <= set(sources)
     assert re.fullmatch(r"[0-9a-f]{16}", worker_image.content_tag(PROJECT_ROOT))
 
 

@@ -28,7 +28,7 @@ import typing
 from collections.abc import Awaitable
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
-from domain.ray.kuberay import RAY_AUTH_TOKEN_KEY
+from domain.resources.kuberay import RAY_AUTH_TOKEN_KEY
 from domain.setting import camel_case
 
 Kind = Literal["string", "integer", "number", "array", "object"]

@@ -26,7 +26,7 @@ def key(field: Field[Any]) -> str:
     return field.setting.key
 
 
-# The label that records the stack on the cluster (domain/gcp/gcp_resources.py).
+# The label that records the stack on the cluster (domain/resources/gcp_resources.py).
 STACK_LABEL = "maxtext-tpu-stack"
 
 

@@ -1,1 +1,1 @@
-"""Google Cloud and GKE: the infra stack's resource arguments, naming rules, DCN address plans, machine types, images and the worker image build."""
+"""Google Cloud and GKE: naming rules, GKE's versions and allocatable shares, DCN address plans, machine types, images and the kubeconfig."""

@@ -1,6 +1,7 @@
 """Names the infra program derives from settings, in one place: the resource arguments
-(`domain/gcp/gcp_resources.py`, `domain/gcp/worker_image.py`) build them with these functions, and the
-settings check (`domain/config/settings.py`) validates exactly what will be created.
+(`domain/resources/gcp_resources.py`, `domain/resources/worker_image.py`) build them with these
+functions, and the settings check (`domain/config/settings.py`) validates exactly what will be
+created.
 
 Pure and free of `domain.config.settings` (which imports this module), so they take plain values.
 """

@@ -1,1 +1,1 @@
-"""The Ray cluster: KubeRay manifests, the head's needs, the one Ray version, slices queueing, Spot preemption timings."""
+"""The Ray cluster: the head's needs, the one Ray version, the compiler flags, slices queueing, Spot preemption timings."""

@@ -1,5 +1,5 @@
 """What the Ray head pod asks of its node: declared once, for the RayCluster manifest
-(domain/ray/kuberay.py) and for the check that the head's machine type can hold it
+(domain/resources/kuberay.py) and for the check that the head's machine type can hold it
 (domain/config/settings.py). A leaf module, so both can import it."""
 
 from __future__ import annotations

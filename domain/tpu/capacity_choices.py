@@ -2,7 +2,7 @@
 
 A stack lists them in order of preference (`capacity`). A Standard cluster's node pools have one
 provisioning model each, so it takes exactly one; an Autopilot ComputeClass tries its priorities
-in order, so it takes a fallback order (domain/ray/kuberay.py builds one priority per choice).
+in order, so it takes a fallback order (domain/resources/kuberay.py builds one priority per choice).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """GKE's names for TPU nodes: the node labels and the extended resource, as GKE sets them. The
-manifests select and request by them (domain/ray/kuberay.py, domain/gcp/gcp_resources.py) and the
-policies read them back (policies/rules/)."""
+manifests select and request by them (domain/resources/kuberay.py,
+domain/resources/gcp_resources.py) and the policies read them back (policies/rules/)."""
 
 TPU_RESOURCE = "google.com/tpu"
 TPU_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"

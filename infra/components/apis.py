@@ -9,14 +9,14 @@ from typing import Any
 import pulumi
 import pulumi_gcp as gcp
 
-from domain.gcp import gcp_resources
+from domain.resources import gcp_resources
 from domain.stack_settings import StackSettings
 from infra.components import child_options
 
 
 @dataclass(frozen=True)
 class ProjectApisArgs:
-    # One `gcp.projects.Service`'s arguments per API, as domain/gcp/gcp_resources.py builds them.
+    # One `gcp.projects.Service`'s arguments per API, as domain/resources/gcp_resources.py builds them.
     services: tuple[Mapping[str, Any], ...]
 
     @classmethod

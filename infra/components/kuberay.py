@@ -1,5 +1,5 @@
 """The Ray cluster on GKE: waits for the Ray operator's CRD, then creates the DRANET claim
-template and the RayCluster built by `domain.ray.kuberay`."""
+template and the RayCluster built by `domain.resources.kuberay`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from domain.ray import kuberay
+from domain.resources import kuberay
 from domain.stack_settings import StackSettings
 from infra.components import child_options, manifest_resource
 from infra.crd_wait import CrdEstablished

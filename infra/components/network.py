@@ -10,7 +10,7 @@ from typing import Any
 import pulumi
 import pulumi_gcp as gcp
 
-from domain.gcp import gcp_resources
+from domain.resources import gcp_resources
 from domain.stack_settings import StackSettings
 from infra.components import child_options
 

@@ -13,7 +13,7 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from domain.gcp import gcp_resources
+from domain.resources import gcp_resources
 from domain.stack_settings import StackSettings
 from infra.components import child_options
 

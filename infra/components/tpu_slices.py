@@ -12,8 +12,7 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from domain.gcp import gcp_resources
-from domain.ray import kuberay
+from domain.resources import gcp_resources, kuberay
 from domain.stack_settings import StackSettings
 from infra.components import child_options, manifest_resource
 
@@ -29,7 +28,8 @@ class TpuPoolArgs:
 class TpuSlicesArgs:
     # One per slice on Standard; none on Autopilot.
     pools: tuple[TpuPoolArgs, ...]
-    # Autopilot's ComputeClass manifest, exactly when the worker pods select it (domain/ray/kuberay.py).
+    # Autopilot's ComputeClass manifest, exactly when the worker pods select it
+    # (domain/resources/kuberay.py).
     compute_class: Mapping[str, Any] | None
     kubernetes: k8s.Provider
 

@@ -16,7 +16,7 @@ import pulumi
 import pulumi_command as command
 import pulumi_gcp as gcp
 
-from domain.gcp import worker_image
+from domain.resources import worker_image
 from domain.stack_settings import StackSettings
 from infra.components import child_options
 

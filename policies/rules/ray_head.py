@@ -10,7 +10,7 @@ from typing import Any
 
 from pulumi_policy import EnforcementLevel, ReportViolation, ResourceValidationArgs
 
-from domain.ray.kuberay import MIN_RAY_VERSION_FOR_TOKEN_AUTH
+from domain.resources.kuberay import MIN_RAY_VERSION_FOR_TOKEN_AUTH
 from domain.tpu.gke_labels import FLEX_START_LABEL, SPOT_LABEL
 from policies.rules.common import K8S_SERVICE, at, described, known, on, plain
 from policies.rules.declare import Rules

@@ -17,7 +17,7 @@ from typing import Any
 
 from pulumi_policy import EnforcementLevel, ReportViolation, ResourceValidationArgs
 
-from domain.ray.kuberay import AUTOSCALER_VERSION, DATASET_MOUNT, GCS_FUSE_DRIVER
+from domain.resources.kuberay import AUTOSCALER_VERSION, DATASET_MOUNT, GCS_FUSE_DRIVER
 from policies.rules.common import (
     UNKNOWN,
     at,

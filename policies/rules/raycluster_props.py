@@ -1,8 +1,8 @@
-"""What a RayCluster's props say (KubeRay `ray.io/v1`, as in domain/ray/kuberay.py), read once for
-every rule that looks at one: its pod templates and their containers, how many slices a TPU worker
-group gives a job, the buckets it reads data from and where it keeps the compilation cache. No rule
-is declared here: the rules on the cluster are in `raycluster`, `ray_head` and `raycluster_pools`,
-and `storage` and `stack` read clusters through this module too.
+"""What a RayCluster's props say (KubeRay `ray.io/v1`, as in domain/resources/kuberay.py), read
+once for every rule that looks at one: its pod templates and their containers, how many slices a
+TPU worker group gives a job, the buckets it reads data from and where it keeps the compilation
+cache. No rule is declared here: the rules on the cluster are in `raycluster`, `ray_head` and
+`raycluster_pools`, and `storage` and `stack` read clusters through this module too.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 from pulumi_policy import ResourceValidationArgs
 
 from domain.compile_cache import COMPILE_CACHE_ENV
-from domain.ray.kuberay import DATASET_MOUNT, GCS_FUSE_DRIVER
+from domain.resources.kuberay import DATASET_MOUNT, GCS_FUSE_DRIVER
 from policies.rules.common import RAY_CLUSTER, UNKNOWN, at, described, known, plain, whole_number
 
 

@@ -20,7 +20,7 @@ from pulumi_policy import (
     StackValidationArgs,
 )
 
-from domain.gcp.gcp_resources import DATASET_ROLE
+from domain.resources.gcp_resources import DATASET_ROLE
 from policies.rules.common import (
     BUCKET,
     RAY_CLUSTER,

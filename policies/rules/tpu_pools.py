@@ -3,7 +3,7 @@
 A multi-host slice only becomes usable when every VM of its topology is there, placed together
 and wired to the DCN networks; anything less is billed by the chip-hour and trains nothing. A pool
 either holds its slice (a node count) or scales it as one unit through GKE's autoscaling, from 0
-to every VM (domain/gcp/gcp_resources.py); a flex-start pool is built as GKE requires of it.
+to every VM (domain/resources/gcp_resources.py); a flex-start pool is built as GKE requires of it.
 """
 
 from __future__ import annotations
@@ -16,7 +16,11 @@ from pulumi_policy import (
     ResourceValidationArgs,
 )
 
-from domain.gcp.gcp_resources import DRANET_NODE_LABEL, FLEX_START_LOCATION_POLICY, FLEX_START_RESERVATION_AFFINITY
+from domain.resources.gcp_resources import (
+    DRANET_NODE_LABEL,
+    FLEX_START_LOCATION_POLICY,
+    FLEX_START_RESERVATION_AFFINITY,
+)
 from policies.rules.common import (
     NODE_POOL,
     UNKNOWN,
@@ -226,8 +230,8 @@ def flex_start(
     props: dict[str, Any], _: PoolSlice, label: str, args: ResourceValidationArgs, report_violation: ReportViolation
 ) -> None:
     """A flex-start pool as GKE builds one: its nodes come only through the cluster autoscaler,
-    from any zone with capacity, never from a reservation and never Spot, and are not
-    auto-repaired (GKE's flex-start documentation and xpk, cited in domain/gcp/gcp_resources.py)."""
+    from any zone with capacity, never from a reservation and never Spot, and are not auto-repaired
+    (GKE's flex-start documentation and xpk, cited in domain/resources/gcp_resources.py)."""
     if at(props, "nodeConfig", "flexStart") is not True:
         return
     fix = "Build the pool from the stack's capacity = flex-start setting, or set "

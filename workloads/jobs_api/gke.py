@@ -12,7 +12,7 @@ import base64
 import os
 from typing import Any
 
-from domain.ray.kuberay import RAY_AUTH_TOKEN_KEY
+from domain.resources.kuberay import RAY_AUTH_TOKEN_KEY
 from workloads.jobs_api.errors import REQUEST_TIMEOUT_SECONDS, ErrorKind, JobsApiError, first_line, kind_of_status
 from workloads.jobs_api.gke_access import CaBundle, GkeTarget, bearer_token, kube_configuration, operator_session
 from workloads.jobs_api.target import ClusterCheck
