@@ -86,6 +86,10 @@ def job_for(work, corpus: str, packing: bool, truncation: bool) -> JobSpec:
             "max_target_length": SEQUENCE,
             "per_device_batch_size": BATCH,
             "use_truncation": str(truncation).lower(),
+            # Read in this process: a Grain worker process per case cost 23 s of the test's 34, and
+            # one such read hung past its 600 s timeout in a loaded CI run. The counts are the same
+            # with the job's one worker (compared once: the same steps, tokens and sequences).
+            "grain_worker_count": "0",
             "vocab_size": SHIPPED_TOKENIZERS["llama3"].vocab_size,
         },
         dataset=Dataset(
