@@ -53,7 +53,7 @@ from workloads import job_resolution
 from workloads.jobs_api.errors import JobsApiError
 from workloads.local_ray import LocalRayError, LocalRayHead
 from workloads.ray_job import RayJobProvider
-from workloads.ray_job_record import JobResult, RayJobError
+from workloads.ray_job.record import JobResult, RayJobError
 from workloads.smoke import PROJECT, local_job_props, local_stack_config
 
 PRESET = "tiny-cpu"

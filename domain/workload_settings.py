@@ -20,7 +20,7 @@ from domain.training.dataset import DEFAULT_TOKENIZER, GRAIN, HUGGING_FACE, SHIP
 from domain.training.job import MAX_FAILURES, MAX_PREEMPTIONS, MIN_SLICES, PRESET, RUN_NAME, default_run_name
 from domain.training.presets import PRESETS
 
-# The job's two deadlines (workloads/job_wait.py enforces them): the wait for its slices, from the
+# The job's two deadlines (workloads/ray_job/wait.py enforces them): the wait for its slices, from the
 # job's start until its first worker group starts, and the run, from then until the job ends.
 QUEUE_TIMEOUT_SECONDS = 60 * 60
 # At least what a driver needs to start Ray Train and place a worker group on slices that are up;

@@ -13,7 +13,7 @@ from domain.compile_cache import COMPILE_CACHE_ENV, COMPILE_CACHE_PREFIX
 from domain.paths import INFRA_PROJECT, PROJECT_ROOT
 from tests.support.infra_program import run_infra
 from tests.support.pulumi_harness import ProgramRun, stack_config
-from workloads import job_wait
+from workloads.ray_job import wait as job_wait
 
 # What runs on a real Ray cluster or waits on the clock is `timed`: ./scripts/test runs it in the
 # foreground, and the rest beside it at a lower priority (docs/testing.md).

@@ -28,9 +28,10 @@ from ray.util.state import list_nodes, list_placement_groups
 from domain.training.job import resolve_job
 from tests.support.processes import process_start
 from tests.support.provider_run import ProviderRun
-from workloads import job_wait, ray_job_record
 from workloads.local_ray import HEAD_NODE_TYPE, LocalRayError, LocalRayHead, WorkerSlices
-from workloads.ray_job_record import WorkerGroup
+from workloads.ray_job import record as ray_job_record
+from workloads.ray_job import wait as job_wait
+from workloads.ray_job.record import WorkerGroup
 
 pytestmark = pytest.mark.timed  # reads the clock or waits on a deadline (tests/conftest.py)
 

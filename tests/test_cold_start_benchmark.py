@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks.cold_start import BenchmarkError, Row, Runs, checks, rows, table
 from domain.training.start_phases import PHASES, CacheResult, Phase, StartPhases
-from workloads.ray_job_record import JobRequest, JobResult
+from workloads.ray_job.record import JobRequest, JobResult
 from workloads.smoke import PROJECT
 
 # The job one of the benchmark's runs submits to its local head, as the provider records it.

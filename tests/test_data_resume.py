@@ -28,8 +28,8 @@ from domain.training.job import CPU_WORKER_ENV, JobSpec, resolve_job
 from tests.support.provider_run import ProviderRun
 from tests.support.trainer_logs import RESTORE_LINE, STEP_LINE, committed_steps, notice_saves, the_worker
 from trainer.replay_data import BATCH_PREFIX, TOKENS_PREFIX
-from workloads import job_wait
 from workloads.local_ray import LocalRayHead, LocalRayNode
+from workloads.ray_job import wait as job_wait
 
 pytestmark = pytest.mark.slow
 

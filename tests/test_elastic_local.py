@@ -27,8 +27,8 @@ from domain.training.job import resolve_job
 from domain.training.job_log import JobLog
 from tests.support.provider_run import ProviderRun
 from tests.support.trainer_logs import RESTORE_LINE, committed_steps, notice_saves
-from workloads import job_wait
 from workloads.local_ray import LocalRayHead, LocalRayNode
+from workloads.ray_job import wait as job_wait
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ from domain.training.job_log import JobLog, StepCollector
 from tests.support.fake_ray_head import FakeRayHead, good_events, steps_log, text
 from tests.support.ray_job_harness import inputs
 from workloads.ray_job import RayJobProvider
-from workloads.ray_job_record import RayJobError
+from workloads.ray_job.record import RayJobError
 
 pytestmark = pytest.mark.timed  # reads the clock or waits on a deadline (tests/conftest.py)
 

@@ -17,10 +17,12 @@ import pytest
 from domain.training.job_events import event_line
 from tests.support.fake_ray_head import FakeRayHead, good_events, steps_log, text
 from tests.support.ray_job_harness import STEP, inputs
-from workloads import job_wait, jobs_api, ray_job_record
+from workloads import jobs_api
 from workloads.jobs_api import JobsApi
 from workloads.ray_job import RayJobProvider
-from workloads.ray_job_record import RayJobError
+from workloads.ray_job import record as ray_job_record
+from workloads.ray_job import wait as job_wait
+from workloads.ray_job.record import RayJobError
 
 pytestmark = pytest.mark.timed  # reads the clock or waits on a deadline (tests/conftest.py)
 

@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 
 from tests.support.fake_jobs_api import FakeApiServer, FakeHttpServer, self_signed_certificate
-from workloads import job_wait
 from workloads.jobs_api import JobsApi
 from workloads.jobs_api.errors import ErrorKind, JobsApiError
 from workloads.jobs_api.gke import GKE_API_OVERRIDE_ENV
 from workloads.jobs_api.gke_access import GkeTarget
 from workloads.ray_job import RayJobGuardProvider, RayJobProvider
-from workloads.ray_job_record import RayJobError
+from workloads.ray_job import wait as job_wait
+from workloads.ray_job.record import RayJobError
 
 pytestmark = pytest.mark.timed  # reads the clock or waits on a deadline (tests/conftest.py)
 

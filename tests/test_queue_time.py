@@ -31,13 +31,13 @@ from tests.support.ray_job_harness import (
     timed_create,
     wait_for,
 )
-from workloads import job_wait
-from workloads.job_progress import ProgressReporter
-from workloads.job_wait import Deadlines, QueueWatch
 from workloads.jobs_api import JobsApi
 from workloads.jobs_api.errors import ErrorKind, JobsApiError
 from workloads.ray_job import RayJobProvider, submitted_runtime_env
-from workloads.ray_job_record import JobRequest, RayJobError, WorkerGroup, input_digests, submission_id
+from workloads.ray_job import wait as job_wait
+from workloads.ray_job.progress import ProgressReporter
+from workloads.ray_job.record import JobRequest, RayJobError, WorkerGroup, input_digests, submission_id
+from workloads.ray_job.wait import Deadlines, QueueWatch
 
 pytestmark = pytest.mark.timed  # reads the clock or waits on a deadline (tests/conftest.py)
 

@@ -28,13 +28,15 @@ from tests.support.ray_job_harness import (
     timed_create,
     wait_for,
 )
-from workloads import job_wait, jobs_api, ray_job_record, smoke
-from workloads.job_progress import ProgressReporter
+from workloads import jobs_api, smoke
 from workloads.jobs_api import JobsApi
 from workloads.jobs_api.errors import ErrorKind, JobsApiError, classify
 from workloads.local_ray import LocalRayHead, free_port
 from workloads.ray_job import RayJobGuardProvider, RayJobProvider
-from workloads.ray_job_record import RayJobError, submission_id
+from workloads.ray_job import record as ray_job_record
+from workloads.ray_job import wait as job_wait
+from workloads.ray_job.progress import ProgressReporter
+from workloads.ray_job.record import RayJobError, submission_id
 
 slow = pytest.mark.slow
 

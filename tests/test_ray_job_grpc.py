@@ -35,7 +35,7 @@ from tests.support.provider_plugin import (
     with_provider,
 )
 from workloads.ray_job import RayJobProvider
-from workloads.ray_job_record import submission_id
+from workloads.ray_job.record import submission_id
 
 pytestmark = pytest.mark.slow
 
@@ -78,7 +78,7 @@ def plugin(tmp_path_factory, local_ray_head) -> Iterator[tuple[provider_pb2_grpc
 
 def test_provider_is_pickled_by_reference():
     """By reference, state holds a module path and a class name, not the code: upgrading
-    workloads/ray_job.py takes effect in existing stacks."""
+    workloads/ray_job/__init__.py takes effect in existing stacks."""
     pickled = base64.b64decode(PROVIDER)
     assert b"workloads.ray_job" in pickled and b"RayJobProvider" in pickled
     assert len(pickled) < 300

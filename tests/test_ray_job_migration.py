@@ -1,4 +1,4 @@
-"""State written by earlier versions of the RayJob and its guard (workloads/ray_job_migration.py),
+"""State written by earlier versions of the RayJob and its guard (workloads/ray_job/migration.py),
 read as the same job: the first releases' submission ids and state, through the provider's
 methods, against a real Ray head on 127.0.0.1, and through the dynamic-provider plugin as the
 engine drives it. What the first releases wrote is in tests/support/ray_job_harness.py
@@ -36,9 +36,10 @@ from tests.support.ray_job_harness import (
     inputs,
     wait_for,
 )
-from workloads import ray_job_migration, ray_job_record
 from workloads.ray_job import RayJobGuardProvider, RayJobProvider
-from workloads.ray_job_record import RayJobError, submission_id
+from workloads.ray_job import migration as ray_job_migration
+from workloads.ray_job import record as ray_job_record
+from workloads.ray_job.record import RayJobError, submission_id
 
 slow = pytest.mark.slow
 

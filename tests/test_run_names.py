@@ -21,7 +21,7 @@ from tests.support.workloads_program import INFRA_OUTPUTS, INFRA_STACK, PROJECT,
 from workloads.config import read_settings
 from workloads.program import build
 from workloads.ray_job import RayJobGuardProvider, RayJobProvider
-from workloads.ray_job_record import input_digests
+from workloads.ray_job.record import input_digests
 
 GUARD = RAY_JOB_GUARD
 # The dev stack's job as the first releases named it (recorded in tests/test_workloads_refusals.py

@@ -21,7 +21,7 @@ from tests.support.fake_jobs_api import FakeHttpServer
 from tests.support.port_holder import PortHolder
 from tests.support.pulumi_harness import PROJECT_ROOT
 from workloads import smoke
-from workloads.ray_job_record import EXPORTED
+from workloads.ray_job.record import EXPORTED
 
 pytestmark = pytest.mark.timed  # reads the clock or waits on a deadline (tests/conftest.py)
 

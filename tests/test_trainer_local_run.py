@@ -16,7 +16,7 @@ from ray.job_submission import JobStatus, JobSubmissionClient
 from domain.training.job import JobSpec, resolve_job
 from tests.support.provider_run import ProviderRun
 from tests.support.trainer_logs import STEP_LINE, committed_steps, the_worker
-from workloads.ray_job_record import RayJobError
+from workloads.ray_job.record import RayJobError
 
 pytestmark = pytest.mark.slow
 

@@ -30,7 +30,7 @@ from tests.support.workloads_program import (
 from workloads.config import read_settings
 from workloads.job_inputs import COST_OUTPUTS
 from workloads.program import build
-from workloads.ray_job_record import EXPORTED, OUTPUTS, JobRequest, WorkerGroup
+from workloads.ray_job.record import EXPORTED, OUTPUTS, JobRequest, WorkerGroup
 
 
 def test_dev_stack_trains_on_the_infra_stack_cluster():
@@ -204,7 +204,7 @@ def test_the_guard_is_registered_before_the_job_and_names_its_submission_id():
     job = run.one(RAY_JOB)
     assert run.registrations.index(guard) < run.registrations.index(job)
     assert guard.urn in job.dependencies
-    from workloads.ray_job_record import submission_id
+    from workloads.ray_job.record import submission_id
 
     assert inputs["project"] == PROJECT and inputs["stack"] == "dev"
     assert guard.inputs["job_id"] == submission_id(inputs)
@@ -217,8 +217,8 @@ def test_the_job_id_names_the_organization_project_and_stack(monkeypatch, organi
     Under mocks the SDK's organization is None unless given; a real engine always gives one."""
     import pulumi
 
-    from workloads.ray_job_migration import legacy_submission_id
-    from workloads.ray_job_record import submission_id
+    from workloads.ray_job.migration import legacy_submission_id
+    from workloads.ray_job.record import submission_id
 
     monkeypatch.setattr(pulumi, "get_organization", lambda: organization)
     run, inputs = run_workloads("dev")
@@ -297,7 +297,7 @@ def test_the_infra_stack_cluster_id_and_token_secret_reach_the_job_target():
 
 def test_the_job_description_gives_exactly_the_job_inputs_the_resource_declares():
     from workloads import job_inputs, job_resolution
-    from workloads.ray_job_record import JOB_INPUTS
+    from workloads.ray_job.record import JOB_INPUTS
 
     settings = workload_settings({"address": "http://127.0.0.1:8265", "preset": "tiny-cpu"}, stack="local")
     assert set(job_inputs.ray_job_inputs(job_resolution.resolve_local(settings, warn=pytest.fail), settings)) == set(

@@ -36,8 +36,8 @@ from tests.support.refusals import (
     refused_by_workloads,
 )
 from tests.support.workloads_program import INFRA_OUTPUTS, INFRA_STACK, PROJECT, WORKLOADS_DIR, run_workloads
-from workloads.ray_job_migration import legacy_submission_id
-from workloads.ray_job_record import submission_id
+from workloads.ray_job.migration import legacy_submission_id
+from workloads.ray_job.record import submission_id
 
 WORKLOAD_SETTINGS = ", ".join(entry.key for entry in settings_of(WorkloadSettings) if entry.namespace is None)
 INSTALL_FIX = "remove it, or opt in with allowRuntimeInstall: true (pulumi config set allowRuntimeInstall true)"

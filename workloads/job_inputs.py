@@ -20,7 +20,7 @@ from domain.setting import camel_case
 from domain.tpu.tpu_catalog import accelerator_by_ray_type
 from domain.training.job import JobError, JobSpec
 from domain.workload_settings import WorkloadSettings
-from workloads.ray_job_record import JOB_INPUTS, JobRequest, WorkerGroup
+from workloads.ray_job.record import JOB_INPUTS, JobRequest, WorkerGroup
 
 
 def ray_job_inputs(job: JobSpec, settings: WorkloadSettings) -> dict[str, Any]:

@@ -23,8 +23,8 @@ from workloads import job_inputs, job_resolution
 from workloads.infra_outputs import OUTPUT_NAMES, gke_inputs, read_infra_outputs
 from workloads.job_inputs import COST_OUTPUTS, JobPlan
 from workloads.ray_job import RayJob, RayJobGuard
-from workloads.ray_job_migration import LEGACY_JOB_ID, legacy_submission_id
-from workloads.ray_job_record import JOB_INPUTS, submission_id
+from workloads.ray_job.migration import LEGACY_JOB_ID, legacy_submission_id
+from workloads.ray_job.record import JOB_INPUTS, submission_id
 
 
 @dataclass(frozen=True)

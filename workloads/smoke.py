@@ -41,7 +41,7 @@ from workloads.jobs_api.errors import ErrorKind, JobsApiError
 from workloads.jobs_api.local import AUTHENTICATION_MODE_PATH, authentication_mode_of, local_ray_token
 from workloads.local_ray import LocalRayError, LocalRayHead, port_holder
 from workloads.ray_job import RayJobProvider
-from workloads.ray_job_record import EXPORTED, JobResult, RayJobError
+from workloads.ray_job.record import EXPORTED, JobResult, RayJobError
 
 PROJECT = WORKLOADS_PROJECT
 LOCAL_STACK_FILE = Path(__file__).with_name("Pulumi.local.yaml")

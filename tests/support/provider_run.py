@@ -14,7 +14,7 @@ from domain.training.goodput import RunRecord
 from domain.training.job import JobSpec
 from domain.training.job_log import JobLog
 from workloads.ray_job import RayJobProvider
-from workloads.ray_job_record import submission_id
+from workloads.ray_job.record import submission_id
 
 
 class ProviderRun:

@@ -13,7 +13,7 @@ from ray.job_submission import JobSubmissionClient
 
 from tests.support.fake_jobs_api import FakeHttpServer
 from workloads.ray_job import RayJobProvider
-from workloads.ray_job_record import UPDATABLE
+from workloads.ray_job.record import UPDATABLE
 
 STEP = "completed step: {step}, seconds: 0.5, TFLOP/s/device: 2.0, Tokens/s/device: {tokens}, total_weights: 64, loss: {loss}"
 FAKE_TRAINER = (

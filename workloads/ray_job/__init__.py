@@ -9,9 +9,9 @@ Python dynamic providers run inside the engine's `pulumi-resource-pulumi-python`
 are pickled into state, by reference (these classes are importable and hold no client or
 credential): state holds the module path `workloads.ray_job` and the class name, and the plugin
 unpickles them from there for every stack written so far, so RayJobProvider and
-RayJobGuardProvider stay in this module. `custom_timeouts` never reach them (the job carries its
-own deadline), and Cancel is a no-op. The engine streams that plugin's stderr to the user as info
-lines, which is where progress goes.
+RayJobGuardProvider stay in this package's own module. `custom_timeouts` never reach them (the
+job carries its own deadline), and Cancel is a no-op. The engine streams that plugin's stderr to
+the user as info lines, which is where progress goes.
 """
 
 from __future__ import annotations
@@ -36,20 +36,18 @@ from domain.ray.queueing import WORKER_GROUP_START_TIMEOUT_ENV
 from domain.ray.resource_types import MODULE, RAY_JOB_GUARD_NAME, RAY_JOB_NAME
 from domain.setting import camel_case
 from domain.training.job_log import StepCollector, tensorboard_directory
-from workloads import ray_job_guard
-from workloads.job_progress import ProgressReporter, read_tail, read_whole_log, shown
-from workloads.job_teardown import stop_and_confirm, teardown
-from workloads.job_wait import Deadlines, RunClock, until_ended
 from workloads.jobs_api import JobsApi
 from workloads.jobs_api.errors import ErrorKind, JobsApiError
-from workloads.ray_job_migration import (
+from workloads.ray_job import guard
+from workloads.ray_job.migration import (
     LEGACY_JOB_ID,
     identity_unrecorded,
     legacy_run,
     undigested_change,
     updatable_unrecorded,
 )
-from workloads.ray_job_record import (
+from workloads.ray_job.progress import ProgressReporter, read_tail, read_whole_log, shown
+from workloads.ray_job.record import (
     EXPORTED,
     IDENTITY,
     INPUTS,
@@ -64,6 +62,8 @@ from workloads.ray_job_record import (
     latest_attempt,
     next_attempt,
 )
+from workloads.ray_job.teardown import stop_and_confirm, teardown
+from workloads.ray_job.wait import Deadlines, RunClock, until_ended
 
 # How long a submission retries a head whose job agent has not registered yet.
 AGENT_WAIT_SECONDS = 60.0
@@ -164,7 +164,7 @@ class RayJobProvider(ResourceProvider):
 
     # ------------------------------------------------------------------ helpers
 
-    # The wait for the job to end, within its deadlines (workloads/job_wait.py).
+    # The wait for the job to end, within its deadlines (workloads/ray_job/wait.py).
     _wait = staticmethod(until_ended)
 
     def _run(self, api: JobsApi, job_id: str, job: JobRequest) -> JobResult:
@@ -269,19 +269,19 @@ class RayJob(Resource, module=MODULE, name=RAY_JOB_NAME):
 
 class RayJobGuardProvider(ResourceProvider):
     """Holds a job's base submission id from before the submission; its delete stops every
-    attempt of that job that is still running (workloads/ray_job_guard.py)."""
+    attempt of that job that is still running (workloads/ray_job/guard.py)."""
 
     def create(self, props: dict[str, Any]) -> CreateResult:
-        return ray_job_guard.create(props)
+        return guard.create(props)
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
-        return ray_job_guard.diff(olds, news)
+        return guard.diff(olds, news)
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
-        return ray_job_guard.update(olds, news)
+        return guard.update(olds, news)
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
-        ray_job_guard.delete(props)
+        guard.delete(props)
 
 
 class RayJobGuard(Resource, module=MODULE, name=RAY_JOB_GUARD_NAME):

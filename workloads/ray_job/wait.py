@@ -4,7 +4,7 @@ While the job's first worker group has not started, the queue deadline counts fr
 (QueueWatch counts the slices that are up meanwhile); from then on, the run deadline counts from that
 group's start (see Deadlines). Both are measured by a RunClock, never by comparing the cluster's
 clock with this machine's, so an adopted job gets only the time it has left. A job past a deadline
-is stopped (workloads/job_teardown.py) and the wait raises saying why.
+is stopped (workloads/ray_job/teardown.py) and the wait raises saying why.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from typing import Any
 from domain.ray.queueing import Node, slices_up
 from domain.training.job_log import JobLog, StepCollector
 from domain.workload_settings import TIMEOUT_SECONDS
-from workloads.job_progress import PROGRESS_EVERY_SECONDS, ProgressReporter, read_tail, shown
-from workloads.job_teardown import stop_and_confirm
 from workloads.jobs_api import JobsApi
 from workloads.jobs_api.errors import LOST_CONTACT_KINDS, JobsApiError
-from workloads.ray_job_record import TERMINAL, JobRequest, RayJobError, WorkerGroup, iso
+from workloads.ray_job.progress import PROGRESS_EVERY_SECONDS, ProgressReporter, read_tail, shown
+from workloads.ray_job.record import TERMINAL, JobRequest, RayJobError, WorkerGroup, iso
+from workloads.ray_job.teardown import stop_and_confirm
 
 POLL_SECONDS = 2.0
 # How long the Jobs API may stay unreachable during a wait before the job is reported lost.

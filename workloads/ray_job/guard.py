@@ -3,11 +3,11 @@ and its delete stops every attempt of that job (`<id>`, `<id>-2`, ...) that is s
 
 The RayJob resource enters the state only once its job has finished; the guard, registered before
 it, is in the state from the moment of submission, so `pulumi destroy` stops a job whose `pulumi up`
-was interrupted. Its provider class, RayJobGuardProvider, stays in workloads/ray_job.py: state
+was interrupted. Its provider class, RayJobGuardProvider, stays in workloads/ray_job/__init__.py: state
 holds it pickled by reference under that module path (see the note there).
 
 A guard written by the first releases holds the job's id in the earlier form (see
-workloads/ray_job_migration.py). For the same job the guard is updated, not replaced (a replaced
+workloads/ray_job/migration.py). For the same job the guard is updated, not replaced (a replaced
 guard's delete would stop the run it guards): it takes the new id and keeps the earlier one as
 `legacy_job_id`, which the RayJob's create uses to adopt the run, and its delete stops the attempts
 of both. A guard created by this code never records an earlier id: another project's stack of the
@@ -21,10 +21,10 @@ from typing import Any
 
 from pulumi.dynamic import CreateResult, DiffResult, UpdateResult
 
-from workloads.job_teardown import stop_and_confirm, teardown
 from workloads.jobs_api import JobsApi
-from workloads.ray_job_migration import adopts_earlier_id, guard_legacy_id
-from workloads.ray_job_record import TARGET_INPUTS, TERMINAL, GuardRecord, attempt_number
+from workloads.ray_job.migration import adopts_earlier_id, guard_legacy_id
+from workloads.ray_job.record import TARGET_INPUTS, TERMINAL, GuardRecord, attempt_number
+from workloads.ray_job.teardown import stop_and_confirm, teardown
 
 
 def create(props: dict[str, Any]) -> CreateResult:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from domain.stack_identity import digest
-from workloads.ray_job_record import JOB_DEFINING, GuardRecord, JobRequest, latest_attempt
+from workloads.ray_job.record import JOB_DEFINING, GuardRecord, JobRequest, latest_attempt
 
 # Identity inputs that submission ids of this code's first releases did not include (they were
 # `pulumi-<stack>-<digest>`): state written then has no record of them.

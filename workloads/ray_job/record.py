@@ -9,7 +9,7 @@ JobRequest once (`from_props`), reads attributes, and writes props once on retur
 The submission id is derived from the stack's organization, project and name and the
 job-defining inputs, so an interrupted `pulumi up` resumes the same run instead of starting a
 second one, and two stacks of the same name in other projects or organizations never share one.
-What state written by earlier versions records instead is in workloads/ray_job_migration.py.
+What state written by earlier versions records instead is in workloads/ray_job/migration.py.
 """
 
 from __future__ import annotations
@@ -90,14 +90,14 @@ class JobRequest:
     metadata: Mapping[str, Any] | None = field(default=None, metadata=_input(DEFINING_ROLE))
     address: str | None = field(default=None, metadata=_input(DEFINING_ROLE, TARGET_ROLE, KEPT_ROLE))
     gke: GkeTarget | None = field(default=None, metadata=_input(DEFINING_ROLE, TARGET_ROLE, KEPT_ROLE))
-    # The two deadlines (see workloads/job_wait.py), and what the job's worker group asks for.
+    # The two deadlines (see workloads/ray_job/wait.py), and what the job's worker group asks for.
     queue_timeout_seconds: float | None = field(default=None, metadata=_input(UPDATABLE_ROLE, KEPT_ROLE))
     timeout_seconds: float | None = field(default=None, metadata=_input(UPDATABLE_ROLE, KEPT_ROLE))
     worker_group: WorkerGroup | None = field(default=None, metadata=_input(UPDATABLE_ROLE, KEPT_ROLE))
     total_steps: int | None = field(default=None, metadata=_input(UPDATABLE_ROLE, KEPT_ROLE))
     checkpoint_dir: str | None = field(default=None, metadata=_input(UPDATABLE_ROLE, KEPT_ROLE))
     # The job's submission id under the earlier scheme, when the stack's guard recorded one (see
-    # workloads/ray_job_migration.py): create adopts a run still going (or finished) under it.
+    # workloads/ray_job/migration.py): create adopts a run still going (or finished) under it.
     legacy_job_id: str | None = field(default=None, metadata=_input())
 
     # Not inputs. What state recorded of the job-defining inputs (one digest each; None in state
@@ -148,9 +148,9 @@ class JobRequest:
 
 @dataclass(frozen=True)
 class GuardRecord:
-    """The RayJobGuard's inputs and state (workloads/ray_job_guard.py): the job's base submission
+    """The RayJobGuard's inputs and state (workloads/ray_job/guard.py): the job's base submission
     id, where the job runs, and the ids of the same job in the first releases' form (see
-    workloads/ray_job_migration.py): `previous_job_id`, an input, and `legacy_job_id`, what state
+    workloads/ray_job/migration.py): `previous_job_id`, an input, and `legacy_job_id`, what state
     keeps of it."""
 
     job_id: str | None = None

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from workloads.jobs_api import JobsApi
 from workloads.jobs_api.errors import ErrorKind, JobsApiError
-from workloads.ray_job_record import TERMINAL, RayJobError
+from workloads.ray_job.record import TERMINAL, RayJobError
 
 # How long a stop may take to show before destroy (or a timeout) gives up on confirming it.
 STOP_CONFIRM_SECONDS = 60.0
