@@ -21,7 +21,7 @@ from domain.ray import preemption
 from domain.training.job_events import NOTICE_SAVED_EVENT, parse_event
 from tests.support.cli_settings import infra_settings
 from tests.support.refusals import assert_one_problem
-from trainer import maxtext_trainer
+from trainer import maxtext_trainer, train_loop
 
 pytestmark = pytest.mark.timed  # reads the clock or waits on a deadline (tests/conftest.py)
 
@@ -175,8 +175,8 @@ def test_a_group_has_finished_the_run_only_with_its_last_step_committed(committe
     assert preemption.run_completed(committed, total) is completed
 
 
-def notice_with_deadline_in(seconds: float) -> maxtext_trainer.PreemptionNotice:
-    notice = maxtext_trainer.PreemptionNotice(poll_seconds=1, report=True)
+def notice_with_deadline_in(seconds: float) -> train_loop.PreemptionNotice:
+    notice = train_loop.PreemptionNotice(poll_seconds=1, report=True)
     notice.received, notice.deadline_ms = True, int((time.time() + seconds) * 1000)
     return notice
 
@@ -189,9 +189,9 @@ def events(out: str) -> list[dict]:
 def test_the_trainer_names_the_step_it_saved_at_the_notice_periodic_or_not(monkeypatch, capsys, step):
     """The save at the notice is told by what it is, an event, not by its step number: the step
     JAX's preemption sync picks may also be a periodic one (25, with checkpoint_period = 25)."""
-    monkeypatch.setattr(maxtext_trainer, "_latest_committed_step", lambda directory: step)
+    monkeypatch.setattr(train_loop, "_latest_committed_step", lambda directory: step)
     assert (
-        maxtext_trainer._report_the_notice_save(
+        train_loop._report_the_notice_save(
             notice_with_deadline_in(30), checkpoint_dir="ignored", total_steps=100, rank0=True
         )
         is False
@@ -205,9 +205,9 @@ def test_the_trainer_names_the_step_it_saved_at_the_notice_periodic_or_not(monke
 
 
 def test_a_save_committed_after_the_deadline_says_so(monkeypatch, capsys):
-    monkeypatch.setattr(maxtext_trainer, "_latest_committed_step", lambda directory: 40)
+    monkeypatch.setattr(train_loop, "_latest_committed_step", lambda directory: 40)
     assert (
-        maxtext_trainer._report_the_notice_save(
+        train_loop._report_the_notice_save(
             notice_with_deadline_in(-4), checkpoint_dir="ignored", total_steps=100, rank0=True
         )
         is False
@@ -221,9 +221,9 @@ def test_a_save_committed_after_the_deadline_says_so(monkeypatch, capsys):
 def test_a_notice_during_the_last_steps_lets_the_group_finish_the_run(monkeypatch, capsys):
     """Waiting for a restart then would restart a finished run, which MaxText refuses (a
     checkpoint already at the last step): the job would fail with its work done."""
-    monkeypatch.setattr(maxtext_trainer, "_latest_committed_step", lambda directory: 99)
+    monkeypatch.setattr(train_loop, "_latest_committed_step", lambda directory: 99)
     assert (
-        maxtext_trainer._report_the_notice_save(
+        train_loop._report_the_notice_save(
             notice_with_deadline_in(30), checkpoint_dir="ignored", total_steps=100, rank0=True
         )
         is True

@@ -288,7 +288,7 @@ RUN = textwrap.dedent(
     import json, logging, sys, time
     from maxtext.common import checkpointing
     from maxtext.trainers.pre_train import train
-    from trainer import maxtext_trainer
+    from trainer import events, train_loop
     from trainer.start_clock import StartClock
 
     def emit(event, **fields):
@@ -297,8 +297,8 @@ RUN = textwrap.dedent(
     # As in a Ray worker, whose logging passes INFO records (MaxText's step lines) to handlers.
     logging.getLogger().setLevel(logging.INFO)
     clock = StartClock(time.time(), emit, cache_on=True)
-    maxtext_trainer._log_steps(clock)
-    maxtext_trainer.mark_absl_flags_parsed()
+    events.log_steps(clock)
+    train_loop.mark_absl_flags_parsed()
     uninstall = clock.install(train, checkpointing)
     try:
         train.main(sys.argv[1:])

@@ -17,7 +17,7 @@ from domain.paths import PROJECT_ROOT
 from domain.training.goodput import RunRecord
 from domain.training.job import resolve_job
 from domain.training.job_events import eval_loss, event_line, read_event
-from trainer import maxtext_trainer
+from trainer import events, maxtext_trainer, train_loop
 
 pytestmark = pytest.mark.timed  # reads the clock or waits on a deadline (tests/conftest.py)
 
@@ -38,7 +38,7 @@ def test_maxtexts_loader_fetches_each_batch_through_the_method_the_trainer_times
 def test_maxtexts_end_of_data_and_pipeline_failure_messages_are_the_ones_the_trainer_reads():
     loader, train = maxtext_source("common/data_loader.py"), maxtext_source("trainers/pre_train/train.py")
     assert 'max_logging.log(f"Training stopped: {str(e)}")' in train
-    stop = maxtext_trainer.OUT_OF_DATA.removeprefix("Training stopped: ")
+    stop = train_loop.OUT_OF_DATA.removeprefix("Training stopped: ")
     assert f'StopTraining(f"{stop} Received' in loader
     assert "`next(self.data_iterator)` failed with" in loader
 
@@ -53,7 +53,7 @@ class Loader:
 
 
 def test_the_loaders_fetches_are_timed_once_however_often_the_wrapper_is_installed():
-    wait = maxtext_trainer._DataWait()
+    wait = events._DataWait()
     wait.time(Loader)
     wait.time(Loader)  # a second worker group in the same process
     started = time.monotonic()
@@ -79,14 +79,14 @@ def test_the_goodput_sums_the_data_wait_the_step_events_carry():
 
 
 def test_the_end_of_the_data_is_noticed_and_a_pipeline_failure_kept():
-    stopped = maxtext_trainer._DataStop()
-    stopped.emit(SimpleNamespace(getMessage=lambda: maxtext_trainer.OUT_OF_DATA + " Received <class 'StopIteration'>"))
+    stopped = train_loop._DataStop()
+    stopped.emit(SimpleNamespace(getMessage=lambda: train_loop.OUT_OF_DATA + " Received <class 'StopIteration'>"))
     assert stopped.out_of_data and stopped.failure is None
 
 
 def test_a_run_that_ran_out_of_data_fails_naming_its_last_checkpoint(monkeypatch, capsys, tmp_path):
     job = resolve_job("tiny-cpu", run_name="r", checkpoint_root=str(tmp_path), overrides={"steps": 40})
-    record = Path(job.run_directory) / maxtext_trainer.DATA_END_RECORD
+    record = Path(job.run_directory) / train_loop.DATA_END_RECORD
     record.parent.mkdir(parents=True)
     record.write_text('{"committed_step": 0, "last_step": 0}')  # an earlier run's: removed first
     ended = {"committed_step": 8, "last_step": 11}
@@ -128,8 +128,8 @@ def test_a_batchs_real_tokens_are_its_nonzero_target_segments_as_maxtext_counts_
     train = maxtext_source("trainers/pre_train/train.py")
     assert 'total_weights = jnp.sum(data["targets_segmentation"] != 0)' in train
     batch = {"targets_segmentation": np.array([[1, 1, 2, 0], [1, 0, 0, 0]]), "inputs": np.ones((2, 4))}
-    assert maxtext_trainer.real_tokens(batch) == 4
-    assert maxtext_trainer.real_tokens({"inputs": np.ones((2, 4))}) is None
+    assert events.real_tokens(batch) == 4
+    assert events.real_tokens({"inputs": np.ones((2, 4))}) is None
 
     class Global:
         """A jax.Array spanning other processes' devices: fetching it raises, as JAX does."""
@@ -140,15 +140,15 @@ def test_a_batchs_real_tokens_are_its_nonzero_target_segments_as_maxtext_counts_
             raise RuntimeError("Fetching value for `jax.Array` that spans non-addressable devices")
 
     # The synthetic data of a two-process group (the elastic test's): not counted, never raised.
-    assert maxtext_trainer.real_tokens({"targets_segmentation": Global()}) is None
+    assert events.real_tokens({"targets_segmentation": Global()}) is None
     Global.is_fully_addressable = True
-    assert maxtext_trainer.real_tokens({"targets_segmentation": Global()}) is None
+    assert events.real_tokens({"targets_segmentation": Global()}) is None
 
     class Batches:
         def load_next_batch_pre_sharding(self):
             return batch
 
-    wait = maxtext_trainer._DataWait()
+    wait = events._DataWait()
     wait.time(Batches)
     Batches().load_next_batch_pre_sharding()
     assert wait.batch_tokens == 4
@@ -164,8 +164,8 @@ def test_each_process_says_a_steps_tokens_before_its_checkpoint_may_be_written(m
         maybe_save_checkpoint=lambda manager, state, config, iterator, step=None: saves.append(step)
     )
     notice = SimpleNamespace(received=False)
-    monkeypatch.setattr(maxtext_trainer.DATA_WAIT, "batch_tokens", 42)
-    uninstall = maxtext_trainer.say_checkpointed_tokens(checkpointing, notice)
+    monkeypatch.setattr(events.DATA_WAIT, "batch_tokens", 42)
+    uninstall = train_loop.say_checkpointed_tokens(checkpointing, notice)
     config = SimpleNamespace(checkpoint_period=4)
     for step in (3, 4):
         checkpointing.maybe_save_checkpoint("manager", "state", config, "iterator", step)

@@ -6,7 +6,7 @@ from ray.util.tpu import get_tpu_worker_resources
 from domain.ray import preemption
 from domain.training.job import JobSpec, resolve_job
 from domain.training.maxtext_config import base_config_path
-from trainer import maxtext_trainer
+from trainer import maxtext_trainer, train_loop
 
 
 def job(preset="llama3-8b", **kwargs) -> JobSpec:
@@ -120,7 +120,7 @@ def test_a_failed_run_names_the_budget_that_ran_out(error, says):
 
 
 def test_maxtext_argv_uses_the_installed_base_config():
-    argv = maxtext_trainer.maxtext_argv(job())
+    argv = train_loop.maxtext_argv(job())
     assert argv[1] == str(base_config_path()) and base_config_path().is_file()
     assert "run_name=scaling" in argv and "base_output_directory=/data/" in argv
 

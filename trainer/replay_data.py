@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from domain.training.job import JobSpec
-from trainer.maxtext_trainer import mark_absl_flags_parsed, maxtext_argv, real_tokens
+from trainer.events import real_tokens
+from trainer.train_loop import mark_absl_flags_parsed, maxtext_argv
 
 DOCUMENT_ID = re.compile(r"doc (\d+):")
 # Each batch's line starts so (MaxText prints its own lines to stdout too), and is followed by

@@ -27,7 +27,7 @@ RAY_TEARDOWN_SECONDS = 3
 # Ray's default 5 s would lose up to 5 s of a 12 s drain window to polling.
 PREEMPTION_POLL_SECONDS = 1
 
-# How often each worker asks Ray Train for a notice (trainer/maxtext_trainer.py).
+# How often each worker asks Ray Train for a notice (trainer/train_loop.py).
 NOTICE_POLL_SECONDS = 1.0
 # Ray 2.60's default, not changed: the controller sees a deadline up to twice this late.
 RAY_TRAIN_HEALTH_CHECK_SECONDS = 2.0
