@@ -131,7 +131,14 @@ class Baseline:
 
 
 @pytest.fixture(scope="module")
-def baseline(local_ray_head, corpus, tmp_path_factory) -> Baseline:
+def whole_pass(corpus, tmp_path_factory) -> list[Replayed]:
+    """The job's pipeline replayed to the end of its one pass, once for the tests that read it
+    (a replay is a process that starts MaxText's config and Grain)."""
+    return replay(job_on(corpus, tmp_path_factory.mktemp("pass"), "pass"))
+
+
+@pytest.fixture(scope="module")
+def baseline(local_ray_head, corpus, whole_pass, tmp_path_factory) -> Baseline:
     job = job_on(corpus, tmp_path_factory.mktemp("whole"), "whole")
     whole = ProviderRun(local_ray_head, job).start()
     whole.join(timeout=420)
@@ -142,7 +149,7 @@ def baseline(local_ray_head, corpus, tmp_path_factory) -> Baseline:
     # replayed outside Ray and MaxText's train loop. Tokens trained are the steps' targets; a
     # pass over a prepared corpus reads what the trim keeps of each document (manifest), and a
     # step reads its targets and each sequence's first token.
-    batches = replay(job, None, OVERRIDES["steps"])
+    batches = whole_pass[: OVERRIDES["steps"]]
     assert whole.outs["tokens_trained"] == sum(batch.tokens for batch in batches)
     if corpus.endswith(".array_record"):
         manifest = DatasetManifest.from_json((Path(corpus).parent / MANIFEST_NAME).read_text())
@@ -180,14 +187,9 @@ def replay(job: JobSpec, state: Path | None = None, batches: int | None = None) 
     ]
 
 
-def test_every_document_is_read_exactly_once_per_epoch(corpus, tmp_path):
+def test_every_document_is_read_exactly_once_per_epoch(whole_pass):
     """The pipeline the job reads, replayed to the end of its one pass: each document once."""
-    read = Counter(
-        document
-        for batch in replay(job_on(corpus, tmp_path, "epoch"))
-        for sequence in batch.sequences
-        for document in sequence
-    )
+    read = Counter(document for batch in whole_pass for sequence in batch.sequences for document in sequence)
     assert read == Counter(range(len(documents()))), sorted(read.items())[:20]
 
 
