@@ -16,6 +16,21 @@ def test_domain_keeps_its_layers():
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
+def test_the_contract_names_each_package_of_domain_whole():
+    """Its layers name domain/'s packages and top-level modules, every one of them and nothing
+    inside a package: a module added to a package is in its package's layer, with no change here."""
+    options = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (contract,) = [c for c in options["contracts"] if c["name"] == "domain is layered"]
+    named = [name.strip() for layer in contract["layers"] for name in layer.replace(":", "|").split("|")]
+    domain = PROJECT_ROOT / "domain"
+    present = {
+        f"domain.{path.stem}"
+        for path in domain.iterdir()
+        if (path.is_dir() and (path / "__init__.py").exists()) or (path.suffix == ".py" and path.stem != "__init__")
+    }
+    assert sorted(named) == sorted(present)
+
+
 def test_a_type_checking_import_of_a_higher_layer_breaks_the_contract(tmp_path):
     """The same contract over a copy of domain's package names, where the lowest layer's first
     package names the highest under TYPE_CHECKING: the check fails, naming that import."""

@@ -18,6 +18,7 @@ import pytest
 from domain.config.settings import SettingsError
 from domain.gcp import gke
 from domain.ray import preemption
+from domain.resources import shutdown_grace
 from domain.training.job_events import NOTICE_SAVED_EVENT, parse_event
 from tests.support.cli_settings import infra_settings
 from tests.support.refusals import assert_one_problem
@@ -46,8 +47,8 @@ CAPACITIES = {
 )
 def test_each_capacity_drains_before_its_grace_period_ends(capacity, grace, drain):
     stack = CAPACITIES[capacity]
-    assert preemption.worker_grace_seconds(stack) == grace
-    assert preemption.drain_timeout_seconds(stack) == drain
+    assert shutdown_grace.worker_grace_seconds(stack) == grace
+    assert shutdown_grace.drain_timeout_seconds(stack) == drain
     # Ray Train sees the drain well inside the window, with time left to save.
     assert preemption.PREEMPTION_POLL_SECONDS < drain < grace
 
@@ -58,9 +59,9 @@ def test_each_capacity_drains_before_its_grace_period_ends(capacity, grace, drai
 def test_ray_train_restarts_before_the_deadline_leaving_every_capacity_time_to_save(capacity, window):
     """Ray Train restarts RESTART_LEAD_SECONDS before the drain's deadline (a negative
     preemption_grace_s); what is left after the notice's way to MaxText is the save's."""
-    drain = preemption.drain_timeout_seconds(CAPACITIES[capacity])
+    drain = shutdown_grace.drain_timeout_seconds(CAPACITIES[capacity])
     to_the_notice = preemption.PREEMPTION_POLL_SECONDS + preemption.NOTICE_POLL_SECONDS
-    assert preemption.save_window_seconds(CAPACITIES[capacity]) == window
+    assert shutdown_grace.save_window_seconds(CAPACITIES[capacity]) == window
     assert preemption.RESTART_LEAD_SECONDS < drain - to_the_notice - preemption.SAVE_ALLOWANCE_SECONDS
     assert preemption.RESTART_GRACE_SECONDS == -preemption.RESTART_LEAD_SECONDS < 0
 
@@ -74,12 +75,12 @@ def test_the_restart_lead_covers_the_controllers_lateness():
 def test_spot_grace_is_the_nodes_share_for_ordinary_pods():
     """The kubelet grants a pod at most its group's share of the node's shutdown grace period."""
     standard, autopilot = CAPACITIES["standard-spot"], CAPACITIES["autopilot-spot"]
-    assert preemption.spot_shutdown_seconds(standard) == 120  # the largest value GKE's API takes
-    assert preemption.spot_shutdown_seconds(autopilot) == 30  # Compute Engine's notice, GKE's default
+    assert shutdown_grace.spot_shutdown_seconds(standard) == 120  # the largest value GKE's API takes
+    assert shutdown_grace.spot_shutdown_seconds(autopilot) == 30  # Compute Engine's notice, GKE's default
     for stack in (standard, autopilot):
         assert (
-            preemption.worker_grace_seconds(stack)
-            == preemption.spot_shutdown_seconds(stack) - preemption.CRITICAL_PODS_SHUTDOWN_SECONDS
+            shutdown_grace.worker_grace_seconds(stack)
+            == shutdown_grace.spot_shutdown_seconds(stack) - preemption.CRITICAL_PODS_SHUTDOWN_SECONDS
         )
 
 

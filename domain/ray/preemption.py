@@ -3,16 +3,14 @@ from it, so the notice reaches the trainer while the node is still there (docs/s
 
 The chain, step by step, with Ray 2.60's source for each: docs/spot.md, "The timeline".
 
-The numbers below are the only place these durations are stated; the manifests
-(domain/ray/kuberay.py) and the node pools (domain/gcp/gcp_resources.py) take them from here.
+The numbers below are the only place these durations are stated, apart from any stack's settings:
+the trainer reads them on the workers. What a stack's settings make of them (the nodes' and the
+pods' grace, the drain deadline, the save window) is domain/resources/shutdown_grace.py's, which
+the RayCluster (domain/resources/kuberay.py) takes; the Spot node pools
+(domain/resources/gcp_resources.py) take their grace periods from here.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # the trainer imports this module on the workers, which need none of the settings
-    from domain.stack_settings import StackSettings
 
 # GKE's default shutdown on a Spot VM, kept on Autopilot (which makes its own nodes).
 GKE_DEFAULT_SPOT_SHUTDOWN_SECONDS = 30
@@ -41,44 +39,6 @@ SAVE_ALLOWANCE_SECONDS = 3.0
 
 DRAIN_TIMEOUT_ENV = "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"
 POLL_INTERVAL_ENV = "RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S"
-
-
-def spot_shutdown_seconds(settings: StackSettings) -> int:
-    """The kubelet's shutdown grace period on a Spot stack's TPU nodes: extended on Standard,
-    whose node pools the stack configures (`kubelet_config`); GKE's default on Autopilot, whose
-    nodes GKE makes (the ComputeClass schema the stack is checked against has no such field)."""
-    return GKE_DEFAULT_SPOT_SHUTDOWN_SECONDS if settings.is_autopilot else EXTENDED_SPOT_SHUTDOWN_SECONDS
-
-
-def worker_grace_seconds(settings: StackSettings) -> int:
-    """The worker pods' terminationGracePeriodSeconds: on Spot, the ordinary pods' share of the
-    node's shutdown grace period (the kubelet grants no more, whatever the pod asks for)."""
-    if not settings.spot:
-        return KUBERNETES_DEFAULT_GRACE_SECONDS
-    return spot_shutdown_seconds(settings) - CRITICAL_PODS_SHUTDOWN_SECONDS
-
-
-def drain_timeout_seconds(settings: StackSettings) -> int:
-    """`ray start`'s drain deadline after SIGTERM, before the kubelet's SIGKILL by Ray's teardown."""
-    return worker_grace_seconds(settings) - RAY_TEARDOWN_SECONDS
-
-
-def save_window_seconds(settings: StackSettings) -> float:
-    """What a preemption notice leaves the trainer for the steps in flight and the save: the
-    drain, less the notice's way to MaxText and the lead Ray Train restarts with."""
-    return drain_timeout_seconds(settings) - PREEMPTION_POLL_SECONDS - NOTICE_POLL_SECONDS - RESTART_LEAD_SECONDS
-
-
-def head_env() -> list[dict[str, Any]]:
-    """The Ray Train controller reads the poll interval where the job's driver runs (the head: a
-    job submitted without entrypoint resources runs there) and hands it to the watcher actor."""
-    return [{"name": POLL_INTERVAL_ENV, "value": str(PREEMPTION_POLL_SECONDS)}]
-
-
-def worker_env(settings: StackSettings) -> list[dict[str, Any]]:
-    """The drain deadline of the worker's own `ray start`, and the poll interval too, should a
-    driver ever run on a worker."""
-    return [{"name": DRAIN_TIMEOUT_ENV, "value": str(drain_timeout_seconds(settings))}, *head_env()]
 
 
 def run_completed(committed_step: int | None, total_steps: int | None) -> bool:

@@ -15,12 +15,13 @@ import unicodedata
 from typing import Any
 
 from domain.compile_cache import COMPILE_CACHE_ENV
-from domain.ray import compiler_flags, preemption
+from domain.ray import compiler_flags
 from domain.ray.ray_head import AUTOSCALER_CPU, AUTOSCALER_MEMORY, HEAD_CPUS, HEAD_MEMORY_GIB
 from domain.ray.ray_version import (
     MIN_RAY_VERSION_FOR_TOKEN_AUTH as MIN_RAY_VERSION_FOR_TOKEN_AUTH,  # policies read it here
 )
 from domain.ray.ray_version import RAY_VERSION
+from domain.resources import shutdown_grace
 from domain.stack_settings import StackSettings
 from domain.tpu.capacity_choices import DEFAULT_CAPACITY, FLEX_START, ON_DEMAND, RESERVATION, SPOT
 from domain.tpu.gke_labels import (
@@ -346,7 +347,7 @@ def _head_group(settings: StackSettings, bucket_name: Any, image: Any) -> dict[s
                         ],
                         "resources": {key: dict(value) for key, value in HEAD_RESOURCES.items()},
                         # Ray Train's preemption poll, read where the job's driver runs.
-                        "env": preemption.head_env(),
+                        "env": shutdown_grace.head_env(),
                         # The driver checks the data files before any worker starts.
                         "volumeMounts": [dict(mount) for mount in _VOLUME_MOUNTS] + _dataset_mounts(settings),
                     }
@@ -396,7 +397,7 @@ def _worker_group(settings: StackSettings, bucket_name: Any, image: Any, compile
             {"name": "JAX_PLATFORMS", "value": "tpu,cpu"},
             {"name": "ENABLE_PJRT_COMPATIBILITY", "value": "true"},
             *compiler_flags.worker_env(settings.accelerator),
-            *preemption.worker_env(settings),
+            *shutdown_grace.worker_env(settings),
             # Where the trainer keeps compiled programs (domain/compile_cache.py): the cluster's,
             # so that where it is never changes a job's command.
             {"name": COMPILE_CACHE_ENV, "value": compile_cache},
@@ -415,7 +416,7 @@ def _worker_group(settings: StackSettings, bucket_name: Any, image: Any, compile
         "volumes": _checkpoint_volumes(bucket_name) + _dataset_volumes(settings),
         "nodeSelector": _worker_node_selector(settings),
         # The node's shutdown grace period for ordinary pods on Spot (docs/spot.md).
-        "terminationGracePeriodSeconds": preemption.worker_grace_seconds(settings),
+        "terminationGracePeriodSeconds": shutdown_grace.worker_grace_seconds(settings),
     }
     annotations = dict(GCS_FUSE_ANNOTATIONS)
     if settings.dataset_bucket is not None:
