@@ -257,10 +257,9 @@ def test_malformed_override_is_a_usage_error():
     assert caught.value.code == 2
 
 
-@pytest.mark.timed
 @pytest.mark.fitcheck
 @pytest.mark.parametrize("preset", [name for name, p in PRESETS.items() if p.runs_on_tpu])
-def test_every_shipped_tpu_preset_fits_with_5_percent_headroom_at_its_predicted_speed(preset, capsys):
+def test_every_shipped_tpu_preset_fits_with_5_percent_headroom_at_its_predicted_speed(preset, capsys, monkeypatch):
     assert fit_check.main(["--preset", preset]) == 0
     report = capsys.readouterr().out
     headroom = float(report.split("headroom: ")[1].split("%")[0])
@@ -270,10 +269,14 @@ def test_every_shipped_tpu_preset_fits_with_5_percent_headroom_at_its_predicted_
     # The MFU the preset records (docs/capacity.md, the rayjob-predicted-mfu policy) is this compile's.
     predicted_mfu = float(report.split("predicted MFU: ")[1].split("%")[0]) / 100
     assert predicted_mfu == pytest.approx(PRESETS[preset].predicted_mfu, abs=0.005), report
-    # Cached, the same answer comes back in well under a second.
-    started = time.perf_counter()
+
+    # Cached, the same answer comes back without compiling (not timed: a bound on the clock
+    # fails a loaded machine, and the compile not run is what makes it fast).
+    def no_compile(*args, **kwargs):
+        raise AssertionError("the fit check compiled again for a cached configuration")
+
+    monkeypatch.setattr(fit_check, "compile_step", no_compile)
     assert fit_check.main(["--preset", preset]) == 0
-    assert time.perf_counter() - started < 1.0
     assert capsys.readouterr().out.startswith(report.split("\nmodel FLOPs")[0])
 
 

@@ -233,10 +233,8 @@ def test_a_second_ask_is_answered_by_the_cache_without_maxtext(answered: Answere
     def no_process(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the trainer environment was started for a cached answer")
 
-    monkeypatch.setattr(subprocess, "run", no_process)
-    started = time.monotonic()
+    monkeypatch.setattr(subprocess, "run", no_process)  # what would make it slow
     again = maxtext_check.run_requests(answered.flat)
-    assert time.monotonic() - started < 1.0
     assert again == [answer for requests in answered.answers.values() for answer in requests]
     # The same answers, asked job by job (each request has an answer of its own).
     first = CASES[0]
