@@ -19,7 +19,7 @@ picks the checkout; the local head, the provider and its subprocess all come fro
     PYTHONPATH=<another checkout> .venv/bin/python -m benchmarks.job_log_polling  # e.g. a git worktree of an older commit
 
 `--poll-seconds` sets PROGRESS_EVERY_SECONDS and POLL_SECONDS where the wait reads them
-(workloads/ray_job/wait.py, or workloads/ray_job/__init__.py in an older checkout) in the subprocess before
+(workloads/ray_job/wait.py; workloads/job_wait.py or workloads/ray_job.py in older checkouts) in the subprocess before
 create; the provider's own default is 15 s. The Ray head runs from `--trainer-venv` (default:
 <checkout>/.venv-trainer if it exists, else this checkout's .venv-trainer), loopback only, and is
 stopped by its own pid at the end.
@@ -97,10 +97,16 @@ CREATE_PROGRAM = """\
 import importlib, json, resource, sys, time, tracemalloc, types
 config = types.SimpleNamespace(**json.loads(sys.argv[1]))  # CreateConfig's fields
 import ray.job_submission  # imported lazily by the provider anyway: keep it out of the delta
-import importlib.util
 import workloads.ray_job as ray_job
-# The wait reads them from workloads/ray_job/wait.py; an older checkout has them in workloads/ray_job/__init__.py.
-waits = importlib.import_module("workloads.ray_job.wait") if importlib.util.find_spec("workloads.ray_job.wait") else ray_job
+# The wait reads them from workloads/ray_job/wait.py; older checkouts from workloads/job_wait.py,
+# or from workloads/ray_job.py itself.
+waits = ray_job
+for where in ("workloads.ray_job.wait", "workloads.job_wait"):
+    try:
+        waits = importlib.import_module(where)
+        break
+    except ModuleNotFoundError:
+        continue
 constants = {}
 for name in ("PROGRESS_EVERY_SECONDS", "POLL_SECONDS"):
     if hasattr(waits, name):
