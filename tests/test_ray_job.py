@@ -13,9 +13,11 @@ import time
 
 import pytest
 from ray.job_submission import JobStatus
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from domain.training.job_events import event_line
 from domain.training.job_log import JobLog, StepCollector
+from domain.training.run_scalars import LOSS, TOKENS_PER_SECOND_PER_DEVICE
 from tests.support.fake_jobs_api import TRACEBACK_500, FakeJobsApi
 from tests.support.ray_job_harness import (
     FAKE_TRAINER,
@@ -37,6 +39,7 @@ from workloads.ray_job import record as ray_job_record
 from workloads.ray_job import wait as job_wait
 from workloads.ray_job.progress import ProgressReporter
 from workloads.ray_job.record import RayJobError, submission_id
+from workloads.ray_job.tensorboard import JOB_LOG_RUN
 
 slow = pytest.mark.slow
 
@@ -55,7 +58,13 @@ def test_create_waits_and_reports_the_run(local_ray_head):
     assert outs["tokens_per_second_per_device"] == 250.0  # median of steps 1 and 2
     assert outs["start_time"] and outs["end_time"] and outs["duration_seconds"] >= 0
     assert outs["dashboard_url"] == local_ray_head.address
-    assert outs["checkpoint_dir"] == "/tmp/nowhere"
+    assert outs["checkpoint_dir"] == props["checkpoint_dir"]
+    # A head on this machine: the run's scalars from its log, beside its checkpoints.
+    assert outs["tensorboard_dir"] == f"{props['checkpoint_dir']}/tensorboard"
+    events = EventAccumulator(f"{outs['tensorboard_dir']}/{JOB_LOG_RUN}")
+    events.Reload()
+    assert [(event.step, event.value) for event in events.Scalars(LOSS)] == [(0, 3.0), (1, 2.0), (2, 1.0)]
+    assert [event.value for event in events.Scalars(TOKENS_PER_SECOND_PER_DEVICE)] == [100.0, 200.0, 300.0]
     # The command, runtime env and metadata may carry secrets: state keeps digests, not copies.
     assert not {"entrypoint", "runtime_env", "metadata"} & set(outs)
     assert set(outs["input_digests"]) == set(ray_job_record.JOB_DEFINING)

@@ -11,10 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from domain.compile_cache import COMPILE_CACHE_ENV
 from domain.paths import TRAINER_PYTHON
 from domain.training.dataset_manifest import MANIFEST_NAME
+from domain.training.run_scalars import LOSS, start_tag
 from domain.training.start_phases import PHASES
 from tests.support.corpus import corpus_manifest, shard_files
 from tests.support.fake_jobs_api import FakeHttpServer
@@ -22,6 +24,7 @@ from tests.support.port_holder import PortHolder
 from tests.support.pulumi_harness import PROJECT_ROOT
 from workloads import smoke
 from workloads.ray_job.record import EXPORTED
+from workloads.ray_job.tensorboard import JOB_LOG_RUN
 
 pytestmark = pytest.mark.timed  # reads the clock or waits on a deadline (tests/conftest.py)
 
@@ -63,6 +66,15 @@ def assert_trained(completed: subprocess.CompletedProcess, result: dict) -> None
     assert sum(start[phase] for phase in PHASES) == pytest.approx(result["seconds_to_first_step"], abs=0.5)
     assert result["seconds_lost_to_restarts_by_phase"] is None
     assert f"its worker group started: queued {start['queued']:.1f} s" in completed.stderr
+    # The run's scalars beside its checkpoints, as TensorBoard's own reader lists them.
+    assert result["tensorboard_dir"] == f"{result['checkpoint_dir']}/tensorboard"
+    events = EventAccumulator(str(Path(result["tensorboard_dir"]) / JOB_LOG_RUN))
+    events.Reload()
+    losses = events.Scalars(LOSS)
+    assert [event.step for event in losses] == list(range(result["steps_completed"]))
+    assert losses[-1].value == pytest.approx(result["final_loss"], abs=1e-4)
+    [compile_seconds] = events.Scalars(start_tag("compile"))
+    assert compile_seconds.value == pytest.approx(start["compile"], abs=1e-4)
 
 
 @pytest.mark.slow
@@ -114,7 +126,7 @@ def test_smoke_trains_on_the_parquet_files_a_pattern_matches(tmp_path):
     assert result["dataset_files"] == pattern and result["dataset_hash"] is None  # no manifest
     # Each of the 6 steps trains at most one packed sequence of 64 tokens.
     assert 0 < result["tokens_trained"] <= 6 * 64
-    assert result["tensorboard_dir"] is None  # MaxText on CPU workers (no Google Cloud) writes none
+    assert result["tensorboard_dir"] == f"{result['checkpoint_dir']}/tensorboard"  # the run's scalars
     data_record = json.loads((Path(result["checkpoint_dir"]) / "data.json").read_text())
     assert (data_record["files"], data_record["tokenizer"], data_record["shuffle_seed"]) == (pattern, "llama3", 0)
 

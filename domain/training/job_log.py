@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -28,6 +28,7 @@ from domain.training.job_events import (
     read_event,
     step_metrics,
 )
+from domain.training.run_scalars import Scalar, eval_scalars, step_scalars
 
 # Throughput medians are taken over at most this many steps (the latest seen), so what the
 # provider keeps does not grow with the run.
@@ -183,10 +184,18 @@ class JobLog:
     the command left out (it may hold settings the stack keeps secret), to `tail`.
     """
 
-    def __init__(self, steps: StepCollector | None = None, tail_lines: int = 0):
+    def __init__(
+        self,
+        steps: StepCollector | None = None,
+        tail_lines: int = 0,
+        scalars: Callable[[list[Scalar]], None] | None = None,
+    ):
         self.steps = steps if steps is not None else StepCollector()
         self.record = RunRecord()
         self.tail: deque[str] = deque(maxlen=tail_lines)
+        # Each step's and evaluation's scalars, in the log's order, as they are read (a run's
+        # TensorBoard series: domain/training/run_scalars.py), so the whole log is never held.
+        self.scalars = scalars
 
     def add_text(self, text: str) -> None:
         self.add_lines(text.splitlines())
@@ -201,8 +210,12 @@ class JobLog:
         self.tail.append(line)
         if (step := step_metrics(line)) is not None:
             self.steps.add_step(step)
+            if self.scalars is not None:
+                self.scalars(step_scalars(step))
         elif (evaluated := eval_loss(line)) is not None:
             self.steps.eval_loss = evaluated[1]
+            if self.scalars is not None:
+                self.scalars(eval_scalars(*evaluated))
         try:
             event = read_event(line)
         except BadEventLine as error:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import email.utils
 import json
+import tempfile
 import threading
 import time
 
@@ -23,17 +24,23 @@ FAKE_TRAINER = (
 )
 
 
+# Each job's run directory, under one removed when the tests' process ends: the provider writes a
+# run's TensorBoard scalars there when the head is on this machine.
+RUNS = tempfile.TemporaryDirectory(prefix="ray-job-tests-")
+
+
 def inputs(head, entrypoint: str = FAKE_TRAINER, **overrides) -> dict:
+    job = str(time.monotonic_ns())
     props = {
         "stack": "test",
         "entrypoint": entrypoint,
         "address": head.address,
         "gke": None,
         "runtime_env": None,
-        "metadata": {"test": str(time.monotonic_ns())},  # a new job id per test
+        "metadata": {"test": job},  # a new job id per test
         "timeout_seconds": 120,
         "total_steps": 3,
-        "checkpoint_dir": "/tmp/nowhere",
+        "checkpoint_dir": f"{RUNS.name}/{job}",
     }
     props.update(overrides)
     return props

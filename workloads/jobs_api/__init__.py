@@ -280,3 +280,6 @@ class JobsApi:
         """Whether the cluster is known to be gone, for a Jobs API that does not answer (see
         each target's `cluster_check`: only proof counts)."""
         return self.target.cluster_check()
+
+    def shares_files(self) -> bool:
+        return self.target.shares_files()

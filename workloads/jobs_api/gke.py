@@ -69,6 +69,9 @@ class GkeHead:
             self._ca = CaBundle(base64.b64decode(self.target.ca_certificate))
         return self._ca.path
 
+    def shares_files(self) -> bool:
+        return False  # the run directory is the checkpoint bucket, mounted in the cluster's pods
+
     def close(self) -> None:
         if self._ca is not None:
             self._ca.close()

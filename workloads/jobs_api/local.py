@@ -119,5 +119,9 @@ class LocalHead:
             return ClusterCheck(False, f"{self.address} did not answer ({first_line(error)})")
         return ClusterCheck(False, f"a server still answers at {self.address}")
 
+    def shares_files(self) -> bool:
+        # A head on this machine runs its jobs here; a head elsewhere keeps its runs there.
+        return _is_loopback(self.address)
+
     def close(self) -> None:
         pass  # nothing held

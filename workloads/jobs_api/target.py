@@ -50,6 +50,11 @@ class JobsTarget(Protocol):
         """Whether the cluster is known to be gone, for a Jobs API that does not answer."""
         ...
 
+    def shares_files(self) -> bool:
+        """Whether the job's files (its run directory) are this machine's: what the provider
+        writes there after the run (its TensorBoard scalars) lands beside the checkpoints."""
+        ...
+
     def close(self) -> None:
         """Releases what `headers` and `verify` hold (the CA bundle)."""
         ...

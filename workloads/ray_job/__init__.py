@@ -63,6 +63,7 @@ from workloads.ray_job.record import (
     next_attempt,
 )
 from workloads.ray_job.teardown import stop_and_confirm, teardown
+from workloads.ray_job.tensorboard import ScalarWriter
 from workloads.ray_job.wait import Deadlines, RunClock, until_ended
 
 # How long a submission retries a head whose job agent has not registered yet.
@@ -201,17 +202,26 @@ class RayJobProvider(ResourceProvider):
             failure = read.record.failure
             headline = f"RayJob {job_id} ended {status}" + (f": {failure}" if failure else "")
             raise RayJobError(f"{headline}.\n{shown(read, log_problem)}\nstatus: {status}; message: {reason}")
-        steps, goodput, log_problem = read_whole_log(api, info, steps)
+        # The run's scalars, from its log, beside its checkpoints where those are this machine's
+        # (a head reached on this machine); MaxText writes its own on TPU workers only.
+        logdir = tensorboard_directory(job.checkpoint_dir) if job.checkpoint_dir else None
+        writer = ScalarWriter(logdir) if logdir is not None and api.shares_files() else None
+        steps, goodput, log_problem = read_whole_log(api, info, steps, writer.add if writer else None)
         if log_problem is not None:
             progress.status(log_problem)
+        if writer is not None:
+            writer.finish(goodput["start_phases"])
+            if writer.problem is not None:
+                progress.status(f"warning: {writer.problem}")
         result = JobResult(
             **JobInfo.of(info).props(),
             **steps.summary(),
             **goodput,
             checkpoint_dir=job.checkpoint_dir,
-            # MaxText writes TensorBoard logs on TPU workers only: the CPU workers of a local head
-            # run it without Google Cloud (DECOUPLE_GCLOUD), where its writer is a no-op.
-            tensorboard_dir=tensorboard_directory(job.checkpoint_dir) if job.gke and job.checkpoint_dir else None,
+            # MaxText's logs on GKE (its TPU workers write them; the CPU workers of a local head
+            # run it without Google Cloud, DECOUPLE_GCLOUD, where its writer is a no-op); the
+            # product's scalars where it wrote them.
+            tensorboard_dir=logdir if job.gke or (writer is not None and writer.wrote) else None,
             dashboard_url=None if job.gke else api.address,
             input_digests=job.digests(),
         )

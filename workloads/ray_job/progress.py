@@ -12,12 +12,14 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from domain.ray.queueing import waiting_line
 from domain.training.goodput import OUTPUTS as GOODPUT_OUTPUTS
 from domain.training.goodput import RunRecord
 from domain.training.job_log import JobLog, StepCollector
+from domain.training.run_scalars import Scalar
 from domain.training.start_phases import StartPhases
 from workloads.jobs_api import JobsApi
 from workloads.jobs_api.errors import JobsApiError
@@ -121,15 +123,18 @@ def read_tail(api: JobsApi, info: Any, steps: StepCollector) -> tuple[JobLog, st
     return read, None
 
 
-def read_whole_log(api: JobsApi, info: Any, seen: StepCollector) -> tuple[StepCollector, dict[str, Any], str | None]:
+def read_whole_log(
+    api: JobsApi, info: Any, seen: StepCollector, scalars: Callable[[list[Scalar]], None] | None = None
+) -> tuple[StepCollector, dict[str, Any], str | None]:
     """The ended job's log, read once, whole and streamed (the events are spread over all of
-    it): its steps, and the goodput outputs. The steps are a fresh count, since the tails read
-    while the job ran can miss lines between them. On failure, the steps `seen` while it ran,
-    None for each goodput output and a line saying why."""
+    it): its steps, and the goodput outputs; each step's and evaluation's scalars go to
+    `scalars` as they are read. The steps are a fresh count, since the tails read while the job
+    ran can miss lines between them. On failure, the steps `seen` while it ran, None for each
+    goodput output and a line saying why."""
     no_goodput = dict.fromkeys(GOODPUT_OUTPUTS)
     if not info.driver_node_id:
         return seen, no_goodput, "the job never started a driver, so it has no log"
-    read = JobLog(StepCollector())
+    read = JobLog(StepCollector(), scalars=scalars)
     try:
         read.add_lines(api.log_lines(info.submission_id, info.driver_node_id))
     except JobsApiError as error:
