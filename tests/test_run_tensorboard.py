@@ -4,8 +4,15 @@ lists, each value the log's."""
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
 
+import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from domain.training.job_log import JobLog
@@ -18,7 +25,10 @@ from domain.training.run_scalars import (
     start_tag,
 )
 from domain.training.start_phases import StartPhases
+from workloads.local_ray import free_port
 from workloads.ray_job.tensorboard import JOB_LOG_RUN, ScalarWriter
+
+VENV_BIN = Path(sys.executable).parent  # .venv's, where `tensorboard` is installed
 
 
 def step_line(step: int, loss: str, seconds: float = 0.25) -> str:
@@ -79,3 +89,32 @@ def test_a_path_that_is_a_file_is_a_problem_naming_it_not_an_error(tmp_path):
     assert writer.problem is not None and not writer.wrote
     assert f"could not be written to {tmp_path / 'tensorboard' / JOB_LOG_RUN}" in writer.problem
     assert writer.written == 0
+
+
+@pytest.mark.timed  # waits for the server to answer
+def test_tensorboard_lists_the_runs_scalars(tmp_path):
+    """`tensorboard --logdir` over the run's TensorBoard directory (the README's instruction)
+    serves the series as the run `job-log`; started here on loopback, stopped by its pid."""
+    writer = ScalarWriter(str(tmp_path / "tensorboard"))
+    JobLog(scalars=writer.add).add_lines(LOG)
+    writer.finish(None)
+    port = free_port()
+    command = [str(VENV_BIN / "tensorboard"), "--logdir", str(tmp_path / "tensorboard"), "--host", "127.0.0.1"]
+    server = subprocess.Popen(
+        [*command, "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        tags = None
+        deadline = time.monotonic() + 120
+        while tags is None and time.monotonic() < deadline and server.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/data/plugin/scalars/tags", timeout=5) as answer:
+                    tags = json.load(answer)
+            except OSError:
+                time.sleep(0.5)
+        assert tags is not None, server.stderr.read() if server.poll() is not None else "no answer in 120 s"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert set(tags) == {JOB_LOG_RUN}
+    assert {LOSS, STEP_SECONDS, EVAL_LOSS} <= set(tags[JOB_LOG_RUN])
