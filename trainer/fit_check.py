@@ -21,7 +21,8 @@ libtpu raises only while generating code show up then).
 From the same compile it predicts the step: domain/perf/hlo_profile.py reads the optimized module's
 matmuls, memory traffic, collectives and host transfers, and domain/perf/step_time.py turns them into
 seconds, tokens/s per chip and MFU with the generation's calibrated speed model. `--output FILE`
-also writes the result as JSON, for the workloads stack's `fitCheckResult` setting.
+also writes the result as JSON, for the workloads stack's `fitCheckResult` setting; `--report
+PATH` writes it as a page to open in a browser (domain/reports/fit_page.py).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from domain.perf.hlo_text import BufferMemory, HloError, buffer_memory
 from domain.perf.maxtext_check import counted_by_maxtext, model_flops
 from domain.perf.published_recipes import PublishedRun, compile_spec
 from domain.perf.speed_anchors import speed_model
+from domain.reports.fit_page import fit_page
 from domain.tpu.tpu_catalog import accelerator_by_ray_type
 from domain.training.job import JobError, JobSpec
 from domain.training.maxtext_config import base_config, base_config_path
@@ -368,6 +370,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="run the compile to the end (code generation too: several times longer) instead of the cache",
     )
     parser.add_argument("--hlo-dump", type=Path, metavar="DIR", help="keep the compiler's HLO dump in DIR")
+    parser.add_argument(
+        "--report",
+        type=Path,
+        metavar="PATH",
+        help="also write the result as a self-contained HTML page to PATH: HBM by kind against the usable "
+        "capacity, the margin, the ways to fit, the predicted speed and its error band",
+    )
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="MaxText settings to add or override")
     args = parser.parse_args(argv)
     malformed = [pair for pair in args.overrides if "=" not in pair or pair.startswith("=")]
@@ -401,7 +410,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.output.write_text(result.to_json())
     work = model_flops(job)
     print(f"model FLOPs per step (all chips; {work.described}): {work.per_step:.4g}")
+    if args.report:
+        try:
+            write_page(args.report, result)
+        except OSError as error:
+            print(f"fit check: could not write the page to {args.report}: {error.strerror or error}", file=sys.stderr)
+            return 2
+        print(f"fit check page: {args.report}")
     return 0 if result.fits else 1
+
+
+def write_page(path: Path, result: FitResult) -> None:
+    """The result's page (domain/reports/fit_page.py) at `path`, its directories made as needed;
+    OSError when it cannot be written (a parent that is a file: "Not a directory")."""
+    if not path.parent.exists():  # a parent that is a file is left for the write to name
+        path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(fit_page(result))
 
 
 if __name__ == "__main__":

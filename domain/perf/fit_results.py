@@ -99,6 +99,20 @@ class FitResult:
         )
 
     @property
+    def missing_prediction(self) -> str | None:
+        """Why there is no predicted step (None when there is one): the report and the fit
+        check's page say it in the same words."""
+        if self.prediction is not None:
+            return None
+        if not self.fits:
+            return "the step does not fit, so there is no step to time"
+        if speed_model(self.generation or "") is None:
+            return f"no calibrated speed model for TPU {self.generation}"
+        if self.unreadable_step:
+            return f"the optimized step could not be read: {self.unreadable_step}"
+        return "the compiler dumped no optimized HLO to read"
+
+    @property
     def full_compile_seconds(self) -> float | None:
         """How long the whole compile of the train step took here, when this result ran it to the
         end (a compile stopped at buffer assignment says nothing of the code generation after it)."""
@@ -161,14 +175,8 @@ class FitResult:
                 source = FLOPS_SOURCES.get(self.model_flops_source or "", "a count this result does not name")
                 lines.append(f"(MFU and tokens/s from the model FLOPs and tokens of {source})")
                 lines.append("(a compiler-model estimate, not a TPU measurement: docs/capacity.md gives its error)")
-            elif speed_model(self.generation or "") is None:
-                lines.append(f"predicted step time: none (no calibrated speed model for TPU {self.generation})")
-            elif self.unreadable_step:
-                lines.append(
-                    f"predicted step time: none (the optimized step could not be read: {self.unreadable_step})"
-                )
             else:
-                lines.append("predicted step time: none (the compiler dumped no optimized HLO to read)")
+                lines.append(f"predicted step time: none ({self.missing_prediction})")
         lines.append("result: FITS" if self.fits else "result: DOES NOT FIT")
         return "\n".join(lines)
 
