@@ -15,3 +15,9 @@ MAXTEXT_CONFIG_CACHE = PROJECT_ROOT / ".cache" / "maxtext-config"
 INFRA_PROJECT = "maxtext-tpu-infra"
 WORKLOADS_PROJECT = "maxtext-tpu-workloads"
 WORKLOADS_DIR = PROJECT_ROOT / "workloads"
+
+# Where local runs keep their checkpoints (the workloads setting checkpointRoot's default,
+# relative to the project root), and where the pages of runs whose checkpoints are elsewhere (a
+# GKE job's bucket) are written on the machine that ran `pulumi up`.
+LOCAL_RUNS = ".runs"
+RUN_PAGES = PROJECT_ROOT / LOCAL_RUNS / "pages"

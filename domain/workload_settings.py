@@ -14,6 +14,7 @@ from enum import Enum
 from pathlib import PurePosixPath
 from typing import Any
 
+from domain.paths import LOCAL_RUNS
 from domain.setting import Field, setting
 from domain.stack_identity import StackIdentity
 from domain.training.dataset import DEFAULT_TOKENIZER, GRAIN, HUGGING_FACE, SHIPPED_TOKENIZERS, Dataset
@@ -197,7 +198,7 @@ class WorkloadSettings:
     checkpoint_root: Field[str] = setting(
         "string",
         "Checkpoint root for local runs (relative to the project root); GKE stacks use the infra stack's.",
-        default=".runs",
+        default=LOCAL_RUNS,
         ignored_when=(When.ON_INFRA, "a GKE job writes to the infra stack's checkpointRoot output (its bucket)"),
     )
     assumed_mfu: Field[float] = setting(

@@ -63,6 +63,15 @@ def _own_fit_check_cache(request, tmp_path_factory, monkeypatch):
         monkeypatch.setattr(fit_results, "CACHE_DIR", tmp_path_factory.mktemp("fit-check-cache"))
 
 
+@pytest.fixture(autouse=True)
+def _own_run_pages(tmp_path_factory, monkeypatch):
+    """The pages of runs whose checkpoints are not on this machine (GKE jobs, fakes of them) go
+    under the checkout's .runs/pages/: a test's go to a directory of its own."""
+    from workloads.ray_job import report
+
+    monkeypatch.setattr(report, "RUN_PAGES", tmp_path_factory.mktemp("run-pages"))
+
+
 @pytest.fixture(scope="session")
 def local_ray_head():
     """One loopback-only Ray head for the whole test session, from the trainer environment;

@@ -78,6 +78,7 @@ def job_result(*starts: StartPhases) -> JobResult:
         event_lines_skipped=0,
         checkpoint_dir=REQUEST.checkpoint_dir,
         tensorboard_dir=None,  # MaxText writes TensorBoard logs on TPU workers only
+        report_path=None,
         dashboard_url=REQUEST.address,
         input_digests=REQUEST.digests(),
     )

@@ -18,11 +18,12 @@ from pathlib import Path
 import pytest
 
 from tests.support.fake_jobs_api import FakeApiServer, FakeHttpServer, self_signed_certificate
+from tests.support.pages import page_keys
 from workloads.jobs_api import JobsApi
 from workloads.jobs_api.errors import ErrorKind, JobsApiError
 from workloads.jobs_api.gke import GKE_API_OVERRIDE_ENV
 from workloads.jobs_api.gke_access import GkeTarget
-from workloads.ray_job import RayJobGuardProvider, RayJobProvider
+from workloads.ray_job import RayJobGuardProvider, RayJobProvider, report
 from workloads.ray_job import wait as job_wait
 from workloads.ray_job.record import RayJobError
 
@@ -126,6 +127,9 @@ def test_a_job_runs_through_the_api_server_proxy(api_server, local_ray_head, aut
     assert result.outs["status"] == "SUCCEEDED" and result.outs["final_loss"] == 2.5
     assert result.outs["dashboard_url"] is None  # nothing public to point at
     assert result.outs["tensorboard_dir"] == "/data/run-1/tensorboard"  # where MaxText on TPU writes
+    # Its checkpoints are the cluster's: its page is written on the machine that ran pulumi up.
+    assert result.outs["report_path"] == str(report.RUN_PAGES / f"{result.id}.html")
+    assert page_keys(Path(result.outs["report_path"]))[0]["final_loss"] == "2.5"
     assert set(api_server.seen_tokens) == {f"Bearer {TOKEN}"}
     # The Ray token, read from the Secret, reached the head in the header Ray reads behind proxies.
     assert {h.get("X-Ray-Authorization") for h in api_server.forwarded_headers} == {f"Bearer {api_server.ray_token}"}

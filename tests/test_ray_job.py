@@ -10,6 +10,7 @@ import json
 import shlex
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from ray.job_submission import JobStatus
@@ -19,6 +20,7 @@ from domain.training.job_events import event_line
 from domain.training.job_log import JobLog, StepCollector
 from domain.training.run_scalars import LOSS, TOKENS_PER_SECOND_PER_DEVICE
 from tests.support.fake_jobs_api import TRACEBACK_500, FakeJobsApi
+from tests.support.pages import page_keys, shown_outputs
 from tests.support.ray_job_harness import (
     FAKE_TRAINER,
     LATE_STOP_SECONDS,
@@ -65,6 +67,13 @@ def test_create_waits_and_reports_the_run(local_ray_head):
     events.Reload()
     assert [(event.step, event.value) for event in events.Scalars(LOSS)] == [(0, 3.0), (1, 2.0), (2, 1.0)]
     assert [event.value for event in events.Scalars(TOKENS_PER_SECOND_PER_DEVICE)] == [100.0, 200.0, 300.0]
+    # Its page, beside its checkpoints, shows the outputs under their names, and its curves.
+    assert outs["report_path"] == f"{props['checkpoint_dir']}/report.html"
+    facts, figures = page_keys(Path(outs["report_path"]))
+    assert facts["steps_completed"] == "3" and facts["final_loss"] == "1.0" and facts["status"] == "SUCCEEDED"
+    assert {"duration_seconds", "goodput_percent", "tokens_trained"} <= facts.keys()
+    assert shown_outputs(facts, outs) == {}
+    assert figures == ["loss", "step_seconds", "wall_time"]
     # The command, runtime env and metadata may carry secrets: state keeps digests, not copies.
     assert not {"entrypoint", "runtime_env", "metadata"} & set(outs)
     assert set(outs["input_digests"]) == set(ray_job_record.JOB_DEFINING)
@@ -116,6 +125,12 @@ def test_a_failing_job_raises_with_status_message_and_log_tail(local_ray_head):
     assert message.splitlines()[-1].startswith(
         "status: FAILED; message: Job entrypoint command failed with exit code 3"
     )
+    # Its page says what happened, though it logged no step.
+    assert message.splitlines()[1] == f"the run's page: {props['checkpoint_dir']}/report.html"
+    facts, figures = page_keys(Path(props["checkpoint_dir"]) / "report.html")
+    assert (facts["status"], facts["steps_completed"]) == ("FAILED", "0")
+    assert figures == ["wall_time"]  # no step, so no curve: only where its time went
+    assert "exit code 3" in (Path(props["checkpoint_dir"]) / "report.html").read_text()
 
 
 @slow

@@ -259,6 +259,7 @@ def test_the_job_outputs_keep_the_names_and_order_state_has_always_had():
         "checkpoint_dir",
         "tensorboard_dir",
         "dashboard_url",
+        "report_path",
         "input_digests",
     )
 

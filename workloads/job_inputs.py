@@ -19,6 +19,7 @@ from domain.ray.compiler_flags import CompilerFlags, added_to_workers
 from domain.setting import camel_case
 from domain.tpu.tpu_catalog import accelerator_by_ray_type
 from domain.training.job import JobError, JobSpec
+from domain.training.run_estimate import RunEstimate
 from domain.workload_settings import WorkloadSettings
 from workloads.ray_job.record import JOB_INPUTS, JobRequest, WorkerGroup
 
@@ -160,9 +161,11 @@ def plan(
     of another configuration; passes a deadline the prediction outlasts to `warn`."""
     inputs = ray_job_inputs(job, settings)
     fit_check = fit_check_result(job, settings) if job.use_tpu else None
-    cost = cost_estimate(
+    cost, estimate = cost_estimate(
         job, fit_check, assumed_mfu=settings.assumed_mfu, price_per_chip_hour=price_per_chip_hour, cost_basis=cost_basis
     )
+    # The run's page and scalars put the measurement beside what was predicted of it.
+    inputs["estimate"] = estimate.to_props() if job.use_tpu else None
     warning = deadline_warning(cost, job.total_steps, settings.timeout_seconds)
     if warning is not None:
         warn(warning)
@@ -198,28 +201,46 @@ def cost_estimate(
     assumed_mfu: float,
     price_per_chip_hour: float | None,
     cost_basis: str | None = None,
-) -> CostEstimate:
+) -> tuple[CostEstimate, RunEstimate]:
     """What the job should cost: its steps x an estimated step time, at the chips' hourly price
-    (None when the infra stack has none: `cost_basis`, its costBasis output, says why).
+    (None when the infra stack has none: `cost_basis`, its costBasis output, says why), and the
+    same estimate as the RunEstimate the RayJob is given for the run's page.
     The step time is `fit_check`'s prediction (the fit check of this exact configuration, when there
     is one: estimateSource `prediction`), else model FLOPs per step over what the chips deliver at the
     assumed MFU (`assumedMfu`). The FLOPs (and the prediction's MFU) are MaxText's count for the
     configuration (flopsSource `maxtext`; domain/perf/capacity.py names the fallback). None for CPU
     jobs."""
     if not job.use_tpu or job.total_steps is None:
-        return CostEstimate()
+        return CostEstimate(), RunEstimate()
     flops = model_flops(job)
     # A result file recorded with another count is counted again.
     result = counted_by_maxtext(job, fit_check) if fit_check is not None else None
     prediction = result.prediction if result is not None else None
+    peak = accelerator_by_ray_type(job.accelerator_type or "").peak_bf16_tflops_per_chip
     estimate = job_cost(
         flops_per_step=flops.per_step,
         steps=job.total_steps,
         chips=flops.chips,
-        peak_tflops_per_chip=accelerator_by_ray_type(job.accelerator_type or "").peak_bf16_tflops_per_chip,
+        peak_tflops_per_chip=peak,
         assumed_mfu=assumed_mfu,
         price_per_chip_hour_usd=price_per_chip_hour or 0.0,
         step_seconds=prediction.step_seconds if prediction else None,
+    )
+    span = prediction.band.step_range(prediction.step_seconds) if prediction and prediction.band else None
+    if prediction is None:
+        band = f"no fit check of this configuration: the step time assumes an MFU of {assumed_mfu}, with no error band"
+    else:
+        band = prediction.band.describe(prediction.step_seconds) if prediction.band else "uncalibrated"
+    run = RunEstimate(
+        source=PREDICTION if prediction else ASSUMED_MFU,
+        step_seconds=estimate.step_seconds,
+        step_seconds_low=span[0] if span else None,
+        step_seconds_high=span[1] if span else None,
+        band=band,
+        mfu=prediction.mfu if prediction else assumed_mfu,
+        peak_tflops_per_chip=peak,
+        dollars_per_hour=estimate.dollars_per_hour if price_per_chip_hour is not None else None,
+        job_dollars=estimate.job_dollars if price_per_chip_hour is not None else None,
     )
     start = cold_start_cost(
         chips=flops.chips,
@@ -227,7 +248,7 @@ def cost_estimate(
         compile_seconds=result.full_compile_seconds if result is not None else None,
         compile_basis=_compile_basis(job, result),
     )
-    return CostEstimate(
+    cost = CostEstimate(
         flops_per_step=flops.per_step,
         flops_source=flops.source,
         estimate_source=PREDICTION if prediction else ASSUMED_MFU,
@@ -246,6 +267,7 @@ def cost_estimate(
         ],
         cold_start_basis=start.basis(),
     )
+    return cost, run
 
 
 def _compile_basis(job: JobSpec, result: FitResult | None) -> str:

@@ -242,18 +242,20 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     outs = result.outs
     assert outs is not None, "RayJobProvider.create returns the job's outputs"
-    line = result_line(outs)
-    if JobResult.from_props(outs).diverged:
+    line, outputs = result_line(outs), JobResult.from_props(outs)
+    if outputs.diverged:
         print(
             f"finished in {time.monotonic() - started:.0f} s, but the run DIVERGED: its last loss is not a "
             f"finite number (final_loss is null)",
             file=sys.stderr,
         )
-        print(line)
-        return 1
-    print(f"finished in {time.monotonic() - started:.0f} s", file=sys.stderr)
+    else:
+        print(f"finished in {time.monotonic() - started:.0f} s", file=sys.stderr)
     print(line)
-    return 0
+    # Last, where a person looks: the run's page (the JSON line's report_path too).
+    if outputs.report_path is not None:
+        print(f"the run's page: {outputs.report_path}", file=sys.stderr)
+    return 1 if outputs.diverged else 0
 
 
 if __name__ == "__main__":

@@ -6,9 +6,11 @@ RayJob provider writes them as event files beside the run's checkpoints
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from domain.training.job_events import StepMetrics
+from domain.training.run_estimate import RunEstimate
 from domain.training.start_phases import PHASES, StartPhases
 
 # The tags, one series each. A step run again after a restart is written again at its step.
@@ -53,3 +55,20 @@ def start_scalars(group: int, phases: StartPhases) -> list[Scalar]:
     return [
         Scalar(start_tag(phase), group, seconds) for phase in PHASES if (seconds := phases.seconds(phase)) is not None
     ]
+
+
+# What the stack predicted, beside the measurement (a TPU job's estimate: RunEstimate).
+PREDICTED_STEP_SECONDS = "train/predicted_step_seconds"
+MFU = "train/mfu"
+
+
+def estimate_scalars(scalars: Sequence[Scalar], estimate: RunEstimate) -> list[Scalar]:
+    """For a step's scalars: the predicted step time at the same step, and the measured MFU (its
+    TFLOP/s per device over the chip's peak), where the estimate has them."""
+    added = []
+    for scalar in scalars:
+        if scalar.tag == STEP_SECONDS and estimate.step_seconds is not None:
+            added.append(Scalar(PREDICTED_STEP_SECONDS, scalar.step, estimate.step_seconds))
+        if scalar.tag == TFLOPS_PER_DEVICE and (mfu := estimate.measured_mfu(scalar.value)) is not None:
+            added.append(Scalar(MFU, scalar.step, mfu))
+    return added

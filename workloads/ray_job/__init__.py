@@ -16,8 +16,10 @@ the user as info lines, which is where progress goes.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -34,8 +36,12 @@ from pulumi.dynamic import (
 
 from domain.ray.queueing import WORKER_GROUP_START_TIMEOUT_ENV
 from domain.ray.resource_types import MODULE, RAY_JOB_GUARD_NAME, RAY_JOB_NAME
+from domain.reports.run_page import RunHeader, outputs_of, run_page
 from domain.setting import camel_case
 from domain.training.job_log import StepCollector, tensorboard_directory
+from domain.training.run_estimate import RunEstimate
+from domain.training.run_scalars import Scalar, estimate_scalars
+from domain.training.run_series import RunSeries
 from workloads.jobs_api import JobsApi
 from workloads.jobs_api.errors import ErrorKind, JobsApiError
 from workloads.ray_job import guard
@@ -62,6 +68,7 @@ from workloads.ray_job.record import (
     latest_attempt,
     next_attempt,
 )
+from workloads.ray_job.report import page_path, write_page
 from workloads.ray_job.teardown import stop_and_confirm, teardown
 from workloads.ray_job.tensorboard import ScalarWriter
 from workloads.ray_job.wait import Deadlines, RunClock, until_ended
@@ -80,6 +87,18 @@ def submitted_runtime_env(job: JobRequest) -> dict[str, Any] | None:
     if queue is not None:
         runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), WORKER_GROUP_START_TIMEOUT_ENV: str(queue)}
     return runtime_env or None
+
+
+def _header(info: JobInfo, total_steps: int | None, failure: str | None = None) -> RunHeader:
+    return RunHeader(
+        submission_id=info.submission_id,
+        status=info.status,
+        start_time=info.start_time,
+        end_time=info.end_time,
+        duration_seconds=info.duration_seconds,
+        total_steps=total_steps,
+        failure=failure,
+    )
 
 
 def _api(job: JobRequest) -> JobsApi:
@@ -194,6 +213,8 @@ class RayJobProvider(ResourceProvider):
         steps = StepCollector()
         info = self._wait(api, job_id, Deadlines.of(job), progress, steps, clock)
         status = str(info.status)
+        page = page_path(job_id, job.checkpoint_dir, api.shares_files())
+        series = RunSeries()
         if status != "SUCCEEDED":
             # Ray's message repeats the log; its first line is the reason. The trainer says which
             # retry budget ran out, when one did (its last word: the tail has it).
@@ -201,12 +222,25 @@ class RayJobProvider(ResourceProvider):
             reason = (info.message or "no message").splitlines()[0]
             failure = read.record.failure
             headline = f"RayJob {job_id} ended {status}" + (f": {failure}" if failure else "")
-            raise RayJobError(f"{headline}.\n{shown(read, log_problem)}\nstatus: {status}; message: {reason}")
+            # The page of a failed run shows what it reached: its whole log is read for that.
+            whole, goodput, _ = read_whole_log(api, info, steps, series.add)
+            header = _header(JobInfo.of(info), job.total_steps, failure=f"{headline} ({reason})")
+            page_problem = self._write_page(page, header, whole.summary(), goodput, series, job.estimate)
+            where = f"the run's page: {page}" if page_problem is None else f"warning: {page_problem}"
+            raise RayJobError(f"{headline}.\n{where}\n{shown(read, log_problem)}\nstatus: {status}; message: {reason}")
         # The run's scalars, from its log, beside its checkpoints where those are this machine's
         # (a head reached on this machine); MaxText writes its own on TPU workers only.
         logdir = tensorboard_directory(job.checkpoint_dir) if job.checkpoint_dir else None
         writer = ScalarWriter(logdir) if logdir is not None and api.shares_files() else None
-        steps, goodput, log_problem = read_whole_log(api, info, steps, writer.add if writer else None)
+
+        def scalars(batch: list[Scalar]) -> None:
+            series.add(batch)
+            if writer is not None:
+                writer.add(batch)
+                if job.estimate is not None:
+                    writer.add(estimate_scalars(batch, job.estimate))
+
+        steps, goodput, log_problem = read_whole_log(api, info, steps, scalars)
         if log_problem is not None:
             progress.status(log_problem)
         if writer is not None:
@@ -222,15 +256,40 @@ class RayJobProvider(ResourceProvider):
             # run it without Google Cloud, DECOUPLE_GCLOUD, where its writer is a no-op); the
             # product's scalars where it wrote them.
             tensorboard_dir=logdir if job.gke or (writer is not None and writer.wrote) else None,
+            report_path=str(page),
             dashboard_url=None if job.gke else api.address,
             input_digests=job.digests(),
         )
+        header = _header(result, job.total_steps)
+        page_problem = self._write_page(page, header, steps.summary(), goodput, series, job.estimate)
+        if page_problem is not None:
+            progress.status(f"warning: {page_problem}")
+            result = dataclasses.replace(result, report_path=None)
         progress.started(result.start_phases)
         if result.diverged:
             progress.status("SUCCEEDED, but the run DIVERGED: its last loss is not a finite number")
         else:
             progress.status("SUCCEEDED")
+        if result.report_path is not None:
+            progress.status(f"the run's page: {result.report_path}")
         return result
+
+    @staticmethod
+    def _write_page(
+        page: Path,
+        header: RunHeader,
+        summary: Mapping[str, Any],
+        goodput: Mapping[str, Any],
+        series: RunSeries,
+        estimate: RunEstimate | None,
+    ) -> str | None:
+        """Writes the run's page; the problem, in words, where it could not. Never raises: a run
+        that trained is recorded whatever happens to its page."""
+        try:
+            text = run_page(header, *outputs_of(summary, goodput), series, estimate)
+        except Exception as error:  # the page must never cost the run its record
+            return f"the run's page could not be drawn for {page} ({type(error).__name__}: {error})"
+        return write_page(page, text)
 
     @staticmethod
     def _submit(api: JobsApi, job_id: str, job: JobRequest) -> None:

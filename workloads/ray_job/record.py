@@ -26,6 +26,7 @@ from domain.stack_identity import digest, integral
 from domain.training.goodput import GoodputOutputs
 from domain.training.job import JobSpec
 from domain.training.job_log import DataOutputs, StepOutputs
+from domain.training.run_estimate import RunEstimate
 from workloads.jobs_api.gke_access import GkeTarget
 
 # The roles an input of the RayJob has (declared on JobRequest's fields).
@@ -96,6 +97,8 @@ class JobRequest:
     worker_group: WorkerGroup | None = field(default=None, metadata=_input(UPDATABLE_ROLE, KEPT_ROLE))
     total_steps: int | None = field(default=None, metadata=_input(UPDATABLE_ROLE, KEPT_ROLE))
     checkpoint_dir: str | None = field(default=None, metadata=_input(UPDATABLE_ROLE, KEPT_ROLE))
+    # What the stack predicted of the run, for its page and scalars (None for a CPU job).
+    estimate: RunEstimate | None = field(default=None, metadata=_input(UPDATABLE_ROLE, KEPT_ROLE))
     # The job's submission id under the earlier scheme, when the stack's guard recorded one (see
     # workloads/ray_job/migration.py): create adopts a run still going (or finished) under it.
     legacy_job_id: str | None = field(default=None, metadata=_input())
@@ -178,7 +181,11 @@ GUARD_KEPT = tuple(name for name in GUARD_PROPS if name != "previous_job_id")
 
 
 # The props held as records, and how each is parsed from its mapping.
-_RECORDS: dict[str, Any] = {"gke": GkeTarget.from_inputs, "worker_group": WorkerGroup.from_props}
+_RECORDS: dict[str, Any] = {
+    "gke": GkeTarget.from_inputs,
+    "worker_group": WorkerGroup.from_props,
+    "estimate": RunEstimate.from_props,
+}
 
 
 def _parsed(props: Mapping[str, Any], names: tuple[str, ...]) -> tuple[dict[str, Any], set[str]]:
@@ -199,10 +206,10 @@ def _parsed(props: Mapping[str, Any], names: tuple[str, ...]) -> tuple[dict[str,
 
 def _wire(value: Any) -> Any:
     """A value as the wire and state hold it: a GKE target without the fields it has no value
-    for, a worker group as its mapping."""
+    for, a worker group and an estimate as their mappings."""
     if isinstance(value, GkeTarget):
         return value.as_inputs()
-    return value.to_props() if isinstance(value, WorkerGroup) else value
+    return value.to_props() if isinstance(value, (WorkerGroup, RunEstimate)) else value
 
 
 def _defining(value: Any) -> Any:
@@ -271,6 +278,8 @@ class JobResult(GoodputOutputs, DataOutputs, StepOutputs, JobInfo):
     checkpoint_dir: str | None
     tensorboard_dir: str | None
     dashboard_url: str | None
+    # The run's page (domain/reports/run_page.py): a file on the machine that ran pulumi up.
+    report_path: str | None
     input_digests: dict[str, str] = field(metadata=_NOT_EXPORTED)  # only what `diff` compares
 
     @classmethod
