@@ -83,11 +83,30 @@ def test_create_waits_and_reports_the_run(local_ray_head):
 def test_recreate_adopts_the_finished_job_without_resubmitting(local_ray_head):
     props = inputs(local_ray_head)
     first = RayJobProvider().create(props)
+    page = Path(first.outs["report_path"])
+    page.unlink()
     second = RayJobProvider().create(props)
     assert second.id == first.id
     assert second.outs["start_time"] == first.outs["start_time"]
     jobs = [job for job in client(local_ray_head).list_jobs() if job.submission_id == first.id]
     assert len(jobs) == 1
+    # Its page is written again from the finished run's log, with the same numbers.
+    assert second.outs["report_path"] == str(page) and page_keys(page)[0]["final_loss"] == "1.0"
+
+
+@slow
+def test_a_run_whose_page_and_scalars_cannot_be_written_succeeds_with_warnings(local_ray_head, tmp_path, capsys):
+    """Writing the page or the TensorBoard events never fails a run that trained: each error is
+    a warning naming the path and the reason, and the output is null."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    result = RayJobProvider().create(inputs(local_ray_head, checkpoint_dir=str(blocker / "run")))
+    assert result.outs["status"] == "SUCCEEDED" and result.outs["steps_completed"] == 3
+    assert (result.outs["report_path"], result.outs["tensorboard_dir"]) == (None, None)
+    err = capsys.readouterr().err
+    assert f"warning: the run's page could not be written to {blocker / 'run' / 'report.html'} (" in err
+    assert f"warning: the run's TensorBoard scalars could not be written to {blocker / 'run' / 'tensorboard'}" in err
+    assert "Not a directory" in err
 
 
 @slow

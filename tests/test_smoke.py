@@ -18,8 +18,10 @@ from domain.paths import TRAINER_PYTHON
 from domain.training.dataset_manifest import MANIFEST_NAME
 from domain.training.run_scalars import LOSS, start_tag
 from domain.training.start_phases import PHASES
+from tests.support.browser import chromium
 from tests.support.corpus import corpus_manifest, shard_files
 from tests.support.fake_jobs_api import FakeHttpServer
+from tests.support.pages import page_keys, shown_outputs
 from tests.support.port_holder import PortHolder
 from tests.support.pulumi_harness import PROJECT_ROOT
 from workloads import smoke
@@ -75,11 +77,32 @@ def assert_trained(completed: subprocess.CompletedProcess, result: dict) -> None
     assert losses[-1].value == pytest.approx(result["final_loss"], abs=1e-4)
     [compile_seconds] = events.Scalars(start_tag("compile"))
     assert compile_seconds.value == pytest.approx(start["compile"], abs=1e-4)
+    # Its page, named last on stderr, shows the numbers of the JSON line under their names.
+    assert result["report_path"] == f"{result['checkpoint_dir']}/report.html"
+    assert completed.stderr.strip().splitlines()[-1] == f"the run's page: {result['report_path']}"
+    facts, figures = page_keys(Path(result["report_path"]))
+    assert {"steps_completed", "final_loss", "goodput_percent", "tokens_trained", "duration_seconds"} <= facts.keys()
+    assert shown_outputs(facts, result) == {}
+    assert figures == ["loss", "step_seconds", "wall_time"]
+
+
+def assert_page_as_seen(result: dict) -> None:
+    """The run's page in Chromium: each plot drawn at its size, no console error, and the
+    numbers a person reads there equal the JSON line's."""
+    with chromium() as browser:
+        view = browser.open(Path(result["report_path"]))
+    assert view.console_errors == ()
+    assert [image.key for image in view.images] == ["loss", "step_seconds", "wall_time"]
+    assert all(image.rendered and image.width == image.natural_width for image in view.images), view.images
+    assert shown_outputs(dict(view.facts), result) == {}
+    assert view.facts["final_loss"] == str(result["final_loss"])
 
 
 @pytest.mark.slow
 def test_smoke_elastic_trains_the_tiny_preset_and_ends_with_the_result_as_json():
-    assert_trained(*run_smoke("--elastic"))
+    completed, result = run_smoke("--elastic")
+    assert_trained(completed, result)
+    assert_page_as_seen(result)  # last: it is skipped where Chromium cannot be installed
 
 
 @pytest.mark.slow

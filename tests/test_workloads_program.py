@@ -14,6 +14,7 @@ from domain.setting import camel_case
 from domain.training.goodput import OUTPUTS as GOODPUT_OUTPUTS
 from domain.training.job import JobError
 from domain.training.job_log import DATA_OUTPUTS
+from domain.training.run_estimate import RunEstimate
 from tests.support.cli_settings import workload_settings
 from tests.support.pulumi_harness import PROJECT_ROOT, RecordingMonitor, run_program, stack_config
 from tests.support.refusals import assert_one_problem
@@ -64,6 +65,15 @@ def test_the_job_cost_is_estimated_before_it_runs():
     assert outputs["flopsSource"] == "maxtext" and outputs["estimatedStepSeconds"] == 2.153
     expected = round(outputs["estimatedStepSeconds"] * 100 / 3600 * 32 * 2.70, 2)
     assert outputs["estimatedJobDollars"] == pytest.approx(expected, abs=0.01)
+    # The RayJob is given the same estimate, for the run's page and scalars.
+    _, inputs = run_workloads("dev")
+    estimate = RunEstimate.from_props(inputs["estimate"])
+    assert (estimate.source, estimate.mfu, estimate.peak_tflops_per_chip) == ("assumedMfu", 0.40, 918)
+    assert round(estimate.step_seconds or 0, 3) == 2.153 and estimate.job_dollars == outputs["estimatedJobDollars"]
+    assert estimate.dollars_per_hour == pytest.approx(32 * 2.70)
+    assert estimate.step_seconds_low is None and "no error band" in (estimate.band or "")
+    # A CPU job has none.
+    assert run_workloads("local")[1].get("estimate") is None
 
 
 def test_a_capacity_without_a_price_gives_the_job_no_dollar_figure_and_says_why():
@@ -88,6 +98,16 @@ def test_the_estimate_uses_the_fit_checks_prediction_for_exactly_this_configurat
     assert outputs["estimateSource"] == "prediction" and outputs["assumedMfu"] is None
     assert outputs["estimatedStepSeconds"] == round(prediction.step_seconds, 3)
     assert outputs["predictedMfu"] == round(prediction.mfu, 4)
+    estimate = RunEstimate.from_props(run_workloads("dev", fitCheckResult=str(tmp_path / "result.json"))[1]["estimate"])
+    assert (estimate.source, estimate.step_seconds, estimate.mfu) == (
+        "prediction",
+        prediction.step_seconds,
+        prediction.mfu,
+    )
+    assert prediction.band is not None
+    assert (estimate.step_seconds_low, estimate.step_seconds_high) == prediction.band.step_range(
+        prediction.step_seconds
+    )
     assert outputs["estimatedJobDollars"] == pytest.approx(prediction.step_seconds * 100 / 3600 * 32 * 2.70, abs=0.01)
     # From this checkout's fit-check cache, where `python -m trainer.fit_check` records it.
     fit_results.CACHE_DIR.mkdir(parents=True, exist_ok=True)
