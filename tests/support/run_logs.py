@@ -123,7 +123,9 @@ class Group:
 
     def lines(self) -> list[str]:
         at = JOB_START
-        lines = [WORKER + event_line("attempt", time=at + self.loop, workers=DEVICES, process_started=at + self.process)]
+        lines = [
+            WORKER + event_line("attempt", time=at + self.loop, workers=DEVICES, process_started=at + self.process)
+        ]
         if self.prepared is None:
             return lines
         lines += [
@@ -154,7 +156,9 @@ class Group:
             first = index == 0
             lines += step_lines(step, logged, step.seconds + self.compile_in_first_step if first else None)
             if first:
-                lines.append(WORKER + event_line("phase", time=round(logged, 3), phase="first_step", seconds=step.seconds))
+                lines.append(
+                    WORKER + event_line("phase", time=round(logged, 3), phase="first_step", seconds=step.seconds)
+                )
             if step.step in self.evals:
                 lines.append(eval_line(step.step, self.evals[step.step]))
         return lines
@@ -286,7 +290,5 @@ def failed_at_start_run() -> Run:
 def compile_in_first_step_run() -> Run:
     """MaxText's first step's time holds the compile (its clock started before it), in a short job:
     the wall time's parts overlap by more than the time they leave out."""
-    group = Group(
-        process=2.0, loop=4.5, prepared=12.0, compiled=42.0, steps=steps(0, 9), compile_in_first_step=30.0
-    )
+    group = Group(process=2.0, loop=4.5, prepared=12.0, compiled=42.0, steps=steps(0, 9), compile_in_first_step=30.0)
     return read_run(group.lines(), seconds=60.0, total_steps=10)
