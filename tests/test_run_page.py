@@ -120,6 +120,19 @@ def test_a_diverged_run_keeps_the_finite_loss_and_marks_where_it_diverged(drawn)
     assert drawn["step_seconds"]["shown"][0].xs == [float(step) for step in range(1, 10)]
 
 
+def test_the_speed_curve_leaves_out_each_groups_first_step_only(drawn):
+    """Each step's time but each group's first (step 0, then step 10 after the restart): the first
+    group's run of step 10 was a step like the others, and stays."""
+    run = restarted_run()
+    run.page(ESTIMATE)
+    [measured] = drawn["step_seconds"]["shown"]
+    points = list(zip(measured.xs, measured.ys, strict=True))
+    logged = [(float(step), seconds) for step, seconds in run.series.step_seconds]
+    assert logged[0][0] == 0.0 and logged[13][0] == 10.0  # the groups' first steps
+    assert points == logged[1:13] + logged[14:]
+    assert points.count((10.0, 0.5)) == 1
+
+
 def test_a_run_that_failed_before_its_first_step_says_why_and_shows_the_phases_it_reached(drawn):
     run = failed_at_start_run()
     shown = PageText.of(run.page(ESTIMATE))

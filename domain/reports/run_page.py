@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
+from itertools import pairwise
 from typing import Any
 
 from domain.reports.page import Fact, Figure, Section, render
@@ -184,15 +185,16 @@ def _speed(series: RunSeries, steps: StepOutputs, estimate: RunEstimate | None) 
 
 
 def _steady(series: RunSeries) -> list[tuple[int, float]]:
-    """The steps' times without each worker group's first step (it includes the compile)."""
-    firsts = {series.step_seconds[0][0], *series.restarts_at} if series.step_seconds else set()
-    return [(step, seconds) for step, seconds in series.step_seconds if step not in firsts]
+    """The steps' times without each worker group's first step (it includes the compile): the
+    log's first, and each where the count went back (RunSeries.restarts_at). By its place in the
+    log, not its number: the run of that step before the restart was a step like the others."""
+    return [(step, seconds) for (before, _), (step, seconds) in pairwise(series.step_seconds) if step > before]
 
 
 def _time(header: RunHeader, goodput: GoodputOutputs) -> Section:
     facts = [
         Fact("goodput (%)", _shown(goodput.goodput_percent), "goodput_percent"),
-        Fact("queued (s)", _shown(goodput.seconds_queued), "seconds_queued"),
+        Fact("until the first worker group started (s)", _shown(goodput.seconds_queued), "seconds_queued"),
         Fact("to the first step (s)", _shown(goodput.seconds_to_first_step), "seconds_to_first_step"),
         Fact("restarts", _shown(goodput.restarts), "restarts"),
         Fact("of them preemptions", _shown(goodput.preemptions), "preemptions"),
