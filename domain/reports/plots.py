@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure as MplFigure
+from matplotlib.ticker import MaxNLocator
 
 from domain.reports.page import Figure
 
@@ -80,6 +81,8 @@ def line_chart(
         axes.axvline(mark.x, color=mark.color, linestyle="--", linewidth=1, label=mark.label)
     axes.set_xlabel(xlabel)
     axes.set_ylabel(ylabel)
+    # Steps are whole numbers: no tick at step 1.5.
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.grid(alpha=0.3)
     if lines or marks or levels:
         axes.legend(loc="best", fontsize="small")

@@ -60,16 +60,17 @@ def outputs_of(
 
 
 def wall_time_parts(duration: float | None, goodput: GoodputOutputs) -> tuple[list[Part], float]:
-    """The wall time split into what it went to: the first worker group's start, phase by phase;
-    the steps that count (goodput); the time lost to restarts; and the rest (steps run again,
-    checkpoint saves, the end). With the parts' overlap (MaxText's first step may hold part of
-    the start's time): the parts then sum to more than the wall time by that much, and there is
-    no `other` part."""
+    """The wall time split into what it went to: the first worker group's start, phase by phase
+    up to its first step; the steps that count (goodput, the first step among them: its time is
+    the `first_step` phase, so that phase is not a part of its own); the time lost to restarts;
+    and the rest (steps run again, checkpoint saves, the end). Where the parts overlap they sum
+    to more than the wall time, by the second value returned, and there is no `other` part."""
     parts: list[Part] = []
     first = goodput.start_phases[0] if goodput.start_phases else {}
+    counted = goodput.goodput_percent is not None
     for phase in PHASES:
         seconds = first.get(phase)
-        if seconds:
+        if seconds and not (phase == "first_step" and counted):
             parts.append(Part(f"start: {phase}", seconds, _START_COLOURS[phase]))
     if duration is not None and goodput.goodput_percent is not None:
         parts.append(Part(STEPS, duration * goodput.goodput_percent / 100, _COLOURS[STEPS]))
