@@ -252,9 +252,38 @@ def test_diff_replaces_on_job_defining_inputs_only():
 
 
 def test_update_keeps_every_output():
-    olds = {"status": "SUCCEEDED", "final_loss": 1.5, "timeout_seconds": 10}
+    olds = {"status": "SUCCEEDED", "final_loss": 1.5, "timeout_seconds": 10, "report_path": "/runs/r/report.html"}
     outs = RayJobProvider().update("id", olds, {"timeout_seconds": 20}).outs
     assert outs["status"] == "SUCCEEDED" and outs["final_loss"] == 1.5 and outs["timeout_seconds"] == 20
+    assert outs["report_path"] == "/runs/r/report.html"
+
+
+@slow
+def test_a_finished_run_recorded_before_pages_gets_one_at_the_next_up_without_running_again(local_ray_head):
+    """State written before runs had pages (no report_path): `pulumi up` updates the job, drawing
+    its page from its log; it is not run again, and a run recorded since is left alone."""
+    props = inputs(local_ray_head)
+    created = RayJobProvider().create(props)
+    page = Path(created.outs["report_path"])
+    page.unlink()
+    olds = {key: value for key, value in created.outs.items() if key != "report_path"}
+    provider = RayJobProvider()
+    diff = provider.diff(created.id, olds, props)
+    assert diff.changes is True and diff.replaces == []
+    assert provider.diff(created.id, created.outs, props).changes is False
+    outs = provider.update(created.id, olds, props).outs
+    assert outs["report_path"] == str(page) and page_keys(page)[0]["final_loss"] == "1.0"
+    assert outs["start_time"] == created.outs["start_time"]
+    assert [job.submission_id for job in client(local_ray_head).list_jobs()].count(created.id) == 1
+
+
+def test_a_finished_runs_page_that_cannot_be_drawn_leaves_the_update_succeeding(capsys):
+    """The head that ran it is gone: the update succeeds, with a warning and a null report_path
+    (recorded, so the next `pulumi up` does not try again)."""
+    olds = {"status": "SUCCEEDED", "final_loss": 1.5, "address": f"http://127.0.0.1:{free_port()}", "gke": None}
+    outs = RayJobProvider().update("pulumi-test-gone", olds, {**olds, "timeout_seconds": 20}).outs
+    assert outs["report_path"] is None and outs["final_loss"] == 1.5
+    assert "warning: the run's page was not drawn: its record could not be read" in capsys.readouterr().err
 
 
 def test_check_names_bad_inputs():

@@ -101,6 +101,17 @@ def _header(info: JobInfo, total_steps: int | None, failure: str | None = None) 
     )
 
 
+# The output naming the run's page; state written before runs had pages lacks it.
+PAGE_OUTPUT = "report_path"
+
+
+def undrawn(props: Mapping[str, Any]) -> bool:
+    """Whether the state is of a finished run recorded before runs had pages (no `report_path`
+    at all, where a run recorded since has one, null if its page could not be written): its next
+    `pulumi up` updates it to draw one."""
+    return PAGE_OUTPUT not in props and props.get("status") == "SUCCEEDED"
+
+
 def _api(job: JobRequest) -> JobsApi:
     return JobsApi(job.address, job.gke)
 
@@ -146,7 +157,7 @@ class RayJobProvider(ResourceProvider):
             for key in UPDATABLE
             if (key in news.unknown or getattr(olds, key) != getattr(news, key)) and not updatable_unrecorded(key, olds)
         ]
-        return DiffResult(changes=bool(replaces or updates), replaces=replaces)
+        return DiffResult(changes=bool(replaces or updates or undrawn(old_props)), replaces=replaces)
 
     def create(self, props: dict[str, Any]) -> CreateResult:
         job = JobRequest.from_props(props)
@@ -155,9 +166,14 @@ class RayJobProvider(ResourceProvider):
         # The result beside what state keeps of the inputs (checkpoint_dir and input_digests are both).
         return CreateResult(id_=result.submission_id, outs={**job.to_props(), **result.props()})
 
-    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+    def update(self, id_: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
         # Only settings that do not define the job changed: keep every output of the run.
-        return UpdateResult(outs={**olds, **JobRequest.from_props(news).props(UPDATABLE)})
+        job = JobRequest.from_props(news)
+        outs = {**olds, **job.props(UPDATABLE)}
+        if undrawn(olds):
+            # A run recorded before runs had pages: drawn now from its log, not run again.
+            outs[PAGE_OUTPUT] = self._draw_finished(id_, job)
+        return UpdateResult(outs=outs)
 
     def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
         with _api(JobRequest.from_props(props)) as api:
@@ -273,6 +289,30 @@ class RayJobProvider(ResourceProvider):
         if result.report_path is not None:
             progress.status(f"the run's page: {result.report_path}")
         return result
+
+    def _draw_finished(self, job_id: str, job: JobRequest) -> str | None:
+        """The page of a finished run, from its log on the head; None, with a warning, where the
+        head no longer has it (the update still succeeds: the run is what it was)."""
+        progress = ProgressReporter(job_id, job.total_steps)
+        series = RunSeries()
+        try:
+            with _api(job) as api:
+                info = api.call(f"reading RayJob {job_id}", lambda client: client.get_job_info(job_id))
+                page = page_path(job_id, job.checkpoint_dir, api.shares_files())
+                steps, goodput, log_problem = read_whole_log(api, info, StepCollector(), series.add)
+        except JobsApiError as error:
+            progress.status(f"warning: the run's page was not drawn: its record could not be read ({error})")
+            return None
+        if log_problem is not None:
+            progress.status(log_problem)
+        problem = self._write_page(
+            page, _header(JobInfo.of(info), job.total_steps), steps.summary(), goodput, series, job.estimate
+        )
+        if problem is not None:
+            progress.status(f"warning: {problem}")
+            return None
+        progress.status(f"the run's page: {page}")
+        return str(page)
 
     @staticmethod
     def _write_page(
