@@ -79,6 +79,7 @@ def job_result(*starts: StartPhases) -> JobResult:
         checkpoint_dir=REQUEST.checkpoint_dir,
         tensorboard_dir=None,  # MaxText writes TensorBoard logs on TPU workers only
         report_path=None,
+        page_written=False,
         dashboard_url=REQUEST.address,
         input_digests=REQUEST.digests(),
     )

@@ -102,7 +102,11 @@ def test_a_run_whose_page_and_scalars_cannot_be_written_succeeds_with_warnings(l
     blocker.write_text("not a directory")
     result = RayJobProvider().create(inputs(local_ray_head, checkpoint_dir=str(blocker / "run")))
     assert result.outs["status"] == "SUCCEEDED" and result.outs["steps_completed"] == 3
-    assert (result.outs["report_path"], result.outs["tensorboard_dir"]) == (None, None)
+    assert (result.outs["report_path"], result.outs["tensorboard_dir"], result.outs["page_written"]) == (
+        None,
+        None,
+        False,
+    )
     err = capsys.readouterr().err
     assert f"warning: the run's page could not be written to {blocker / 'run' / 'report.html'} (" in err
     assert f"warning: the run's TensorBoard scalars could not be written to {blocker / 'run' / 'tensorboard'}" in err
@@ -253,6 +257,7 @@ def test_diff_replaces_on_job_defining_inputs_only():
 
 def test_update_keeps_every_output():
     olds = {"status": "SUCCEEDED", "final_loss": 1.5, "timeout_seconds": 10, "report_path": "/runs/r/report.html"}
+    olds["page_written"] = True
     outs = RayJobProvider().update("id", olds, {"timeout_seconds": 20}).outs
     assert outs["status"] == "SUCCEEDED" and outs["final_loss"] == 1.5 and outs["timeout_seconds"] == 20
     assert outs["report_path"] == "/runs/r/report.html"
@@ -260,13 +265,14 @@ def test_update_keeps_every_output():
 
 @slow
 def test_a_finished_run_recorded_before_pages_gets_one_at_the_next_up_without_running_again(local_ray_head):
-    """State written before runs had pages (no report_path): `pulumi up` updates the job, drawing
+    """State written before runs had pages (no page_written): `pulumi up` updates the job, drawing
     its page from its log; it is not run again, and a run recorded since is left alone."""
     props = inputs(local_ray_head)
     created = RayJobProvider().create(props)
     page = Path(created.outs["report_path"])
     page.unlink()
-    olds = {key: value for key, value in created.outs.items() if key != "report_path"}
+    assert created.outs["page_written"] is True
+    olds = {key: value for key, value in created.outs.items() if key not in ("report_path", "page_written")}
     provider = RayJobProvider()
     diff = provider.diff(created.id, olds, props)
     assert diff.changes is True and diff.replaces == []
@@ -281,8 +287,10 @@ def test_a_finished_runs_page_that_cannot_be_drawn_leaves_the_update_succeeding(
     """The head that ran it is gone: the update succeeds, with a warning and a null report_path
     (recorded, so the next `pulumi up` does not try again)."""
     olds = {"status": "SUCCEEDED", "final_loss": 1.5, "address": f"http://127.0.0.1:{free_port()}", "gke": None}
-    outs = RayJobProvider().update("pulumi-test-gone", olds, {**olds, "timeout_seconds": 20}).outs
-    assert outs["report_path"] is None and outs["final_loss"] == 1.5
+    news = {**olds, "timeout_seconds": 20}
+    outs = RayJobProvider().update("pulumi-test-gone", olds, news).outs
+    assert (outs["report_path"], outs["page_written"], outs["final_loss"]) == (None, False, 1.5)
+    assert not RayJobProvider().diff("pulumi-test-gone", outs, news).changes  # not tried again
     assert "warning: the run's page was not drawn: its record could not be read" in capsys.readouterr().err
 
 

@@ -54,10 +54,13 @@ def test_the_earlier_id_form_is_the_one_the_first_releases_computed():
 
 def test_a_finished_job_in_first_release_state_is_not_run_again():
     """The first `pulumi up` after the upgrade: no organization or project in the state, and the
-    id in its earlier form. The job is the same, so nothing happens (no re-training)."""
+    id in its earlier form. The job is the same, so it is not run again: its only change is an
+    update that draws its page (the first releases recorded none); once drawn, nothing happens."""
     provider = RayJobProvider()
     same = provider.diff(FIRST_RELEASE_ID, first_release_state(), NOW)
-    assert same.changes is False and same.replaces == []
+    assert same.changes is True and same.replaces == []
+    drawn = provider.diff(FIRST_RELEASE_ID, {**first_release_state(), "page_written": False}, NOW)
+    assert drawn.changes is False and drawn.replaces == []
     # State written before digests were kept: the same.
     raw = {**FIRST_RELEASE_INPUTS, "submission_id": FIRST_RELEASE_ID}
     assert provider.diff(FIRST_RELEASE_ID, raw, NOW).replaces == []
@@ -197,10 +200,11 @@ def test_state_of_the_first_releases_keeps_its_job_through_the_plugin(plugin):
             urn=URN,
             name="grpc-job",
             type=TYPE,
-            olds=to_struct(with_provider(first_release_state())),
+            olds=to_struct(with_provider({**first_release_state(), "page_written": True})),
             news=to_struct(with_provider(now)),
         )
     )
+    # (Its page drawn: without page_written, the one change is the update that draws it.)
     assert same.changes == provider_pb2.DiffResponse.DIFF_NONE and list(same.replaces) == []
 
     old_guard = with_provider({"job_id": FIRST_RELEASE_ID, "address": now["address"]}, GUARD_PROVIDER)

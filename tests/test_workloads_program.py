@@ -280,6 +280,7 @@ def test_the_job_outputs_keep_the_names_and_order_state_has_always_had():
         "tensorboard_dir",
         "dashboard_url",
         "report_path",
+        "page_written",
         "input_digests",
     )
 

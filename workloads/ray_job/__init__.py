@@ -101,15 +101,10 @@ def _header(info: JobInfo, total_steps: int | None, failure: str | None = None) 
     )
 
 
-# The output naming the run's page; state written before runs had pages lacks it.
-PAGE_OUTPUT = "report_path"
-
-
 def undrawn(props: Mapping[str, Any]) -> bool:
-    """Whether the state is of a finished run recorded before runs had pages (no `report_path`
-    at all, where a run recorded since has one, null if its page could not be written): its next
-    `pulumi up` updates it to draw one."""
-    return PAGE_OUTPUT not in props and props.get("status") == "SUCCEEDED"
+    """Whether the state is of a finished run recorded before runs had pages (no `page_written`,
+    which every run recorded since has): its next `pulumi up` updates it to draw one."""
+    return "page_written" not in props and props.get("status") == "SUCCEEDED"
 
 
 def _api(job: JobRequest) -> JobsApi:
@@ -172,7 +167,8 @@ class RayJobProvider(ResourceProvider):
         outs = {**olds, **job.props(UPDATABLE)}
         if undrawn(olds):
             # A run recorded before runs had pages: drawn now from its log, not run again.
-            outs[PAGE_OUTPUT] = self._draw_finished(id_, job)
+            page = self._draw_finished(id_, job)
+            outs.update(report_path=page, page_written=page is not None)
         return UpdateResult(outs=outs)
 
     def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
@@ -273,6 +269,7 @@ class RayJobProvider(ResourceProvider):
             # product's scalars where it wrote them.
             tensorboard_dir=logdir if job.gke or (writer is not None and writer.wrote) else None,
             report_path=str(page),
+            page_written=True,
             dashboard_url=None if job.gke else api.address,
             input_digests=job.digests(),
         )
@@ -280,7 +277,7 @@ class RayJobProvider(ResourceProvider):
         page_problem = self._write_page(page, header, steps.summary(), goodput, series, job.estimate)
         if page_problem is not None:
             progress.status(f"warning: {page_problem}")
-            result = dataclasses.replace(result, report_path=None)
+            result = dataclasses.replace(result, report_path=None, page_written=False)
         progress.started(result.start_phases)
         if result.diverged:
             progress.status("SUCCEEDED, but the run DIVERGED: its last loss is not a finite number")

@@ -280,6 +280,10 @@ class JobResult(GoodputOutputs, DataOutputs, StepOutputs, JobInfo):
     dashboard_url: str | None
     # The run's page (domain/reports/run_page.py): a file on the machine that ran pulumi up.
     report_path: str | None
+    # Whether the page was written. Always recorded (the engine drops a null output from the state
+    # it hands back, so report_path alone cannot tell "not written" from "recorded before runs
+    # had pages", which the next `pulumi up` draws).
+    page_written: bool = field(metadata=_NOT_EXPORTED)
     input_digests: dict[str, str] = field(metadata=_NOT_EXPORTED)  # only what `diff` compares
 
     @classmethod
