@@ -64,6 +64,20 @@ def test_an_api_refusal_is_an_error_naming_the_object_and_the_reason(monkeypatch
             files.matches("/dataset/c4/*")
 
 
+def test_a_file_is_uploaded_as_the_object_behind_its_worker_path(storage):
+    files = BucketFiles(MOUNTS, requests.Session())
+    files.upload("/dataset/c4/extra/notes.txt", b"hello")
+    assert storage.objects["acme-corpus"]["corpora/c4/extra/notes.txt"] == b"hello"
+    assert storage.requests[-1] == (
+        "POST",
+        "/upload/storage/v1/b/acme-corpus/o?uploadType=media&name=corpora%2Fc4%2Fextra%2Fnotes.txt",
+    )
+    assert files.read_text("/dataset/c4/extra/notes.txt") == "hello"
+    storage.refuse = 403
+    with pytest.raises(OSError, match=r"HTTP 403 for gs://acme-ckpt/run-1/x: caller lacks storage.objects.create"):
+        files.upload("/data/run-1/x", b"")
+
+
 def dataset(files: str = "/dataset/c4/data-*.array_record") -> Dataset:
     return Dataset(kind=GRAIN, tokenizer="llama3", shuffle_seed=0, packing=True, files=files)
 

@@ -16,16 +16,22 @@ import time
 from pathlib import Path
 
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from domain.training.run_estimate import RunEstimate
+from domain.training.run_scalars import LOSS, MFU, PREDICTED_STEP_SECONDS, Scalar
 from tests.support.fake_jobs_api import FakeApiServer, FakeHttpServer, self_signed_certificate
+from tests.support.fake_storage import FakeStorage
 from tests.support.pages import page_keys
+from workloads.bucket_files import STORAGE_API_OVERRIDE_ENV
 from workloads.jobs_api import JobsApi
 from workloads.jobs_api.errors import ErrorKind, JobsApiError
 from workloads.jobs_api.gke import GKE_API_OVERRIDE_ENV
 from workloads.jobs_api.gke_access import GkeTarget
 from workloads.ray_job import RayJobGuardProvider, RayJobProvider, report
 from workloads.ray_job import wait as job_wait
-from workloads.ray_job.record import RayJobError
+from workloads.ray_job.bucket_scalars import BucketScalars
+from workloads.ray_job.record import CheckpointBucket, RayJobError
 
 pytestmark = pytest.mark.timed  # reads the clock or waits on a deadline (tests/conftest.py)
 
@@ -109,20 +115,43 @@ def ca_files() -> set[Path]:
     return set(Path(tempfile.gettempdir()).glob("gke-ca-*.pem"))
 
 
-@slow
-def test_a_job_runs_through_the_api_server_proxy(api_server, local_ray_head, auth_plugin, monkeypatch, capsys):
-    monkeypatch.setattr(job_wait, "POLL_SECONDS", 0.2)
-    before = ca_files()
-    props = {
+# The checkpoint bucket behind the workers' /data (a folder of it, as checkpointBucketUrl may name).
+CHECKPOINT_BUCKET = {"mount": "/data", "url": "gs://acme-ckpt/runs"}
+JOB_LOG_OBJECTS = "runs/run-1/tensorboard/job-log/"
+
+
+@pytest.fixture
+def storage(monkeypatch):
+    """The Cloud Storage JSON API, with the (empty) checkpoint bucket."""
+    with FakeStorage({"acme-ckpt": {}}) as server:
+        monkeypatch.setenv(STORAGE_API_OVERRIDE_ENV, f"{server.address}/storage/v1/")
+        yield server
+
+
+def gke_job(api_server, head_port: int, test: str) -> dict:
+    """A one-step GKE job whose run directory is on the checkpoint bucket's mount."""
+    return {
         "stack": "gke-test",
         "entrypoint": f"python -c \"print('{STEP}')\"",
         "address": None,
-        "gke": gke_target(api_server, local_ray_head.dashboard_port),
-        "metadata": {"test": str(id(api_server))},
+        "gke": gke_target(api_server, head_port),
+        "metadata": {"test": f"{test}-{id(api_server)}"},
         "timeout_seconds": 120,
         "total_steps": 1,
         "checkpoint_dir": "/data/run-1",
+        "checkpoint_bucket": CHECKPOINT_BUCKET,
+        # Step 0 took 0.1 s at 1 TFLOP/s per device: 0.25 s predicted, 4 TFLOP/s peak.
+        "estimate": RunEstimate(step_seconds=0.25, peak_tflops_per_chip=4.0).to_props(),
     }
+
+
+@slow
+def test_a_job_runs_through_the_api_server_proxy(
+    api_server, local_ray_head, auth_plugin, storage, monkeypatch, capsys, tmp_path
+):
+    monkeypatch.setattr(job_wait, "POLL_SECONDS", 0.2)
+    before = ca_files()
+    props = gke_job(api_server, local_ray_head.dashboard_port, "runs")
     result = RayJobProvider().create(props)
     assert result.outs["status"] == "SUCCEEDED" and result.outs["final_loss"] == 2.5
     assert result.outs["dashboard_url"] is None  # nothing public to point at
@@ -133,9 +162,38 @@ def test_a_job_runs_through_the_api_server_proxy(api_server, local_ray_head, aut
     assert set(api_server.seen_tokens) == {f"Bearer {TOKEN}"}
     # The Ray token, read from the Secret, reached the head in the header Ray reads behind proxies.
     assert {h.get("X-Ray-Authorization") for h in api_server.forwarded_headers} == {f"Bearer {api_server.ray_token}"}
+    err = capsys.readouterr().err
     for secret in (TOKEN, api_server.ray_token):  # neither token reaches state or the log lines
-        assert secret not in json.dumps(result.outs) and secret not in capsys.readouterr().err
+        assert secret not in json.dumps(result.outs) and secret not in err
     assert ca_files() == before  # the CA file lived only as long as the call
+    # The run's scalars, uploaded beside MaxText's logs in the checkpoint bucket, with the
+    # operator's token: TensorBoard's own reader lists them.
+    [(name, content)] = storage.objects["acme-ckpt"].items()
+    assert name.startswith(f"{JOB_LOG_OBJECTS}events.out.tfevents.")
+    assert [h["authorization"] for h in storage.headers] == [f"Bearer {TOKEN}"]
+    (tmp_path / "job-log").mkdir()
+    (tmp_path / "job-log" / name.rsplit("/", 1)[1]).write_bytes(content)
+    events = EventAccumulator(str(tmp_path / "job-log"))
+    events.Reload()
+    assert {LOSS, PREDICTED_STEP_SECONDS, MFU} <= set(events.Tags()["scalars"])
+    assert [(event.step, event.value) for event in events.Scalars(LOSS)] == [(0, 2.5)]
+    assert [(event.step, event.value) for event in events.Scalars(MFU)] == [(0, 0.25)]
+    assert "warning" not in err
+
+
+@slow
+def test_a_refused_upload_of_the_scalars_is_a_warning(api_server, local_ray_head, auth_plugin, storage, capsys):
+    storage.refuse = 403
+    result = RayJobProvider().create(gke_job(api_server, local_ray_head.dashboard_port, "refused"))
+    assert result.outs["status"] == "SUCCEEDED" and result.outs["final_loss"] == 2.5
+    assert result.outs["tensorboard_dir"] == "/data/run-1/tensorboard"  # MaxText's logs are still there
+    err = capsys.readouterr().err
+    [warning] = [line for line in err.splitlines() if "warning:" in line]
+    assert "the run's TensorBoard scalars could not be uploaded to gs://acme-ckpt/runs/run-1/tensorboard/job-log" in (
+        warning
+    )
+    assert "HTTP 403" in warning and "caller lacks storage.objects.create" in warning
+    assert storage.objects["acme-ckpt"] == {}
 
 
 @slow
@@ -211,6 +269,23 @@ def test_a_missing_auth_plugin_says_how_to_install_it(api_server, local_ray_head
     with pytest.raises(JobsApiError, match="gcloud components install gke-gcloud-auth-plugin") as caught:
         JobsApi(gke=GkeTarget.from_inputs(gke_target(api_server, local_ray_head.dashboard_port))).check_reachable()
     assert caught.value.kind is ErrorKind.CREDENTIALS
+
+
+@pytest.mark.parametrize(
+    "bucket, reason",
+    [
+        (None, "the infra stack exports no checkpointBucketUrl"),
+        (CheckpointBucket(mount="/checkpoints", url="gs://acme-ckpt"), "/data/run-1/tensorboard/job-log is on none"),
+    ],
+)
+def test_scalars_with_no_bucket_behind_their_directory_are_a_warning_not_an_upload(bucket, reason):
+    target = GkeTarget(endpoint="203.0.113.10", ca_certificate="", namespace="n", service="s", port=8265)
+    scalars = BucketScalars("/data/run-1/tensorboard", bucket, target)
+    scalars.add([Scalar(LOSS, 0, 2.5)])
+    scalars.finish(None)  # asks nothing: no auth plugin is run, no request sent
+    assert not scalars.wrote and scalars.problem is not None
+    assert scalars.problem.startswith("the run's TensorBoard scalars were not written to the checkpoint bucket")
+    assert reason in scalars.problem
 
 
 # ---------------------------------------------------------------- the same path with a fake head

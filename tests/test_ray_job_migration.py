@@ -73,6 +73,21 @@ def test_a_finished_job_in_first_release_state_is_not_run_again():
     assert provider.diff("id", current, {**NOW, "project": "other"}).replaces == ["project"]
 
 
+def test_the_checkpoint_bucket_given_since_is_no_new_run():
+    """A GKE stack's state from before the RayJob was told its checkpoint bucket (where a GKE run's
+    TensorBoard scalars go): the same job, unchanged; a bucket that changes later is an update."""
+    provider = RayJobProvider()
+    bucket = {"mount": "/data", "url": "gs://acme-ckpt"}
+    recorded = {**NOW, "input_digests": ray_job_record.input_digests(NOW), "page_written": True}
+    given = provider.diff("id", recorded, {**NOW, "checkpoint_bucket": bucket})
+    assert given.changes is False and given.replaces == []
+    moved = provider.diff(
+        "id", {**recorded, "checkpoint_bucket": bucket}, {**NOW, "checkpoint_bucket": {**bucket, "url": "gs://b"}}
+    )
+    assert moved.changes is True and moved.replaces == []
+    assert "checkpoint_bucket" in ray_job_migration.ADDED_TO_UPDATABLE
+
+
 def test_a_first_release_guard_is_updated_not_replaced_and_keeps_the_earlier_id():
     """A replaced guard's delete would stop the run it guards (still running under the earlier
     id after an interrupted `pulumi up`); an update keeps it guarded."""

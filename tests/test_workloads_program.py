@@ -31,7 +31,7 @@ from tests.support.workloads_program import (
 from workloads.config import read_settings
 from workloads.job_inputs import COST_OUTPUTS
 from workloads.program import build
-from workloads.ray_job.record import EXPORTED, OUTPUTS, JobRequest, WorkerGroup
+from workloads.ray_job.record import EXPORTED, OUTPUTS, CheckpointBucket, JobRequest, WorkerGroup
 
 
 def test_dev_stack_trains_on_the_infra_stack_cluster():
@@ -315,6 +315,18 @@ def test_the_infra_stack_cluster_id_and_token_secret_reach_the_job_target():
     _, inputs = run_workloads("dev", infra_outputs=outputs)
     assert inputs["gke"]["cluster_id"] == "projects/p/locations/l/clusters/c"
     assert inputs["gke"]["auth_secret"] == "maxtext-tpu-cluster"
+
+
+def test_a_cluster_job_is_told_the_bucket_behind_its_checkpoint_mount():
+    """Where the provider uploads a GKE run's TensorBoard scalars (workloads/ray_job/bucket_scalars.py)."""
+    outputs = {**INFRA_OUTPUTS, "checkpointBucketUrl": "gs://acme-ckpt"}
+    _, inputs = run_workloads("dev", infra_outputs=outputs)
+    assert inputs["checkpoint_bucket"] == {"mount": "/data", "url": "gs://acme-ckpt"}
+    assert inputs["checkpoint_dir"].startswith("/data/")
+    assert JobRequest.from_props(inputs).checkpoint_bucket == CheckpointBucket(mount="/data", url="gs://acme-ckpt")
+    # An infra stack that does not export the bucket, and a local head, give none.
+    assert run_workloads("dev")[1].get("checkpoint_bucket") is None
+    assert run_workloads("local")[1].get("checkpoint_bucket") is None
 
 
 def test_the_job_description_gives_exactly_the_job_inputs_the_resource_declares():

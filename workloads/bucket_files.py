@@ -1,6 +1,7 @@
 """A GKE job's files as the buckets behind the cluster's mounts hold them, read through the Cloud
 Storage JSON API before anything is submitted: the dataset (the infra stack's datasetRoot, backed
-by datasetUri) and the checkpoints (checkpointRoot, backed by checkpointBucketUrl).
+by datasetUri) and the checkpoints (checkpointRoot, backed by checkpointBucketUrl); and a GKE
+run's TensorBoard scalars, uploaded beside its checkpoints once it has ended.
 
 Paths are the workers' paths (domain/training/data_files.py's FileView): `/dataset/c4/*.parquet`
 is `gs://BUCKET/PREFIX/c4/*.parquet`. A pattern is listed with the API's `matchGlob`, whose `*`
@@ -35,15 +36,18 @@ def storage_api() -> str:
     return (os.environ.get(STORAGE_API_OVERRIDE_ENV) or STORAGE_API_DEFAULT).rstrip("/") + "/"
 
 
-class BucketFiles:
-    """The files under `mounts` (a worker's mount path -> the `gs://BUCKET[/PREFIX]` behind it),
-    through `session`. Raises OSError for any answer but the files' (no access, no bucket, no
-    answer), naming the object and what the API said."""
+def upload_api() -> str:
+    """The JSON API's upload endpoint: its base with `/storage/v1/` as `/upload/storage/v1/`
+    (https://cloud.google.com/storage/docs/uploading-objects, the JSON API's media upload)."""
+    return storage_api().replace("/storage/v1/", "/upload/storage/v1/", 1)
 
-    def __init__(self, mounts: Mapping[str, str], session: requests.Session):
+
+class BucketMounts:
+    """The objects behind the workers' paths on `mounts` (a worker's mount path -> the
+    `gs://BUCKET[/PREFIX]` behind it), named without asking the API."""
+
+    def __init__(self, mounts: Mapping[str, str]):
         self.mounts = {PurePosixPath(path): url.removeprefix("gs://").rstrip("/") for path, url in mounts.items()}
-        self.session = session
-        self._md5: dict[MatchedFile, str] = {}
 
     def url_of(self, path: str) -> str:
         bucket, name = self._object(path)
@@ -62,6 +66,16 @@ class BucketFiles:
         mount, bucket, prefix = self._mount(path)
         rest = PurePosixPath(path).relative_to(mount).as_posix()
         return bucket, "/".join(part for part in (prefix, rest) if part and part != ".")
+
+
+class BucketFiles(BucketMounts):
+    """The files under `mounts` (BucketMounts), through `session`. Raises OSError for any answer
+    but the files' (no access, no bucket, no answer), naming the object and what the API said."""
+
+    def __init__(self, mounts: Mapping[str, str], session: requests.Session):
+        super().__init__(mounts)
+        self.session = session
+        self._md5: dict[MatchedFile, str] = {}
 
     def _get(self, url: str, params: Mapping[str, str], what: str) -> requests.Response:
         try:
@@ -130,6 +144,24 @@ class BucketFiles:
         url = f"{storage_api()}b/{quote(bucket, safe='')}/o/{quote(name, safe='')}"
         response = self._get(url, {"alt": "media"}, f"gs://{bucket}/{name}")
         return None if response.status_code == 404 else response.text
+
+    def upload(self, path: str, data: bytes) -> None:
+        """Writes `data` as the object behind the worker path `path`, replacing any there, in one
+        media upload (for small files: no resumable session)."""
+        bucket, name = self._object(path)
+        what = f"gs://{bucket}/{name}"
+        try:
+            response = self.session.post(
+                f"{upload_api()}b/{quote(bucket, safe='')}/o",
+                params={"uploadType": "media", "name": name},
+                data=data,
+                headers={"Content-Type": "application/octet-stream"},
+                timeout=REQUEST_TIMEOUT_SECONDS,
+            )
+        except requests.RequestException as error:
+            raise OSError(f"the Storage API did not answer for {what} ({type(error).__name__})") from None
+        if response.status_code != 200:
+            raise OSError(f"the Storage API answered HTTP {response.status_code} for {what}: {_reason(response)}")
 
 
 def _reason(response: requests.Response) -> str:

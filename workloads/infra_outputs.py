@@ -12,6 +12,7 @@ from domain.setting import as_integer, as_number
 from domain.stack_identity import integral
 from domain.training.job import JobError
 from workloads.jobs_api.gke_access import GkeTarget
+from workloads.ray_job.record import CheckpointBucket
 
 # The names a StackReference is asked for.
 OUTPUT_NAMES = tuple(entry.name for entry in READ_BY_WORKLOADS)
@@ -79,3 +80,11 @@ def gke_target(cluster: ClusterOutputs) -> GkeTarget:
 def gke_inputs(cluster: ClusterOutputs) -> dict[str, Any]:
     """The RayJob's `gke` input."""
     return gke_target(cluster).as_inputs()
+
+
+def checkpoint_bucket(cluster: ClusterOutputs) -> CheckpointBucket | None:
+    """The RayJob's `checkpoint_bucket` input: the bucket behind the cluster's checkpoint mount
+    (None where the infra stack does not export it)."""
+    if not cluster.checkpoint_bucket_url:
+        return None
+    return CheckpointBucket(mount=cluster.checkpoint_root, url=cluster.checkpoint_bucket_url)

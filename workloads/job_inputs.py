@@ -21,7 +21,7 @@ from domain.tpu.tpu_catalog import accelerator_by_ray_type
 from domain.training.job import JobError, JobSpec
 from domain.training.run_estimate import RunEstimate
 from domain.workload_settings import WorkloadSettings
-from workloads.ray_job.record import JOB_INPUTS, JobRequest, WorkerGroup
+from workloads.ray_job.record import JOB_INPUTS, CheckpointBucket, JobRequest, WorkerGroup
 
 
 def ray_job_inputs(job: JobSpec, settings: WorkloadSettings) -> dict[str, Any]:
@@ -154,12 +154,16 @@ def plan(
     *,
     price_per_chip_hour: float | None,
     cost_basis: str | None = None,
+    checkpoint_bucket: CheckpointBucket | None = None,
     warn: Callable[[str], None],
 ) -> JobPlan:
     """The RayJob's inputs for a resolved job and its estimate, from the fit check of exactly its
-    configuration (read once). Raises JobError for a missing trainer program or a fitCheckResult
-    of another configuration; passes a deadline the prediction outlasts to `warn`."""
+    configuration (read once). `checkpoint_bucket` is the bucket behind a cluster's checkpoint
+    mount (None on a local head). Raises JobError for a missing trainer program or a
+    fitCheckResult of another configuration; passes a deadline the prediction outlasts to `warn`."""
     inputs = ray_job_inputs(job, settings)
+    # Where a GKE run's TensorBoard scalars are uploaded once it has ended.
+    inputs["checkpoint_bucket"] = checkpoint_bucket.to_props() if checkpoint_bucket is not None else None
     fit_check = fit_check_result(job, settings) if job.use_tpu else None
     cost, estimate = cost_estimate(
         job, fit_check, assumed_mfu=settings.assumed_mfu, price_per_chip_hour=price_per_chip_hour, cost_basis=cost_basis

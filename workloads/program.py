@@ -20,7 +20,7 @@ from domain.config.workload_settings import key
 from domain.training.job import JobError, JobSpec
 from domain.workload_settings import WorkloadSettings
 from workloads import job_inputs, job_resolution
-from workloads.infra_outputs import OUTPUT_NAMES, gke_inputs, read_infra_outputs
+from workloads.infra_outputs import OUTPUT_NAMES, checkpoint_bucket, gke_inputs, read_infra_outputs
 from workloads.job_inputs import COST_OUTPUTS, JobPlan
 from workloads.ray_job import RayJob, RayJobGuard
 from workloads.ray_job.migration import LEGACY_JOB_ID, legacy_submission_id
@@ -137,6 +137,7 @@ def _cluster_plan(settings: WorkloadSettings, infra_stack: str, values: dict[str
             settings,
             price_per_chip_hour=cluster.price_per_chip_hour_usd,
             cost_basis=cluster.cost_basis,
+            checkpoint_bucket=checkpoint_bucket(cluster),
             warn=pulumi.log.warn,
         ),
     )

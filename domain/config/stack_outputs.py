@@ -100,7 +100,8 @@ class WorkloadsOutputs(Generic[S, I, N, L, D]):  # noqa: UP046 (outputs_of reads
     )
     checkpoint_root: S = output("Where the Ray pods mount the checkpoint bucket: the jobs' checkpoint root.")
     checkpoint_bucket_url: S | None = output(
-        "The checkpoint bucket as a `gs://` URL; the workloads stack reads a run's data record there."
+        "The checkpoint bucket as a `gs://` URL; the workloads stack reads a run's data record there and "
+        "uploads a run's TensorBoard scalars there."
     )
     dataset_root: S | None = output(
         "Where the TPU workers see the dataset (datasetBucket, or its datasetPrefix folder), read-only: "

@@ -42,6 +42,7 @@ class FakeHttpServer:
     def __init__(self, answer: Answer, content_type: str = "text/plain"):
         self.requests: list[tuple[str, str]] = []
         self.headers: list[dict[str, str]] = []  # each request's headers (names in lower case), in order
+        self.bodies: list[bytes] = []  # each request's body, in order
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -49,8 +50,7 @@ class FakeHttpServer:
                 outer.requests.append((self.command, self.path))
                 outer.headers.append({name.lower(): value for name, value in self.headers.items()})
                 length = int(self.headers.get("Content-Length") or 0)
-                if length:
-                    self.rfile.read(length)
+                outer.bodies.append(self.rfile.read(length) if length else b"")
                 status, body = answer(self.command, self.path)
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)

@@ -1,7 +1,8 @@
 """A fake Cloud Storage JSON API on 127.0.0.1: buckets of objects, listed (with `prefix` and
 `matchGlob`, whose `**` crosses folders and `*` and `?` do not; with each object's size and MD5)
-and downloaded (`alt=media`, whole or a suffix range, at the JSON API's path and at the
-`/download` path Google's client library uses), or every request refused with one status."""
+downloaded (`alt=media`, whole or a suffix range, at the JSON API's path and at the
+`/download` path Google's client library uses) and uploaded (a media upload, `uploadType=media`,
+at the `/upload` path), or every request refused with one status."""
 
 from __future__ import annotations
 
@@ -29,9 +30,18 @@ class FakeStorage(FakeHttpServer):
         url = urlparse(path)
         query = {key: values[0] for key, values in parse_qs(url.query).items()}
         if self.refuse:
+            permission = "storage.objects.create" if method == "POST" else "storage.objects.list"
             return self.refuse, json.dumps(
-                {"error": {"code": self.refuse, "message": "caller lacks storage.objects.list"}}
+                {"error": {"code": self.refuse, "message": f"caller lacks {permission}"}}
             ).encode()
+        upload = re.fullmatch(r"/upload/storage/v1/b/([^/]+)/o", url.path)
+        if method == "POST" and upload and query.get("uploadType") == "media" and query.get("name"):
+            bucket_name, name = unquote(upload[1]), query["name"]
+            if bucket_name not in self.objects:
+                return 404, b'{"error": {"code": 404, "message": "The specified bucket does not exist."}}'
+            self.objects[bucket_name][name] = self.bodies[-1]
+            content = self.objects[bucket_name][name]
+            return 200, json.dumps({"name": name, "bucket": bucket_name, "size": str(len(content))}).encode()
         listing = re.fullmatch(r"/storage/v1/b/([^/]+)/o", url.path)
         # Object media, at the JSON API's path and at the download path Google's client uses.
         media = re.fullmatch(r"(?:/download)?/storage/v1/b/([^/]+)/o/(.+)", url.path)

@@ -45,6 +45,7 @@ from domain.training.run_series import RunSeries
 from workloads.jobs_api import JobsApi
 from workloads.jobs_api.errors import ErrorKind, JobsApiError
 from workloads.ray_job import guard
+from workloads.ray_job.bucket_scalars import BucketScalars
 from workloads.ray_job.migration import (
     LEGACY_JOB_ID,
     identity_unrecorded,
@@ -109,6 +110,16 @@ def undrawn(props: Mapping[str, Any]) -> bool:
 
 def _api(job: JobRequest) -> JobsApi:
     return JobsApi(job.address, job.gke)
+
+
+def _scalar_writer(job: JobRequest, logdir: str | None, shares_files: bool) -> ScalarWriter | BucketScalars | None:
+    """Where the run's scalars go: its TensorBoard directory on this machine, or on GKE the
+    checkpoint bucket behind it (uploaded at `finish`); None for a head elsewhere."""
+    if logdir is None:
+        return None
+    if shares_files:
+        return ScalarWriter(logdir)
+    return BucketScalars(logdir, job.checkpoint_bucket, job.gke) if job.gke is not None else None
 
 
 class RayJobProvider(ResourceProvider):
@@ -240,10 +251,10 @@ class RayJobProvider(ResourceProvider):
             page_problem = self._write_page(page, header, whole.summary(), goodput, series, job.estimate)
             where = f"the run's page: {page}" if page_problem is None else f"warning: {page_problem}"
             raise RayJobError(f"{headline}.\n{where}\n{shown(read, log_problem)}\nstatus: {status}; message: {reason}")
-        # The run's scalars, from its log, beside its checkpoints where those are this machine's
-        # (a head reached on this machine); MaxText writes its own on TPU workers only.
+        # The run's scalars, from its log, beside its checkpoints: on this machine for a head
+        # reached here, in the checkpoint bucket on GKE. MaxText writes its own on TPU workers only.
         logdir = tensorboard_directory(job.checkpoint_dir) if job.checkpoint_dir else None
-        writer = ScalarWriter(logdir) if logdir is not None and api.shares_files() else None
+        writer = _scalar_writer(job, logdir, api.shares_files())
 
         def scalars(batch: list[Scalar]) -> None:
             series.add(batch)
@@ -264,9 +275,10 @@ class RayJobProvider(ResourceProvider):
             **steps.summary(),
             **goodput,
             checkpoint_dir=job.checkpoint_dir,
-            # MaxText's logs on GKE (its TPU workers write them; the CPU workers of a local head
-            # run it without Google Cloud, DECOUPLE_GCLOUD, where its writer is a no-op); the
-            # product's scalars where it wrote them.
+            # On GKE MaxText's logs (its TPU workers write them) and the product's `job-log` run
+            # beside them in the bucket; on a local head (whose CPU workers run MaxText without
+            # Google Cloud, DECOUPLE_GCLOUD, where its writer is a no-op) the product's scalars
+            # where it wrote them.
             tensorboard_dir=logdir if job.gke or (writer is not None and writer.wrote) else None,
             report_path=str(page),
             page_written=True,

@@ -19,8 +19,9 @@ from workloads.ray_job.record import JOB_DEFINING, GuardRecord, JobRequest, late
 # `pulumi-<stack>-<digest>`): state written then has no record of them.
 ADDED_TO_IDENTITY = ("organization", "project")
 # Updatable inputs of later releases: state written before them records a job submitted without
-# them, and they only act on a submission or a wait, so their absence there is no change.
-ADDED_TO_UPDATABLE = ("queue_timeout_seconds", "worker_group", "estimate")
+# them, and they only act on a submission, a wait or what is written after the run, so their
+# absence there is no change.
+ADDED_TO_UPDATABLE = ("queue_timeout_seconds", "worker_group", "estimate", "checkpoint_bucket")
 # The job's submission id under the earlier scheme, when the stack's guard recorded one (see
 # guard_legacy_id): the RayJob's create adopts a run still going (or finished) under that id
 # (JobRequest.legacy_job_id).

@@ -74,6 +74,28 @@ class WorkerGroup:
 
 
 @dataclass(frozen=True)
+class CheckpointBucket:
+    """The bucket behind the cluster's checkpoint mount (the `checkpoint_bucket` input): the
+    workers' mount path (the infra stack's checkpointRoot) and the `gs://BUCKET[/PREFIX]` it
+    mounts (its checkpointBucketUrl). A GKE run's TensorBoard scalars are uploaded there
+    (workloads/ray_job/bucket_scalars.py)."""
+
+    mount: str
+    url: str
+
+    @classmethod
+    def from_props(cls, props: Mapping[str, Any]) -> CheckpointBucket:
+        return cls(mount=str(props.get("mount") or ""), url=str(props.get("url") or ""))
+
+    def to_props(self) -> dict[str, Any]:
+        return {"mount": self.mount, "url": self.url}
+
+    def mounts(self) -> dict[str, str]:
+        """As workloads/bucket_files.py takes mounts: the mount path -> the bucket URL."""
+        return {self.mount: self.url}
+
+
+@dataclass(frozen=True)
 class JobRequest:
     """The RayJob's inputs (or, parsed from its state, what state keeps of them), one field per
     input: its name is the input's name on the wire and in state, its metadata its roles.
@@ -97,6 +119,9 @@ class JobRequest:
     worker_group: WorkerGroup | None = field(default=None, metadata=_input(UPDATABLE_ROLE, KEPT_ROLE))
     total_steps: int | None = field(default=None, metadata=_input(UPDATABLE_ROLE, KEPT_ROLE))
     checkpoint_dir: str | None = field(default=None, metadata=_input(UPDATABLE_ROLE, KEPT_ROLE))
+    # The bucket behind checkpoint_dir's mount on the cluster (None for a local head): where a GKE
+    # run's TensorBoard scalars are uploaded, once the run has ended.
+    checkpoint_bucket: CheckpointBucket | None = field(default=None, metadata=_input(UPDATABLE_ROLE, KEPT_ROLE))
     # What the stack predicted of the run, for its page and scalars (None for a CPU job).
     estimate: RunEstimate | None = field(default=None, metadata=_input(UPDATABLE_ROLE, KEPT_ROLE))
     # The job's submission id under the earlier scheme, when the stack's guard recorded one (see
@@ -185,6 +210,7 @@ _RECORDS: dict[str, Any] = {
     "gke": GkeTarget.from_inputs,
     "worker_group": WorkerGroup.from_props,
     "estimate": RunEstimate.from_props,
+    "checkpoint_bucket": CheckpointBucket.from_props,
 }
 
 
@@ -206,10 +232,10 @@ def _parsed(props: Mapping[str, Any], names: tuple[str, ...]) -> tuple[dict[str,
 
 def _wire(value: Any) -> Any:
     """A value as the wire and state hold it: a GKE target without the fields it has no value
-    for, a worker group and an estimate as their mappings."""
+    for, a worker group, an estimate and a checkpoint bucket as their mappings."""
     if isinstance(value, GkeTarget):
         return value.as_inputs()
-    return value.to_props() if isinstance(value, (WorkerGroup, RunEstimate)) else value
+    return value.to_props() if isinstance(value, (WorkerGroup, RunEstimate, CheckpointBucket)) else value
 
 
 def _defining(value: Any) -> Any:

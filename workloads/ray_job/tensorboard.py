@@ -19,10 +19,12 @@ JOB_LOG_RUN = "job-log"
 
 
 class ScalarWriter:
-    """Writes scalars into `logdir`/JOB_LOG_RUN, creating it at the first one."""
+    """Writes scalars into `logdir`/JOB_LOG_RUN, creating it at the first one; a write error
+    names the directory as `shown_as` (where the files are bound for), or as itself."""
 
-    def __init__(self, logdir: str):
+    def __init__(self, logdir: str, shown_as: str | None = None):
         self.directory = Path(logdir) / JOB_LOG_RUN
+        self.shown_as = shown_as or str(self.directory)
         self.problem: str | None = None  # the first write error, once writing has stopped
         self.written = 0
         self._writer: SummaryWriter | None = None
@@ -61,4 +63,4 @@ class ScalarWriter:
 
     def _failed(self, error: Exception) -> None:
         if self.problem is None:
-            self.problem = f"the run's TensorBoard scalars could not be written to {self.directory} ({error})"
+            self.problem = f"the run's TensorBoard scalars could not be written to {self.shown_as} ({error})"
