@@ -118,8 +118,9 @@ def test_a_tail_that_lost_the_first_attempt_starts_the_group_at_its_first_step()
 
 
 def test_an_ended_job_s_log_is_read_once():
-    """Metrics, goodput and the failure's words come from one read: the whole log when the job
-    succeeded (the events are spread over it), its tail when it failed."""
+    """Metrics, goodput and the failure's words come from one read of the whole log (the events
+    are spread over it): a failed job's too, whose page shows what it reached and whose error
+    ends with the last lines, kept as the read goes."""
     with FakeRayHead(text(*good_events(), *steps_log())) as head:
         outs = RayJobProvider().create(inputs(head, "python train.py")).outs
     assert (outs["steps_completed"], outs["final_loss"], outs["restarts"]) == (3, 1.0, 0)
@@ -129,7 +130,7 @@ def test_an_ended_job_s_log_is_read_once():
     with FakeRayHead(text(*good_events(), failed), status="FAILED", message="exit code 3") as head:
         with pytest.raises(RayJobError, match="maxFailures = 0"):
             RayJobProvider().create(inputs(head, "python train.py"))
-    assert len(head.log_requests) == 1
+    assert [request["lines"] for request in head.log_requests] == ["-1"]
 
 
 def test_the_step_line_and_the_event_prefix_are_read_in_one_module():

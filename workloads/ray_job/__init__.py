@@ -53,7 +53,7 @@ from workloads.ray_job.migration import (
     undigested_change,
     updatable_unrecorded,
 )
-from workloads.ray_job.progress import ProgressReporter, read_tail, read_whole_log, shown
+from workloads.ray_job.progress import ProgressReporter, read_failed_log, read_whole_log, shown
 from workloads.ray_job.record import (
     EXPORTED,
     IDENTITY,
@@ -241,14 +241,13 @@ class RayJobProvider(ResourceProvider):
         if status != "SUCCEEDED":
             # Ray's message repeats the log; its first line is the reason. The trainer says which
             # retry budget ran out, when one did (its last word: the tail has it).
-            read, log_problem = read_tail(api, info, steps)
+            # Read once, whole: the page shows what it reached, the error its last lines.
+            read, goodput, log_problem = read_failed_log(api, info, steps, series.add)
             reason = (info.message or "no message").splitlines()[0]
             failure = read.record.failure
             headline = f"RayJob {job_id} ended {status}" + (f": {failure}" if failure else "")
-            # The page of a failed run shows what it reached: its whole log is read for that.
-            whole, goodput, _ = read_whole_log(api, info, steps, series.add)
             header = _header(JobInfo.of(info), job.total_steps, failure=f"{headline} ({reason})")
-            page_problem = self._write_page(page, header, whole.summary(), goodput, series, job.estimate)
+            page_problem = self._write_page(page, header, read.steps.summary(), goodput, series, job.estimate)
             where = f"the run's page: {page}" if page_problem is None else f"warning: {page_problem}"
             raise RayJobError(f"{headline}.\n{where}\n{shown(read, log_problem)}\nstatus: {status}; message: {reason}")
         # The run's scalars, from its log, beside its checkpoints: on this machine for a head

@@ -149,3 +149,23 @@ def read_whole_log(
     start = info.start_time / 1000 if info.start_time else None
     end = info.end_time / 1000 if info.end_time else None
     return read.steps, read.record.summary(start, end), None
+
+
+def read_failed_log(
+    api: JobsApi, info: Any, seen: StepCollector, scalars: Callable[[list[Scalar]], None] | None = None
+) -> tuple[JobLog, dict[str, Any], str | None]:
+    """A job that did not succeed: its log, read once, whole and streamed, for its page (its
+    steps, goodput and scalars) and its error (the failure's words and the last lines, kept as
+    the read goes). On failure to read it, an empty read over the steps `seen` while it ran, None
+    for each goodput output and a line saying why."""
+    if not info.driver_node_id:
+        return JobLog(seen), dict.fromkeys(GOODPUT_OUTPUTS), "the job never started a driver, so it has no log"
+    read = JobLog(StepCollector(), tail_lines=LOG_TAIL_LINES, scalars=scalars)
+    try:
+        read.add_lines(api.log_lines(info.submission_id, info.driver_node_id))
+    except JobsApiError as error:
+        problem = f"the job's log could not be read ({error}); its metrics are only what was seen before"
+        return JobLog(seen), dict.fromkeys(GOODPUT_OUTPUTS), problem
+    start = info.start_time / 1000 if info.start_time else None
+    end = info.end_time / 1000 if info.end_time else None
+    return read, read.record.summary(start, end), None
