@@ -17,9 +17,8 @@ import pytest
 
 from domain.perf import fit_results
 from domain.perf.fit_results import FitResult, ways_to_fit
-from domain.perf.published_recipes import published_runs
 from domain.reports.fit_page import fit_page
-from tests.support.anchors import CALIBRATING_8B
+from tests.support.fit_results import NOT_FITTING, fitting
 from tests.support.tiny_step import TINY_BUFFERS, TINY_HLO, fake_compile
 from trainer import fit_check
 
@@ -75,58 +74,6 @@ def png_size(src: str) -> tuple[int, int]:
     data = base64.b64decode(src.removeprefix("data:image/png;base64,"))
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     return struct.unpack(">II", data[16:24])
-
-
-def fitting(model_name: str = "llama3-8b", **maxtext: str) -> FitResult:
-    """A 70B-like step that fits, with the calibrating 8B run's compiled profile to predict from."""
-    [run] = [r for r in published_runs() if r.name == CALIBRATING_8B]
-    compiled = run.compiled
-    assert compiled is not None
-    return FitResult(
-        fits=True,
-        slice_type="v6e-16",
-        slices=2,
-        chips=32,
-        usable_gib=31.24,
-        argument_gib=12.3276,
-        temp_gib=11.3795,
-        output_gib=12.3275,
-        alias_gib=12.3274,
-        total_gib=23.7071,
-        generation="v6e",
-        tokens_per_chip=compiled.tokens_per_chip,
-        model_flops_per_chip=compiled.model_flops_per_chip,
-        model_flops_source="maxtext",
-        profile=compiled.profile.to_json(),
-        compiled_through=fit_results.BUFFER_ASSIGNMENT,
-        compile_seconds=4.9,
-        configuration={"maxtext": {"model_name": model_name, "weight_dtype": "bfloat16", **maxtext}},
-    )
-
-
-# The published 8B v6e-8 recipe as this MaxText compiles it (tests/test_fit_check.py): over by 1.68 GiB.
-NOT_FITTING = FitResult(
-    fits=False,
-    slice_type="v6e-8",
-    slices=1,
-    chips=8,
-    usable_gib=31.24,
-    argument_gib=11.22,
-    temp_gib=21.70,
-    output_gib=11.22,
-    alias_gib=11.22,
-    total_gib=32.92,
-    message="RESOURCE_EXHAUSTED: E1000: CompileTimeHbmOom: ... exceeds available HBM (31.24G)",
-    configuration={
-        "maxtext": {
-            "model_name": "llama3.1-8b",
-            "per_device_batch_size": "3",
-            "remat_policy": "custom",
-            "query_proj": "offload",
-            "out_proj": "offload",
-        }
-    },
-)
 
 
 def test_the_page_shows_the_results_numbers_as_the_report_prints_them():

@@ -17,6 +17,7 @@ from selenium.webdriver.common.by import By
 from domain.perf.fit_results import FitResult, ways_to_fit
 from domain.reports.fit_page import fit_page
 from tests.support.browser import Browser, PageView, chromium
+from tests.support.fit_results import NOT_FITTING, fitting
 from tests.support.pages import PageText, shown_outputs
 from tests.support.run_logs import (
     ESTIMATE,
@@ -27,7 +28,6 @@ from tests.support.run_logs import (
     normal_run,
     restarted_run,
 )
-from tests.test_fit_page import NOT_FITTING, fitting
 
 
 @pytest.fixture(scope="module")

@@ -103,7 +103,11 @@ def test_an_existing_stack_that_pins_the_old_run_name_keeps_its_job_and_checkpoi
     old_guard = {"job_id": FIRST_RELEASE_DEV_ID, "gke": guard["gke"]}
     assert RayJobGuardProvider().diff(f"{FIRST_RELEASE_DEV_ID}-guard", old_guard, guard).replaces == []
     diff = RayJobProvider().diff(FIRST_RELEASE_DEV_ID, first_release_state(inputs), inputs)
-    assert diff.changes is False and diff.replaces == []
+    assert diff.replaces == []
+    # Its one change is the update that draws its page (the first releases recorded none).
+    assert diff.changes is True
+    drawn = {**first_release_state(inputs), "page_written": True}
+    assert RayJobProvider().diff(FIRST_RELEASE_DEV_ID, drawn, inputs).changes is False
 
 
 def test_an_existing_stack_that_takes_the_new_default_sees_its_job_replaced_in_the_preview(monkeypatch):

@@ -536,6 +536,17 @@ DEV_JOB = {
     # What the worker group asks for: two slices of four TPU VMs, each worker all four chips of its VM.
     "worker_group": {"slices": 2, "min_slices": 2, "hosts_per_slice": 4, "resources_per_worker": {"TPU": 4}},
     "total_steps": 100,
+    # Issue 35: what the stack predicts of the run, for its page and scalars (updatable, so the ids
+    # stay): 100 steps of 8B on 32 chips at the assumed 40% MFU of 918 TFLOP/s, at $2.70 a chip-hour.
+    "estimate": {
+        "source": "assumedMfu",
+        "step_seconds": 2.152817267517909,
+        "band": "no fit check of this configuration: the step time assumes an MFU of 0.4, with no error band",
+        "mfu": 0.4,
+        "peak_tflops_per_chip": 918.0,
+        "dollars_per_hour": 86.4,
+        "job_dollars": 5.17,
+    },
 }
 LOCAL_ROOT = str(PROJECT_ROOT / ".runs")
 LOCAL_RUN = "tiny-cpu-local-abb21a"
