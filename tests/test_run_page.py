@@ -94,6 +94,9 @@ def test_a_restart_from_a_checkpoint_is_marked(drawn):
     assert_shows_its_outputs(run, shown, ESTIMATE)
     assert shown.facts["restarts"] == "1" and shown.facts["steps_recomputed"] == "3"
     assert "at steps 10." in shown.figures["loss"]["caption"]
+    # What the restart was charged to, by Ray Train's count: the mark cannot say.
+    preemptions = run.goodput.preemptions
+    assert f"1 restart in all, {preemptions} of them after a preemption." in shown.figures["loss"]["caption"]
     assert [(mark.x, mark.label.split(" ")[0]) for mark in drawn["loss"]["marks"]] == [(10, "restart")]
     # Steps 10..12 ran twice: the loss curve holds both runs, in the log's order.
     train = drawn["loss"]["shown"][0]
@@ -115,6 +118,7 @@ def test_a_diverged_run_keeps_the_finite_loss_and_marks_where_it_diverged(drawn)
     assert shown.facts["diverged"] == "True" and shown.facts["final_loss"] == "not known"
     assert [mark.label for mark in drawn["loss"]["marks"]] == ["diverged at step 6"]
     assert drawn["loss"]["marks"][0].x == 6
+    assert "Diverged at step 6:" in shown.figures["loss"]["caption"]
     assert shown.warnings() == ["Outcome"]
     assert "diverged (marked)" in shown.section("Outcome")
     assert drawn["step_seconds"]["shown"][0].xs == [float(step) for step in range(1, 10)]

@@ -92,7 +92,7 @@ def run_page(
 ) -> str:
     sections = [
         _outcome(header, steps),
-        _loss(series),
+        _loss(series, goodput),
         _speed(series, steps, estimate),
         _time(header, goodput),
         _cost(header, estimate),
@@ -126,7 +126,7 @@ def _outcome(header: RunHeader, steps: StepOutputs) -> Section:
     return Section("Outcome", facts, notes=notes, warning=header.status != "SUCCEEDED" or bool(steps.diverged))
 
 
-def _loss(series: RunSeries) -> Section:
+def _loss(series: RunSeries, goodput: GoodputOutputs) -> Section:
     if not series.loss and not series.eval_loss:
         return Section("Loss", notes=["No finite loss was logged."])
     lines = [Line("train loss", *_columns(series.loss))]
@@ -136,15 +136,27 @@ def _loss(series: RunSeries) -> Section:
     if series.diverged_at is not None:
         marks.append(Mark(series.diverged_at, f"diverged at step {series.diverged_at}"))
     figure = line_chart(
-        "loss", "Loss over steps", lines, xlabel="step", ylabel="loss", marks=marks, caption=_loss_caption(series)
+        "loss",
+        "Loss over steps",
+        lines,
+        xlabel="step",
+        ylabel="loss",
+        marks=marks,
+        caption=_loss_caption(series, goodput),
     )
     return Section("Loss", figures=[figure])
 
 
-def _loss_caption(series: RunSeries) -> str:
+def _loss_caption(series: RunSeries, goodput: GoodputOutputs) -> str:
     parts = ["Train loss at each step, eval loss at each evaluation."]
     if series.restarts_at:
         parts.append(f"Restarts from a checkpoint at steps {', '.join(map(str, series.restarts_at))}.")
+    if goodput.restarts:
+        # Ray Train's own count of what each restart was charged to (a mark cannot tell them apart).
+        count = f"{goodput.restarts} restart{'s' if goodput.restarts != 1 else ''}"
+        parts.append(f"{count} in all, {goodput.preemptions or 0} of them after a preemption.")
+    if series.diverged_at is not None:
+        parts.append(f"Diverged at step {series.diverged_at}: no loss after it is a finite number.")
     return " ".join(parts)
 
 
