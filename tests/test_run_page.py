@@ -14,7 +14,7 @@ import pytest
 
 from domain.reports import plots
 from domain.reports import run_page as run_page_module
-from domain.reports.run_page import LOST, OTHER, STEPS, wall_time_parts
+from domain.reports.run_page import DATA, LOST, OTHER, RECOMPUTED, STEPS, wall_time_parts
 from domain.training.job_log import JobLog
 from domain.training.run_estimate import RunEstimate
 from domain.training.run_scalars import (
@@ -159,17 +159,31 @@ def test_a_run_that_failed_before_its_first_step_says_why_and_shows_the_phases_i
 
 def test_the_wall_times_parts_add_up_to_it_when_they_fit():
     run = normal_run()
-    parts, overlap = wall_time_parts(run.header.duration_seconds, run.goodput)
+    parts, overlap = wall_time_parts(run.header.duration_seconds, run.goodput, run.series)
     start = run.goodput.start_phases[0]
     assert [part.label for part in parts] == [
         # A restore of 0 s is no part, and the first step is among the steps that count.
         *(f"start: {phase}" for phase in PHASES if start[phase] and phase != "first_step"),
         STEPS,
+        DATA,
         OTHER,
     ]
     assert overlap == 0.0
     assert sum(part.value for part in parts) == pytest.approx(100.0)
-    assert parts[-2].value == pytest.approx(100.0 * run.goodput.goodput_percent / 100)
+    # The steps that count, split into their wait for data and the rest.
+    waiting = run.goodput.seconds_waiting_for_data
+    assert waiting and parts[-2].value == waiting
+    assert parts[-3].value + waiting == pytest.approx(100.0 * run.goodput.goodput_percent / 100)
+
+
+def test_the_earlier_runs_of_the_steps_a_restart_ran_again_are_a_part_of_their_own():
+    run = restarted_run()
+    parts = {part.label: part.value for part in wall_time_parts(100.0, run.goodput, run.series)[0]}
+    # Steps 10..12 ran before the restart and again after it: their first runs' times.
+    first_runs = [seconds for step, seconds in run.series.step_seconds if step in (10, 11, 12)][:3]
+    assert run.goodput.steps_recomputed == 3
+    assert parts[RECOMPUTED] == pytest.approx(sum(first_runs))
+    assert parts[LOST] == run.goodput.seconds_lost_to_restarts
 
 
 def test_the_wall_times_parts_that_overlap_leave_no_other_and_say_by_how_much(drawn):

@@ -29,8 +29,14 @@ _START_COLOURS = {
     "compile": "#e67e22",
     "first_step": "#f1c40f",
 }
-STEPS, LOST, OTHER = "steps that count", "lost to restarts", "other"
-_COLOURS = {STEPS: "#27ae60", LOST: "#c0392b", OTHER: "#bdc3c7"}
+STEPS, DATA, LOST, RECOMPUTED, OTHER = (
+    "steps that count",
+    "steps: waiting for data",
+    "lost to restarts",
+    "steps run again",
+    "other",
+)
+_COLOURS = {STEPS: "#27ae60", DATA: "#a9dfbf", LOST: "#c0392b", RECOMPUTED: "#e6b0aa", OTHER: "#bdc3c7"}
 NOT_KNOWN = "not known"
 
 
@@ -59,12 +65,16 @@ def outputs_of(
     )
 
 
-def wall_time_parts(duration: float | None, goodput: GoodputOutputs) -> tuple[list[Part], float]:
+def wall_time_parts(
+    duration: float | None, goodput: GoodputOutputs, series: RunSeries | None = None
+) -> tuple[list[Part], float]:
     """The wall time split into what it went to: the first worker group's start, phase by phase
     up to its first step; the steps that count (goodput, the first step among them: its time is
-    the `first_step` phase, so that phase is not a part of its own); the time lost to restarts;
-    and the rest (steps run again, checkpoint saves, the end). Where the parts overlap they sum
-    to more than the wall time, by the second value returned, and there is no `other` part."""
+    the `first_step` phase, so that phase is not a part of its own), less the time they waited
+    for data, a part of its own; the time lost to restarts; the earlier runs of the steps run
+    again after one (from `series`); and the rest (checkpoint saves, the end). Where the parts
+    overlap they sum to more than the wall time, by the second value returned, and there is no
+    `other` part."""
     parts: list[Part] = []
     first = goodput.start_phases[0] if goodput.start_phases else {}
     counted = goodput.goodput_percent is not None
@@ -73,9 +83,16 @@ def wall_time_parts(duration: float | None, goodput: GoodputOutputs) -> tuple[li
         if seconds and not (phase == "first_step" and counted):
             parts.append(Part(f"start: {phase}", seconds, _START_COLOURS[phase]))
     if duration is not None and goodput.goodput_percent is not None:
-        parts.append(Part(STEPS, duration * goodput.goodput_percent / 100, _COLOURS[STEPS]))
+        productive = duration * goodput.goodput_percent / 100
+        # MaxText's step times hold the wait for each batch (summed over every run of a step).
+        waiting = min(goodput.seconds_waiting_for_data or 0.0, productive)
+        parts.append(Part(STEPS, productive - waiting, _COLOURS[STEPS]))
+        if waiting:
+            parts.append(Part(DATA, waiting, _COLOURS[DATA]))
     if goodput.seconds_lost_to_restarts:
         parts.append(Part(LOST, goodput.seconds_lost_to_restarts, _COLOURS[LOST]))
+    if series is not None and (recomputed := series.recomputed_seconds()):
+        parts.append(Part(RECOMPUTED, recomputed, _COLOURS[RECOMPUTED]))
     rest = (duration or 0.0) - sum(part.value for part in parts)
     if duration is not None and rest > 0:
         parts.append(Part(OTHER, rest, _COLOURS[OTHER]))
@@ -94,7 +111,7 @@ def run_page(
         _outcome(header, steps),
         _loss(series, goodput),
         _speed(series, steps, estimate),
-        _time(header, goodput),
+        _time(header, goodput, series),
         _cost(header, estimate),
         _data(data),
     ]
@@ -204,7 +221,7 @@ def _steady(series: RunSeries) -> list[tuple[int, float]]:
     return [(step, seconds) for (before, _), (step, seconds) in pairwise(series.step_seconds) if step > before]
 
 
-def _time(header: RunHeader, goodput: GoodputOutputs) -> Section:
+def _time(header: RunHeader, goodput: GoodputOutputs, series: RunSeries) -> Section:
     facts = [
         Fact("goodput (%)", _shown(goodput.goodput_percent), "goodput_percent"),
         Fact("until the first worker group started (s)", _shown(goodput.seconds_queued), "seconds_queued"),
@@ -222,7 +239,7 @@ def _time(header: RunHeader, goodput: GoodputOutputs) -> Section:
     for index, phases in enumerate(goodput.start_phases or []):
         reached = ", ".join(f"{phase} {phases[phase]} s" for phase in PHASES if phases.get(phase) is not None)
         facts.append(Fact(f"worker group {index} start", reached or "no phase reached"))
-    parts, overlap = wall_time_parts(header.duration_seconds, goodput)
+    parts, overlap = wall_time_parts(header.duration_seconds, goodput, series)
     figures = []
     if parts:
         caption = "The wall time from the job's start to its end, by what it went to (seconds)."

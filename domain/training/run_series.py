@@ -45,3 +45,9 @@ class RunSeries:
             self.loss.append((step, tags[LOSS].value))
         elif self.diverged_at is None:
             self.diverged_at = step
+
+    def recomputed_seconds(self) -> float:
+        """The time of every run of a step that was run again later (after a restart went back
+        to an earlier checkpoint): the work the restart threw away."""
+        last = {step: index for index, (step, _) in enumerate(self.step_seconds)}
+        return sum(seconds for index, (step, seconds) in enumerate(self.step_seconds) if last[step] != index)
