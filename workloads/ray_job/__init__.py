@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -36,10 +35,8 @@ from pulumi.dynamic import (
 
 from domain.ray.queueing import WORKER_GROUP_START_TIMEOUT_ENV
 from domain.ray.resource_types import MODULE, RAY_JOB_GUARD_NAME, RAY_JOB_NAME
-from domain.reports.run_page import RunHeader, outputs_of, run_page
 from domain.setting import camel_case
 from domain.training.job_log import StepCollector, tensorboard_directory
-from domain.training.run_estimate import RunEstimate
 from domain.training.run_scalars import Scalar, estimate_scalars
 from domain.training.run_series import RunSeries
 from workloads.jobs_api import JobsApi
@@ -69,7 +66,7 @@ from workloads.ray_job.record import (
     latest_attempt,
     next_attempt,
 )
-from workloads.ray_job.report import page_path, write_page
+from workloads.ray_job.report import draw_finished, header_of, page_path, undrawn, write_run_page
 from workloads.ray_job.teardown import stop_and_confirm, teardown
 from workloads.ray_job.tensorboard import ScalarWriter
 from workloads.ray_job.wait import Deadlines, RunClock, until_ended
@@ -88,24 +85,6 @@ def submitted_runtime_env(job: JobRequest) -> dict[str, Any] | None:
     if queue is not None:
         runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), WORKER_GROUP_START_TIMEOUT_ENV: str(queue)}
     return runtime_env or None
-
-
-def _header(info: JobInfo, total_steps: int | None, failure: str | None = None) -> RunHeader:
-    return RunHeader(
-        submission_id=info.submission_id,
-        status=info.status,
-        start_time=info.start_time,
-        end_time=info.end_time,
-        duration_seconds=info.duration_seconds,
-        total_steps=total_steps,
-        failure=failure,
-    )
-
-
-def undrawn(props: Mapping[str, Any]) -> bool:
-    """Whether the state is of a finished run recorded before runs had pages (no `page_written`,
-    which every run recorded since has): its next `pulumi up` updates it to draw one."""
-    return "page_written" not in props and props.get("status") == "SUCCEEDED"
 
 
 def _api(job: JobRequest) -> JobsApi:
@@ -178,7 +157,7 @@ class RayJobProvider(ResourceProvider):
         outs = {**olds, **job.props(UPDATABLE)}
         if undrawn(olds):
             # A run recorded before runs had pages: drawn now from its log, not run again.
-            page = self._draw_finished(id_, job)
+            page = draw_finished(id_, job, _api(job))
             outs.update(report_path=page, page_written=page is not None)
         return UpdateResult(outs=outs)
 
@@ -246,8 +225,8 @@ class RayJobProvider(ResourceProvider):
             reason = (info.message or "no message").splitlines()[0]
             failure = read.record.failure
             headline = f"RayJob {job_id} ended {status}" + (f": {failure}" if failure else "")
-            header = _header(JobInfo.of(info), job.total_steps, failure=f"{headline} ({reason})")
-            page_problem = self._write_page(page, header, read.steps.summary(), goodput, series, job.estimate)
+            header = header_of(JobInfo.of(info), job.total_steps, failure=f"{headline} ({reason})")
+            page_problem = write_run_page(page, header, read.steps.summary(), goodput, series, job.estimate)
             where = f"the run's page: {page}" if page_problem is None else f"warning: {page_problem}"
             raise RayJobError(f"{headline}.\n{where}\n{shown(read, log_problem)}\nstatus: {status}; message: {reason}")
         # The run's scalars, from its log, beside its checkpoints: on this machine for a head
@@ -284,8 +263,8 @@ class RayJobProvider(ResourceProvider):
             dashboard_url=None if job.gke else api.address,
             input_digests=job.digests(),
         )
-        header = _header(result, job.total_steps)
-        page_problem = self._write_page(page, header, steps.summary(), goodput, series, job.estimate)
+        header = header_of(result, job.total_steps)
+        page_problem = write_run_page(page, header, steps.summary(), goodput, series, job.estimate)
         if page_problem is not None:
             progress.status(f"warning: {page_problem}")
             result = dataclasses.replace(result, report_path=None, page_written=False)
@@ -297,47 +276,6 @@ class RayJobProvider(ResourceProvider):
         if result.report_path is not None:
             progress.status(f"the run's page: {result.report_path}")
         return result
-
-    def _draw_finished(self, job_id: str, job: JobRequest) -> str | None:
-        """The page of a finished run, from its log on the head; None, with a warning, where the
-        head no longer has it (the update still succeeds: the run is what it was)."""
-        progress = ProgressReporter(job_id, job.total_steps)
-        series = RunSeries()
-        try:
-            with _api(job) as api:
-                info = api.call(f"reading RayJob {job_id}", lambda client: client.get_job_info(job_id))
-                page = page_path(job_id, job.checkpoint_dir, api.shares_files())
-                steps, goodput, log_problem = read_whole_log(api, info, StepCollector(), series.add)
-        except JobsApiError as error:
-            progress.status(f"warning: the run's page was not drawn: its record could not be read ({error})")
-            return None
-        if log_problem is not None:
-            progress.status(log_problem)
-        problem = self._write_page(
-            page, _header(JobInfo.of(info), job.total_steps), steps.summary(), goodput, series, job.estimate
-        )
-        if problem is not None:
-            progress.status(f"warning: {problem}")
-            return None
-        progress.status(f"the run's page: {page}")
-        return str(page)
-
-    @staticmethod
-    def _write_page(
-        page: Path,
-        header: RunHeader,
-        summary: Mapping[str, Any],
-        goodput: Mapping[str, Any],
-        series: RunSeries,
-        estimate: RunEstimate | None,
-    ) -> str | None:
-        """Writes the run's page; the problem, in words, where it could not. Never raises: a run
-        that trained is recorded whatever happens to its page."""
-        try:
-            text = run_page(header, *outputs_of(summary, goodput), series, estimate)
-        except Exception as error:  # the page must never cost the run its record
-            return f"the run's page could not be drawn for {page} ({type(error).__name__}: {error})"
-        return write_page(page, text)
 
     @staticmethod
     def _submit(api: JobsApi, job_id: str, job: JobRequest) -> None:
