@@ -35,6 +35,7 @@ from pulumi.dynamic import (
 
 from domain.ray.queueing import WORKER_GROUP_START_TIMEOUT_ENV
 from domain.ray.resource_types import MODULE, RAY_JOB_GUARD_NAME, RAY_JOB_NAME
+from domain.reports.run_page import outputs_of
 from domain.setting import camel_case
 from domain.training.job_log import StepCollector, tensorboard_directory
 from domain.training.run_scalars import Scalar, estimate_scalars
@@ -50,7 +51,7 @@ from workloads.ray_job.migration import (
     undigested_change,
     updatable_unrecorded,
 )
-from workloads.ray_job.progress import ProgressReporter, read_failed_log, read_whole_log, shown
+from workloads.ray_job.progress import LOG_TAIL_LINES, ProgressReporter, read_ended_log, read_whole_log, shown
 from workloads.ray_job.record import (
     EXPORTED,
     IDENTITY,
@@ -221,12 +222,13 @@ class RayJobProvider(ResourceProvider):
             # Ray's message repeats the log; its first line is the reason. The trainer says which
             # retry budget ran out, when one did (its last word: the tail has it).
             # Read once, whole: the page shows what it reached, the error its last lines.
-            read, goodput, log_problem = read_failed_log(api, info, steps, series.add)
+            read, goodput, log_problem = read_ended_log(api, info, steps, series.add, tail_lines=LOG_TAIL_LINES)
             reason = (info.message or "no message").splitlines()[0]
             failure = read.record.failure
             headline = f"RayJob {job_id} ended {status}" + (f": {failure}" if failure else "")
             header = header_of(JobInfo.of(info), job.total_steps, failure=f"{headline} ({reason})")
-            page_problem = write_run_page(page, header, read.steps.summary(), goodput, series, job.estimate)
+            outputs = outputs_of(read.steps.summary(), goodput)
+            page_problem = write_run_page(page, header, outputs, series, job.estimate)
             where = f"the run's page: {page}" if page_problem is None else f"warning: {page_problem}"
             raise RayJobError(f"{headline}.\n{where}\n{shown(read, log_problem)}\nstatus: {status}; message: {reason}")
         # The run's scalars, from its log, beside its checkpoints: on this machine for a head
@@ -264,7 +266,7 @@ class RayJobProvider(ResourceProvider):
             input_digests=job.digests(),
         )
         header = header_of(result, job.total_steps)
-        page_problem = write_run_page(page, header, steps.summary(), goodput, series, job.estimate)
+        page_problem = write_run_page(page, header, (result, result, result), series, job.estimate)
         if page_problem is not None:
             progress.status(f"warning: {page_problem}")
             result = dataclasses.replace(result, report_path=None, page_written=False)

@@ -126,46 +126,40 @@ def read_tail(api: JobsApi, info: Any, steps: StepCollector) -> tuple[JobLog, st
 def read_whole_log(
     api: JobsApi, info: Any, seen: StepCollector, scalars: Callable[[list[Scalar]], None] | None = None
 ) -> tuple[StepCollector, dict[str, Any], str | None]:
+    """The ended job's steps and goodput outputs (read_ended_log); each step's and evaluation's
+    scalars go to `scalars` as they are read."""
+    read, goodput, problem = read_ended_log(api, info, seen, scalars)
+    return read.steps, goodput, problem
+
+
+def read_ended_log(
+    api: JobsApi,
+    info: Any,
+    seen: StepCollector,
+    scalars: Callable[[list[Scalar]], None] | None = None,
+    tail_lines: int = 0,
+) -> tuple[JobLog, dict[str, Any], str | None]:
     """The ended job's log, read once, whole and streamed (the events are spread over all of
-    it): its steps, and the goodput outputs; each step's and evaluation's scalars go to
-    `scalars` as they are read. The steps are a fresh count, since the tails read while the job
-    ran can miss lines between them. On failure, the steps `seen` while it ran, None for each
-    goodput output and a line saying why."""
+    it): the read (its steps, the failure's words, its last `tail_lines` lines) and the goodput
+    outputs; each step's and evaluation's scalars go to `scalars` as they are read. The steps are
+    a fresh count, since the tails read while the job ran can miss lines between them. On
+    failure, a read over the steps `seen` while it ran, None for each goodput output and a line
+    saying why."""
     no_goodput = dict.fromkeys(GOODPUT_OUTPUTS)
     if not info.driver_node_id:
-        return seen, no_goodput, "the job never started a driver, so it has no log"
-    read = JobLog(StepCollector(), scalars=scalars)
+        return JobLog(seen), no_goodput, "the job never started a driver, so it has no log"
+    read = JobLog(StepCollector(), tail_lines=tail_lines, scalars=scalars)
     try:
         read.add_lines(api.log_lines(info.submission_id, info.driver_node_id))
     except JobsApiError as error:
         return (
-            seen,
+            JobLog(seen),
             no_goodput,
             (
                 f"the job's log could not be read whole ({error}); its metrics are only what was seen before, "
                 "and it has no goodput"
             ),
         )
-    start = info.start_time / 1000 if info.start_time else None
-    end = info.end_time / 1000 if info.end_time else None
-    return read.steps, read.record.summary(start, end), None
-
-
-def read_failed_log(
-    api: JobsApi, info: Any, seen: StepCollector, scalars: Callable[[list[Scalar]], None] | None = None
-) -> tuple[JobLog, dict[str, Any], str | None]:
-    """A job that did not succeed: its log, read once, whole and streamed, for its page (its
-    steps, goodput and scalars) and its error (the failure's words and the last lines, kept as
-    the read goes). On failure to read it, an empty read over the steps `seen` while it ran, None
-    for each goodput output and a line saying why."""
-    if not info.driver_node_id:
-        return JobLog(seen), dict.fromkeys(GOODPUT_OUTPUTS), "the job never started a driver, so it has no log"
-    read = JobLog(StepCollector(), tail_lines=LOG_TAIL_LINES, scalars=scalars)
-    try:
-        read.add_lines(api.log_lines(info.submission_id, info.driver_node_id))
-    except JobsApiError as error:
-        problem = f"the job's log could not be read ({error}); its metrics are only what was seen before"
-        return JobLog(seen), dict.fromkeys(GOODPUT_OUTPUTS), problem
     start = info.start_time / 1000 if info.start_time else None
     end = info.end_time / 1000 if info.end_time else None
     return read, read.record.summary(start, end), None

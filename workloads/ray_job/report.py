@@ -12,7 +12,8 @@ from typing import Any
 
 from domain.paths import RUN_PAGES
 from domain.reports.run_page import RunHeader, outputs_of, run_page
-from domain.training.job_log import StepCollector
+from domain.training.goodput import GoodputOutputs
+from domain.training.job_log import DataOutputs, StepCollector, StepOutputs
 from domain.training.run_estimate import RunEstimate
 from domain.training.run_series import RunSeries
 from workloads.jobs_api import JobsApi
@@ -58,15 +59,15 @@ def header_of(info: JobInfo, total_steps: int | None, failure: str | None = None
 def write_run_page(
     page: Path,
     header: RunHeader,
-    summary: Mapping[str, Any],
-    goodput: Mapping[str, Any],
+    outputs: tuple[StepOutputs, DataOutputs, GoodputOutputs],
     series: RunSeries,
     estimate: RunEstimate | None,
 ) -> str | None:
-    """Draws and writes the run's page; the problem, in words, where it could not. Never raises:
+    """Draws and writes the run's page from its outputs (a finished run's JobResult is all three;
+    a failed one's come from outputs_of); the problem, in words, where it could not. Never raises:
     a run that trained is recorded whatever happens to its page."""
     try:
-        text = run_page(header, *outputs_of(summary, goodput), series, estimate)
+        text = run_page(header, *outputs, series, estimate)
     except Exception as error:  # the page must never cost the run its record
         return f"the run's page could not be drawn for {page} ({type(error).__name__}: {error})"
     return write_page(page, text)
@@ -93,9 +94,8 @@ def draw_finished(job_id: str, job: JobRequest, api: JobsApi) -> str | None:
         return None
     if log_problem is not None:
         progress.status(log_problem)
-    problem = write_run_page(
-        page, header_of(JobInfo.of(info), job.total_steps), steps.summary(), goodput, series, job.estimate
-    )
+    outputs = outputs_of(steps.summary(), goodput)
+    problem = write_run_page(page, header_of(JobInfo.of(info), job.total_steps), outputs, series, job.estimate)
     if problem is not None:
         progress.status(f"warning: {problem}")
         return None
