@@ -78,6 +78,11 @@ class Accelerator:
     peak_bf16_tflops_per_chip: float
     # Extra VPCs for cross-slice (DCN) traffic; only ct6e was measured with DRANET.
     dcn_networks: int
+    # The DCN line rate per chip: the host's NIC bandwidth over its chips (v5e 2 x 100 Gbps,
+    # v6e 4 x 200 Gbps per 8-chip host; for v6e the same per chip as 2 x 200 Gbps per 4-chip
+    # ct6e-standard-4t host). None: not known. What a cluster achieves of it is measured by
+    # trainer/dcn_probe.py (docs/capacity.md, "Measuring the DCN rate on your cluster").
+    dcn_bytes_per_second_per_chip: float | None
     shapes: Mapping[str, SliceShape]
     # One list for the workers and the fit check, so the compile sees what the job will run; the
     # pinned libtpu refuses unknown flags, and some known ones per platform.
@@ -295,6 +300,7 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType(
             usable_hbm_gib=31.24,
             peak_bf16_tflops_per_chip=918.0,
             dcn_networks=2,
+            dcn_bytes_per_second_per_chip=4 * 200e9 / 8 / 8,  # bits to bytes, over 8 chips: 12.5e9
             libtpu_flags=V6E_LIBTPU_FLAGS,
             libtpu_refused_flags=V6E_REFUSED_FLAGS,
             list_prices=V6E_PRICES,
@@ -318,6 +324,7 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType(
             usable_hbm_gib=15.62,  # assumed: v6e's reserved fraction (2.4%)
             peak_bf16_tflops_per_chip=197.0,
             dcn_networks=0,
+            dcn_bytes_per_second_per_chip=2 * 100e9 / 8 / 8,  # bits to bytes, over 8 chips: 3.125e9
             list_prices=V5E_PRICES,
             shapes=_shapes(
                 ("1x1", "ct5lp-hightpu-1t", 1),
@@ -339,6 +346,7 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType(
             usable_hbm_gib=92.74,  # assumed: v6e's reserved fraction (2.4%)
             peak_bf16_tflops_per_chip=459.0,
             dcn_networks=0,
+            dcn_bytes_per_second_per_chip=None,
             list_prices=V5P_PRICES,
             shapes=_shapes(
                 ("2x2x1", _V5P, 4),

@@ -1,0 +1,382 @@
+"""The DCN probe (trainer/dcn_probe.py): its fit recovers the constants that made the timings; bad
+settings exit 2 naming the setting, the value and what is valid; and real runs on CPU, two JAX
+processes standing in for two slices (started by hand, and as a Ray job on the local head),
+print every field of the JSON line from sums that were checked, or fail loudly when a sum is wrong.
+Only a real TPU cluster measures DCN itself (docs/capacity.md)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from domain.paths import PROJECT_ROOT, TRAINER_PYTHON
+from trainer.dcn_probe import (
+    MeasurementError,
+    Point,
+    ProbeError,
+    ProbeResult,
+    bytes_sent_per_chip,
+    fit_all_reduce,
+    main,
+    ring_steps,
+    slice_groups,
+)
+from workloads.local_ray import free_port
+
+KEYS = {
+    "generation",
+    "slices",
+    "achieved_bytes_per_second_per_chip",
+    "line_bytes_per_second_per_chip",
+    "achieved_fraction",
+    "seconds_per_ring_step",
+    "points",
+}
+STEP_KEYS = {"step_seconds_1", "step_seconds_2", "slowdown_percent", "extra_seconds"}
+SIZES = [64 * 1024 * 4**k for k in range(7)]  # 64 KiB to 256 MiB per chip, the probe's default sweep
+
+
+def synthetic(slices: int, seconds_per_ring_step: float, rate: float) -> list[Point]:
+    return [
+        Point(sent, ring_steps(slices) * seconds_per_ring_step + sent / rate)
+        for sent in (bytes_sent_per_chip(size, slices) for size in SIZES)
+    ]
+
+
+@pytest.mark.parametrize("slices", [2, 3, 8])
+def test_the_fit_recovers_the_time_per_ring_step_and_the_rate_that_made_the_timings(slices):
+    fit = fit_all_reduce(synthetic(slices, 5e-5, 1.5e9), slices)
+
+    assert fit.seconds_per_ring_step == pytest.approx(5e-5, rel=1e-9)
+    assert fit.achieved_bytes_per_second_per_chip == pytest.approx(1.5e9, rel=1e-9)
+    assert not fit.ring_step_clamped
+
+
+def test_bytes_and_ring_steps_of_an_all_reduce_over_n_slices():
+    assert bytes_sent_per_chip(1024, 2) == 1024  # 2 x 1024 x 1/2
+    assert bytes_sent_per_chip(1024, 4) == 1536  # 2 x 1024 x 3/4
+    assert ring_steps(2) == 2
+    assert ring_steps(4) == 6
+
+
+def test_a_negative_time_per_ring_step_is_clamped_to_zero_and_the_rate_refitted():
+    points = [Point(point.bytes_per_chip, point.seconds - 1e-6) for point in synthetic(2, 0.0, 2e9)]
+
+    fit = fit_all_reduce(points, 2)
+
+    assert fit.ring_step_clamped
+    assert fit.seconds_per_ring_step == 0.0
+    assert fit.achieved_bytes_per_second_per_chip == pytest.approx(2e9, rel=0.05)
+
+
+@pytest.mark.parametrize(
+    ("points", "says"),
+    [
+        ([Point(1e6, 1e-3), Point(4e6, 1e-3), Point(16e6, 1e-3)], "do not grow with the bytes sent"),
+        ([Point(1e6, 1e-3), Point(1e6, 2e-3)], "at least two sizes"),
+    ],
+)
+def test_timings_no_rate_explains_are_refused(points, says):
+    with pytest.raises(MeasurementError, match=says):
+        fit_all_reduce(points, 2)
+
+
+def test_the_json_line_carries_the_rate_the_fraction_of_the_line_rate_and_the_step_comparison():
+    from trainer.dcn_probe import Fit
+
+    result = ProbeResult(
+        generation="v6e",
+        slices=2,
+        chips_per_slice=16,
+        processes=8,
+        device_kind="TPU v6 lite",
+        points=(Point(65536.0, 1e-4), Point(262144.0, 2e-4)),
+        fit=Fit(seconds_per_ring_step=5e-5, achieved_bytes_per_second_per_chip=10e9),
+        line_bytes_per_second_per_chip=12.5e9,
+        tries=5,
+        warmup=2,
+        step_seconds_1=3.0,
+        step_seconds_2=3.2,
+    )
+
+    record = json.loads(result.to_json())
+
+    assert set(record) == KEYS | STEP_KEYS
+    assert record["achieved_fraction"] == pytest.approx(0.8)
+    assert record["slowdown_percent"] == pytest.approx((3.0 / 3.2 - 1) * 100)
+    assert record["extra_seconds"] == pytest.approx(0.2)
+    assert record["points"] == [
+        {"bytes_per_chip": 65536.0, "seconds": 1e-4},
+        {"bytes_per_chip": 262144.0, "seconds": 2e-4},
+    ]
+    assert "0.800 of v6e's line rate" in result.report()
+
+
+def test_the_line_rates_are_the_catalogs():
+    from domain.tpu.tpu_catalog import accelerator
+
+    assert accelerator("v6e").dcn_bytes_per_second_per_chip == 12.5e9  # 4 x 200 Gbps per 8-chip host
+    assert accelerator("v5e").dcn_bytes_per_second_per_chip == 3.125e9  # 2 x 100 Gbps per 8-chip host
+    assert accelerator("v5p").dcn_bytes_per_second_per_chip is None
+
+
+BY_HAND = ["--cpu", "--coordinator", "127.0.0.1:1", "--num-processes", "2", "--process-id", "0"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "parts"),
+    [
+        (["--slices", "1", "--topology", "4x4"], ["--slices 1", "use 2 or more"]),
+        (["--slices", "0", "--cpu"], ["--slices 0", "use 2 or more"]),
+        (
+            ["--slices", "2", "--cpu", "--step-seconds-1", "0", "--step-seconds-2", "3"],
+            ["--step-seconds-1 0.0", "above 0"],
+        ),
+        (
+            ["--slices", "2", "--cpu", "--step-seconds-1", "3", "--step-seconds-2", "-1.5"],
+            ["--step-seconds-2 -1.5", "above 0"],
+        ),
+        (
+            ["--slices", "2", "--cpu", "--step-seconds-1", "nan", "--step-seconds-2", "3"],
+            ["--step-seconds-1 nan", "above 0"],
+        ),
+        (["--slices", "2", "--cpu", "--step-seconds-1", "3"], ["--step-seconds-1 alone", "give both"]),
+        (["--slices", "2", "--topology", "3x3"], ["--topology 3x3", "TPU v6e", "4x4", "16x16"]),
+        (["--slices", "2", "--generation", "v5p"], ["--topology None", "TPU v5p", "2x2x1"]),
+        (["--slices", "2", "--cpu", "--topology", "4x4"], ["--topology 4x4", "a CPU run has none"]),
+        (["--slices", "2", "--cpu", "--min-bytes", "6"], ["--min-bytes 6", "4-byte floats"]),
+        (["--slices", "2", "--cpu", "--max-bytes", "65536"], ["--max-bytes 65536", "above --min-bytes (65536)"]),
+        (["--slices", "2", "--cpu", "--tries", "0"], ["--tries 0", "1 or more"]),
+        (["--slices", "3", *BY_HAND], ["--num-processes 2", "multiple of --slices (3)"]),
+        (
+            ["--slices", "2", *BY_HAND[:-1], "2"],
+            ["--process-id 2", "0 to 1"],
+        ),
+        (["--slices", "2", "--cpu", "--coordinator", "127.0.0.1:1"], ["give all three"]),
+        (
+            ["--slices", "2", "--topology", "4x4", *BY_HAND[1:]],
+            ["--coordinator 127.0.0.1:1", "CPU processes (--cpu)", "Ray job"],
+        ),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) and value and value[0].startswith("--") else None,
+)
+def test_bad_settings_exit_2_naming_the_setting_the_value_and_what_is_valid(argv, parts, capsys):
+    assert main(argv) == 2
+
+    error = capsys.readouterr().err
+    assert error.startswith("dcn probe: ")
+    for part in parts:
+        assert part in error
+
+
+def tpu_device(id_: int, slice_index: int) -> SimpleNamespace:
+    return SimpleNamespace(id=id_, slice_index=slice_index, process_index=id_ // 4)
+
+
+def cpu_device(id_: int, process: int) -> SimpleNamespace:
+    return SimpleNamespace(id=id_, process_index=process)
+
+
+def test_tpu_devices_are_grouped_by_slice_and_cpu_devices_by_process():
+    tpu = [tpu_device(id_, slice_index=1 - id_ // 8) for id_ in range(16)]
+    cpu = [cpu_device(id_, process=id_) for id_ in range(4)]
+
+    tpu_groups = slice_groups(tpu, 2, use_tpu=True)
+    cpu_groups = slice_groups(cpu, 2, use_tpu=False)
+
+    assert [[d.id for d in group] for group in tpu_groups] == [list(range(8, 16)), list(range(8))]
+    assert [[d.process_index for d in group] for group in cpu_groups] == [[0, 1], [2, 3]]
+
+
+@pytest.mark.parametrize(
+    ("devices", "slices", "use_tpu", "parts"),
+    [
+        (
+            [cpu_device(id_, id_) for id_ in range(6)],
+            4,
+            False,
+            ["--slices 4", "6 devices", "divides 6 (2, 3, 6)"],
+        ),
+        (
+            [cpu_device(id_, id_ // 2) for id_ in range(6)],
+            2,
+            False,
+            ["--slices 2", "3 CPU processes", "divides 3 (3)"],
+        ),
+        (
+            [tpu_device(id_, 0) for id_ in range(8)],
+            2,
+            True,
+            ["--slices 2", "on 1 slice(s)", "cluster of 2 slices or more"],
+        ),
+        (
+            [tpu_device(id_, id_ // 4) for id_ in range(16)],
+            2,
+            True,
+            ["--slices 2", "on 4 slice(s) (slice_index 0, 1, 2, 3)", "give --slices 4"],
+        ),
+        (
+            [tpu_device(id_, 0 if id_ < 6 else 1) for id_ in range(8)],
+            2,
+            True,
+            ["--slices 2", "different numbers of devices ([2, 6])"],
+        ),
+    ],
+)
+def test_devices_that_do_not_make_the_slices_are_refused(devices, slices, use_tpu, parts):
+    with pytest.raises(ProbeError) as refused:
+        slice_groups(devices, slices, use_tpu=use_tpu)
+
+    for part in parts:
+        assert part in str(refused.value)
+
+
+# What a process is given to make the psum over `dcn` add 1 to every sum: the probe must notice.
+WRONG_SUM = (
+    "import sys, jax\n"
+    "psum = jax.lax.psum\n"
+    "jax.lax.psum = lambda x, axis: psum(x, axis) + 1\n"
+    "from trainer.dcn_probe import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+SMALL = ["--min-bytes", "65536", "--max-bytes", "1048576", "--tries", "3", "--warmup", "1"]
+
+
+def by_hand(coordinator: str, rank: int) -> list[str]:
+    return ["--coordinator", coordinator, "--num-processes", "2", "--process-id", str(rank)]
+
+
+def run_two_processes(*args: str, code: str | None = None) -> list[subprocess.CompletedProcess[str]]:
+    """Two CPU processes of the probe started by hand, one stand-in slice each."""
+    if not TRAINER_PYTHON.exists():
+        pytest.skip(f"the trainer environment is not set up ({TRAINER_PYTHON}); run ./scripts/setup")
+    coordinator = f"127.0.0.1:{free_port()}"
+    program = ["-c", code] if code is not None else ["-m", "trainer.dcn_probe"]
+    processes = [
+        subprocess.Popen(
+            [str(TRAINER_PYTHON), *program, "--cpu", "--slices", "2", *args, *by_hand(coordinator, rank)],
+            cwd=PROJECT_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+    done = []
+    try:
+        for process in processes:
+            stdout, stderr = process.communicate(timeout=120)
+            done.append(subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr))
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    return done
+
+
+def json_line(stdout: str, last: bool = True) -> dict:
+    """The one JSON line; the last line unless Ray's workers' logs may still come after it."""
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 1, stdout
+    assert not last or stdout.rstrip().endswith(lines[0]), stdout
+    return json.loads(lines[0])
+
+
+def assert_measured(record: dict, sizes: int, steps: bool) -> None:
+    assert set(record) == KEYS | (STEP_KEYS if steps else set())
+    assert record["generation"] == "cpu"
+    assert record["slices"] == 2
+    # No line rate is known for CPU processes, so no fraction of one.
+    assert record["line_bytes_per_second_per_chip"] is None
+    assert record["achieved_fraction"] is None
+    for key in ("achieved_bytes_per_second_per_chip", "seconds_per_ring_step"):
+        assert math.isfinite(record[key]) and record[key] > 0, (key, record[key])
+    assert [point["bytes_per_chip"] for point in record["points"]] == [65536.0 * 4**k for k in range(sizes)]
+    for point in record["points"]:
+        assert set(point) == {"bytes_per_chip", "seconds"}
+        assert math.isfinite(point["seconds"]) and point["seconds"] > 0
+
+
+@pytest.mark.timed
+def test_two_cpu_processes_standing_in_for_slices_print_every_field_from_checked_sums():
+    rank0, rank1 = run_two_processes(*SMALL, "--step-seconds-1", "3.1", "--step-seconds-2", "3.25")
+
+    assert rank0.returncode == 0, rank0.stderr
+    assert rank1.returncode == 0, rank1.stderr
+    record = json_line(rank0.stdout)
+    assert_measured(record, sizes=3, steps=True)
+    assert record["step_seconds_1"] == 3.1 and record["step_seconds_2"] == 3.25
+    assert record["slowdown_percent"] == pytest.approx((3.1 / 3.25 - 1) * 100)
+    assert record["extra_seconds"] == pytest.approx(0.15)
+    assert "each try's sums checked" in rank0.stdout
+    assert "seconds per ring step:" in rank0.stdout
+    assert "{" not in rank1.stdout  # only process 0 prints the result
+
+
+@pytest.mark.timed
+def test_a_wrong_sum_across_slices_fails_the_probe_loudly():
+    processes = run_two_processes(*SMALL, code=WRONG_SUM)
+
+    for process in processes:
+        assert process.returncode == 1, process.stderr
+        assert "the all-reduce across slices returned wrong sums" in process.stderr
+        assert "the elements are 4 to 4, where each must be 1 + ... + 2 = 3" in process.stderr
+        assert "{" not in process.stdout
+
+
+@pytest.mark.slow
+def test_two_ray_train_workers_on_the_local_head_standing_in_for_slices_print_the_json_line(local_ray_head):
+    """The launcher users run on their cluster, as a Ray job: Ray Train's workers, joined as the
+    CPU trainer's are (`slow`: about 30 s, and the local head's start)."""
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    client = JobSubmissionClient(local_ray_head.address)
+    job_id = client.submit_job(entrypoint="python -m trainer.dcn_probe --cpu --slices 2 " + " ".join(SMALL))
+    status = client.get_job_status(job_id)
+    deadline = time.monotonic() + 180
+    while not status.is_terminal():
+        if time.monotonic() > deadline:
+            client.stop_job(job_id)
+            pytest.fail(f"job {job_id} still {status} after 180 s: {client.get_job_logs(job_id)}")
+        time.sleep(0.5)
+        status = client.get_job_status(job_id)
+    logs = client.get_job_logs(job_id)
+
+    assert status == JobStatus.SUCCEEDED, logs
+    assert_measured(json_line(logs, last=False), sizes=3, steps=False)
+    assert "DCN probe: cpu, 2 slices of 1 chip(s) (cpu, 2 processes)" in logs
+
+
+class WorkerFailed(Exception):
+    """Ray Train's error when workers fail: each rank's exception, as Ray returns it (the
+    worker's own exception as its `cause`)."""
+
+    def __init__(self, failure: BaseException):
+        super().__init__("worker group failed")
+        self.worker_failures = {0: failure}
+
+
+@pytest.mark.parametrize(
+    ("cause", "code", "prefix"),
+    [
+        (ProbeError("--slices 3: the job's devices are on 2 slice(s)"), 2, "dcn probe: --slices 3"),
+        (MeasurementError("the all-reduce across slices returned wrong sums"), 1, "dcn probe failed: the all-reduce"),
+        (RuntimeError("TPU init failed"), 1, "dcn probe failed: WorkerFailed: worker group failed"),
+    ],
+)
+def test_a_workers_failure_on_ray_says_why_and_exits_2_for_a_setting_the_cluster_does_not_fit(
+    cause, code, prefix, capsys
+):
+    from trainer.dcn_probe import _failed
+
+    ray_error = RuntimeError("traceback of the worker")
+    ray_error.cause = cause  # type: ignore[attr-defined]
+
+    assert _failed(WorkerFailed(ray_error)) == code
+    assert capsys.readouterr().err.startswith(prefix)
