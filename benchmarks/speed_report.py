@@ -149,7 +149,8 @@ def _footing_row(row: PresetFooting) -> str:
 
 def presets(model: SpeedModel, checks: Sequence[RunCheck]) -> list[str]:
     header = (
-        "| preset (predicted MFU) | published run of the same model | its MFU, predicted here "
+        "| preset (predicted MFU on its slices, DCN term included) | published run of the same model "
+        "| its MFU, predicted here "
         "| measured, on today's FLOPs count | as it logged it | preset as efficient, predicted? |"
     )
     rows = (_footing_row(row) for row in preset_footing(model, checks, PRESETS))

@@ -117,6 +117,33 @@ def test_the_page_shows_the_results_numbers_as_the_report_prints_them():
     assert state == pytest.approx(2 * result.argument_gib / 3, abs=0.005)
 
 
+def test_a_job_across_slices_shows_its_dcn_share_slowdown_band_and_one_slice_more_as_the_report_says():
+    from domain.perf.hlo_profile import Scope, StepProfile
+
+    base = fitting()
+    step = StepProfile.from_json(base.profile)
+    sends = Scope("gradients", runs=1, dcn_bytes=1e9, dcn_transfers=200, dcn_steps=400)
+    result = dataclasses.replace(
+        base,
+        profile=StepProfile((*step.scopes, sends)).to_json(),
+        configuration={
+            **base.configuration,
+            "slices": 2,
+            "maxtext": {**base.configuration["maxtext"], "dcn_data_parallelism": "2"},
+        },
+    )
+    cost = result.prediction.multislice
+    assert cost is not None and cost.dcn_seconds > 0
+    shown, report = Page(fit_page(result)), result.report()
+    assert shown.fact("dcn_share") == f"{100 * cost.share:.1f}% ({cost.dcn_seconds:.3f} s)"
+    assert f"DCN {cost.dcn_seconds:.3f} s of the step ({100 * cost.share:.1f}%)" in report
+    assert f"per-chip throughput {shown.fact('multislice_slowdown_percent')} against one slice" in report
+    assert f"  {shown.fact('multislice_band')}" in report and "data parallelism across slices" in report
+    assert shown.fact("next_slice").startswith(f"step {cost.next_step_seconds:.3f} s")
+    assert f"on 3 slices: {shown.fact('next_slice').split(',')[0]}" in report
+    assert fitting().prediction.multislice is None and "dcn_share" not in Page(fit_page(fitting())).facts
+
+
 def test_each_plot_is_a_png_of_the_size_the_page_gives_it():
     shown = Page(fit_page(fitting()))
     assert set(shown.figures) == {"hbm", "step_time"}

@@ -209,16 +209,17 @@ def test_collectives_send_what_a_ring_sends():
 
 def test_a_computation_lasts_as_long_as_its_longest_engine():
     scope = Scope("body", runs=1, matmul_flops=100, ici_bytes=20, dcn_bytes=3, host_bytes=20)
-    times = scope_times(scope, TOY_HARDWARE)  # compute 1 s, ICI 2 s, DCN 3 s, host 4 s
-    assert (times.exposed_ici, times.exposed_dcn, times.exposed_host) == (1.0, 1.0, 1.0)
+    times = scope_times(scope, TOY_HARDWARE)  # compute 1 s, ICI 2 s, host 4 s; DCN is the DCN term's
+    assert (times.exposed_ici, times.exposed_host) == (1.0, 2.0)
     assert timed(scope).step_seconds == 4.0
+    assert timed(scope).exposed_dcn_seconds == 0.0  # no DCN term given
 
 
 def test_communication_hides_behind_compute_and_only_the_excess_is_exposed():
     scope = Scope("body", runs=10, matmul_flops=100, ici_bytes=30, dcn_bytes=0.5, host_bytes=2)
     times = scope_times(scope, TOY_HARDWARE)
-    assert (times.compute, times.ici, times.dcn, times.host) == (1.0, 3.0, 0.5, 0.4)
-    assert (times.exposed_ici, times.exposed_dcn, times.exposed_host) == (2.0, 0.0, 0.0)  # all behind ICI
+    assert (times.compute, times.ici, times.host) == (1.0, 3.0, 0.4)
+    assert (times.exposed_ici, times.exposed_host) == (2.0, 0.0)  # all behind ICI
     prediction = predict(
         StepProfile((scope,)), TOY_HARDWARE, overhead=1.0, tokens_per_chip=300, model_flops_per_chip=15000
     )
@@ -231,17 +232,19 @@ def test_the_calibrated_overhead_scales_every_part_so_the_breakdown_adds_up():
     scope = Scope(
         "body", runs=2, matmul_flops=50, memory_bytes=50, kernel_flops=500, ici_bytes=30, dcn_bytes=4, host_bytes=10
     )
-    prediction = predict(StepProfile((scope,)), TOY_HARDWARE, overhead=1.25, tokens_per_chip=1, model_flops_per_chip=1)
+    prediction = predict(
+        StepProfile((scope,)), TOY_HARDWARE, overhead=1.25, tokens_per_chip=1, model_flops_per_chip=1, dcn_seconds=0.5
+    )
     parts = (
         prediction.compute_seconds,
         prediction.exposed_ici_seconds,
         prediction.exposed_dcn_seconds,
         prediction.exposed_host_seconds,
     )
-    # compute 1.5 s, ICI 3 s, DCN 4 s, host 2 s per run: the run lasts 4 s.
-    assert parts == (1.25 * 2 * 1.5, 1.25 * 2 * 1.5, 1.25 * 2 * 1.0, 0.0)
+    # compute 1.5 s, ICI 3 s, host 2 s per run: the run lasts 3 s; the DCN term is added unscaled.
+    assert parts == (1.25 * 2 * 1.5, 1.25 * 2 * 1.5, 0.5, 0.0)
     assert prediction.step_seconds == pytest.approx(sum(parts))
-    assert "predicted step time: 10.000 s" in prediction.lines()
+    assert "predicted step time: 8.000 s" in prediction.lines()
 
 
 def test_a_step_with_nothing_to_time_is_refused():
@@ -266,7 +269,11 @@ def test_every_calibrated_model_is_within_10_percent_of_the_anchors_it_is_calibr
     for model in SPEED_MODELS.values():
         calibrating = [a for a in model.anchors if a.calibrated]
         assert calibrating, f"{model.hardware.generation}: no anchor calibrates it"
-        ratios = [a.published_step_seconds / raw_step_seconds(a.profile, model.hardware) for a in calibrating]
+        ratios = [
+            (a.published_step_seconds - model.dcn_seconds(a.profile, a.slices))
+            / raw_step_seconds(a.profile, model.hardware)
+            for a in calibrating
+        ]
         assert min(ratios) <= model.overhead <= max(ratios)
         for anchor in model.anchors:
             assert anchor.profile.scopes, f"{anchor.name}: no recorded profile"
@@ -325,10 +332,38 @@ def test_exposed_communication_is_never_negative(scope):
     )
 
 
-@pytest.mark.parametrize("pairs, kind", [("{{0,1},{1,0}}", "ici_bytes"), ("{{0,4},{4,0}}", "dcn_bytes")])
-def test_a_collective_permute_crosses_slices_when_a_pair_does(pairs, kind):
+@pytest.mark.parametrize(
+    "pairs, counted",
+    [
+        ("{{0,1},{1,0}}", [("ici_bytes", 1024.0)]),
+        ("{{0,4},{4,0}}", [("dcn_bytes", 1024.0), ("dcn_steps", 1.0), ("dcn_transfers", 1.0)]),
+    ],
+)
+def test_a_collective_permute_crosses_slices_when_a_pair_does(pairs, counted):
     rest = f"%x), channel_id=1, source_target_pairs={pairs}, backend_config={{}}"
-    assert list(hlo_profile._collective("collective-permute", "f32[256]{0}", rest, 4)) == [(kind, 1024.0)]
+    assert list(hlo_profile._collective("collective-permute", "f32[256]{0}", rest, 4)) == counted
+
+
+def test_an_all_reduce_across_slices_counts_its_ring_steps_over_the_slices_it_spans():
+    # 4 chips per slice; groups {0,4,8} span 3 slices: 2 x (3 - 1) ring steps, one transfer.
+    rest = "%x), channel_id=1, replica_groups={{0,4,8},{1,5,9}}, to_apply=%add"
+    counted = dict(hlo_profile._collective("all-reduce", "f32[256]{0}", rest, 4))
+    assert counted == {"dcn_bytes": pytest.approx(2 * 1024 * 2 / 3), "dcn_steps": 4.0, "dcn_transfers": 1.0}
+
+
+@pytest.mark.parametrize(
+    "transfer, target, steps",
+    [
+        ("ALL_REDUCE", "{1,2}x{0:255}", 2.0),
+        ("ALL_REDUCE", "{0:31}x{0:255}", 62.0),
+        ("ALL_GATHER", "{0:3}x{0:7}", 3.0),
+        ("REDUCE_SCATTER", "{0,1}x{0:7}", 1.0),
+        ("SEND", "{0,1}x{0:7}", 1.0),
+    ],
+)
+def test_a_megascale_send_counts_the_ring_steps_of_its_transfer(transfer, target, steps):
+    rest = f'frontend_attributes={{_xla_megascale_target="{target}",_xla_megascale_transfer_type="{transfer}"}}'
+    assert hlo_profile.megascale_steps(rest) == steps
 
 
 @pytest.mark.parametrize(

@@ -120,6 +120,43 @@ def test_the_estimate_uses_the_fit_checks_prediction_for_exactly_this_configurat
     assert outputs["estimateSource"] == "assumedMfu" and outputs["predictedMfu"] is None
 
 
+def test_a_job_across_slices_says_what_the_dcn_costs_and_what_one_slice_more_would(tmp_path):
+    import dataclasses
+
+    from domain.perf.hlo_profile import Scope, StepProfile
+    from domain.perf.multislice_runs import dcn_band
+
+    _, inputs = run_workloads("dev")  # the 8B preset on 2 x v6e-16, data parallel across slices
+    job = job_of(inputs["entrypoint"])
+    recorded = recorded_fit_check(job)
+    sends = Scope("gradients", runs=1, dcn_bytes=1e9, dcn_transfers=200, dcn_steps=400)
+    step = StepProfile.from_json(recorded.profile)
+    result = dataclasses.replace(recorded, profile=StepProfile((*step.scopes, sends)).to_json())
+    (tmp_path / "result.json").write_text(result.to_json())
+    outputs = run_workloads("dev", fitCheckResult=str(tmp_path / "result.json"))[0].outputs
+    cost = result.prediction.multislice
+    assert cost is not None and cost.slices == 2 and cost.dcn_seconds > 0
+    assert outputs["estimatedStepSeconds"] == round(cost.step_seconds, 3)
+    assert outputs["dcnShare"] == round(cost.share, 4)
+    assert outputs["multisliceSlowdownPercent"] == round(cost.slowdown_percent, 2) < 0
+    assert outputs["multisliceBand"] == dcn_band("data").describe()
+    assert outputs["nextSliceStepSeconds"] == round(cost.next_step_seconds, 3) > outputs["estimatedStepSeconds"]
+    # $2.70 per chip-hour on 32 chips; a chip's tokens per step are the same on 3 slices.
+    tokens = result.tokens_per_chip * 32
+    dollars = 2.70 * 32 * cost.step_seconds / 3600 / tokens * 1e6
+    assert outputs["dollarsPerMillionTokens"] == pytest.approx(dollars, abs=1e-4)
+    assert outputs["nextSliceDollarsPerMillionTokens"] == pytest.approx(
+        dollars * cost.next_step_seconds / cost.step_seconds, abs=1e-4
+    )
+    # No fit check of the configuration: no DCN term, and the band says why.
+    outputs = run_workloads("dev", maxtextOverrides={"per_device_batch_size": 2})[0].outputs
+    assert outputs["multisliceBand"] == "no fit check of this configuration: the DCN term is read from its compile"
+    assert outputs["dcnShare"] is None and outputs["nextSliceStepSeconds"] is None
+    # One slice: nothing crosses slices.
+    outputs = run_workloads("dev", infra_outputs={**INFRA_OUTPUTS, "slices": 1})[0].outputs
+    assert outputs["multisliceBand"] is None and outputs["dollarsPerMillionTokens"] is not None
+
+
 def test_elastic_and_overrides_reach_the_trainer():
     _, inputs = run_workloads("dev", elastic=True, maxtextOverrides={"steps": 300}, maxFailures=5)
     assert shlex.split(inputs["entrypoint"])[2] == "trainer.maxtext_elastic_trainer"

@@ -38,6 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from domain.perf.multislice_runs import dcn_term
 from domain.tpu.tpu_catalog import ACCELERATORS, accelerator
 
 CPU = "cpu"  # the generation of a run on CPU processes
@@ -135,6 +136,24 @@ class ProbeResult:
     step_seconds_2: float | None = None
 
     @property
+    def seconds_per_transfer(self) -> float:
+        """What one all-reduce across these slices costs before its bytes: the fit's intercept,
+        the model's per-transfer latency plus its ring steps' (on one slice count the two are one
+        number)."""
+        return ring_steps(self.slices) * self.fit.seconds_per_ring_step
+
+    def model_figures(self) -> tuple[float, float] | None:
+        """The DCN term's own figures for this probe (domain/perf/dcn.py, fitted on published
+        runs): (achieved bytes per second per chip, seconds per transfer across these slices)."""
+        term = dcn_term()
+        if term is None or self.line_bytes_per_second_per_chip is None:
+            return None
+        return (
+            term.rate(self.line_bytes_per_second_per_chip),
+            term.seconds_per_transfer + ring_steps(self.slices) * term.seconds_per_ring_step,
+        )
+
+    @property
     def achieved_fraction(self) -> float | None:
         if self.line_bytes_per_second_per_chip is None:
             return None
@@ -156,6 +175,7 @@ class ProbeResult:
 
     def record(self) -> dict[str, Any]:
         """The JSON line's fields."""
+        model = self.model_figures()
         record: dict[str, Any] = {
             "generation": self.generation,
             "slices": self.slices,
@@ -163,6 +183,9 @@ class ProbeResult:
             "line_bytes_per_second_per_chip": self.line_bytes_per_second_per_chip,
             "achieved_fraction": self.achieved_fraction,
             "seconds_per_ring_step": self.fit.seconds_per_ring_step,
+            "seconds_per_transfer": self.seconds_per_transfer,
+            "model_achieved_bytes_per_second_per_chip": model[0] if model else None,
+            "model_seconds_per_transfer": model[1] if model else None,
             "points": [{"bytes_per_chip": p.bytes_per_chip, "seconds": p.seconds} for p in self.points],
         }
         if self.step_seconds_1 is not None:
@@ -209,6 +232,15 @@ class ProbeResult:
                 f"{self.line_bytes_per_second_per_chip:.4g} B/s per chip"
             )
         lines.append(f"seconds per ring step: {fit.seconds_per_ring_step:.3e}")
+        lines.append(
+            f"seconds per transfer across {self.slices} slices (before its bytes): {self.seconds_per_transfer:.3e}"
+        )
+        model = self.model_figures()
+        if model is not None:
+            lines.append(
+                f"the DCN term (fitted on published runs) says: {model[0]:.4g} B/s per chip, "
+                f"{model[1]:.3e} s per transfer across {self.slices} slices"
+            )
         if self.step_seconds_1 is not None:
             lines.append(
                 f"the preset's step: {self.step_seconds_1:g} s on 1 slice, {self.step_seconds_2:g} s on 2: "

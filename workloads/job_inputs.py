@@ -15,6 +15,7 @@ from domain.perf.capacity import job_cost
 from domain.perf.cold_start import cold_start_cost
 from domain.perf.fit_results import FitResult, configuration, runtime_flags
 from domain.perf.maxtext_check import counted_by_maxtext, model_flops, recorded_result
+from domain.perf.step_time import Prediction
 from domain.ray.compiler_flags import CompilerFlags, added_to_workers
 from domain.setting import camel_case
 from domain.tpu.tpu_catalog import accelerator_by_ray_type
@@ -74,6 +75,14 @@ class CostEstimate:
     warm_start_dollars: float | None = None
     cold_start_phases: list[dict[str, Any]] | None = None
     cold_start_basis: str | None = None
+    # Across slices (domain/perf/dcn.py): the DCN term's share of the predicted step, each chip's
+    # throughput against one slice, the band the published runs give it, and one slice more.
+    dollars_per_million_tokens: float | None = None
+    dcn_share: float | None = None
+    multislice_slowdown_percent: float | None = None
+    multislice_band: str | None = None
+    next_slice_step_seconds: float | None = None
+    next_slice_dollars_per_million_tokens: float | None = None
 
     def outputs(self) -> dict[str, Any]:
         return {camel_case(field.name): getattr(self, field.name) for field in fields(self)}
@@ -246,6 +255,11 @@ def cost_estimate(
         dollars_per_hour=estimate.dollars_per_hour if price_per_chip_hour is not None else None,
         job_dollars=estimate.job_dollars if price_per_chip_hour is not None else None,
     )
+    dollars = None
+    if price_per_chip_hour is not None and estimate.step_seconds and flops.tokens_per_step:
+        dollars = round(
+            price_per_chip_hour * flops.chips * estimate.step_seconds / 3600 / flops.tokens_per_step * 1e6, 4
+        )
     start = cold_start_cost(
         chips=flops.chips,
         price_per_chip_hour_usd=price_per_chip_hour,
@@ -270,8 +284,36 @@ def cost_estimate(
             {camel_case(field.name): getattr(phase, field.name) for field in fields(phase)} for phase in start.phases
         ],
         cold_start_basis=start.basis(),
+        dollars_per_million_tokens=dollars,
+        **multislice_outputs(job, prediction, dollars),
     )
     return cost, run
+
+
+def multislice_outputs(job: JobSpec, prediction: Prediction | None, dollars: float | None) -> dict[str, Any]:
+    """The CostEstimate fields of a job across slices (`dollars`: its dollars per million tokens):
+    none on one slice; on several, the prediction's MultisliceCost, or why there is none."""
+    if job.slices < 2:
+        return {}
+    cost = prediction.multislice if prediction is not None else None
+    if cost is None:
+        why = (
+            "no fit check of this configuration: the DCN term is read from its compile"
+            if prediction is None
+            else "no DCN term for this TPU generation"
+        )
+        return {"multislice_band": why}
+    if not cost.transfers_counted:
+        return {"multislice_band": cost.lines()[0]}
+    # A chip's tokens per step do not change with the slice count: its dollars per token follow its step.
+    next_dollars = round(dollars * cost.next_step_seconds / cost.step_seconds, 4) if dollars is not None else None
+    return {
+        "dcn_share": round(cost.share, 4),
+        "multislice_slowdown_percent": round(cost.slowdown_percent, 2),
+        "multislice_band": cost.band.describe(),
+        "next_slice_step_seconds": round(cost.next_step_seconds, 3),
+        "next_slice_dollars_per_million_tokens": next_dollars,
+    }
 
 
 def _compile_basis(job: JobSpec, result: FitResult | None) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 
 from domain.paths import FIT_CHECK_CACHE, TRAINER_LOCK
 from domain.perf.capacity import FLOPS_SOURCES
+from domain.perf.dcn import dcn_axis
 from domain.perf.hlo_profile import StepProfile
 from domain.perf.published_recipes import model_family
 from domain.perf.speed_anchors import speed_model
@@ -49,7 +50,7 @@ NOT_COMPILED = frozenset(
 
 # Bumped when what a result holds changes shape (the profile's fields): older cached results
 # and result files are then another configuration, not misread.
-RESULT_FORMAT = 3  # 3: a refusal carries the sizes of what did not fit
+RESULT_FORMAT = 4  # 3: a refusal carries the sizes of what did not fit; 4: the profile counts transfers across slices
 BUFFER_ASSIGNMENT = "buffer assignment"
 CODE_GENERATION = "code generation"
 
@@ -91,11 +92,16 @@ class FitResult:
         model = speed_model(self.generation or "")
         if model is None or self.profile is None or not self.tokens_per_chip or not self.model_flops_per_chip:
             return None
+        settings = self.configuration.get("maxtext", {})
+        slices = int(self.configuration.get("slices", 1))
+        step = StepProfile.from_json(self.profile)
         return model.predict(
-            StepProfile.from_json(self.profile),
+            step,
             tokens_per_chip=self.tokens_per_chip,
             model_flops_per_chip=self.model_flops_per_chip,
-            family=model_family(self.configuration.get("maxtext", {}).get("model_name", "")),
+            family=model_family(settings.get("model_name", "")),
+            slices=slices,
+            dcn_axis=dcn_axis(settings, slices),
         )
 
     @property

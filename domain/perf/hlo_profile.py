@@ -35,6 +35,7 @@ from domain.perf.hlo_text import (
     array_texts,
     arrays,
     group_crosses_slices,
+    group_slices,
     hbm_bytes,
     parse_module,
     trip_count,
@@ -111,6 +112,10 @@ class Scope:
     kernel_flops: float = 0.0
     ici_bytes: float = 0.0
     dcn_bytes: float = 0.0
+    # Ring steps of the transfers across slices (2(N-1) for an all-reduce over N slices, N-1 for
+    # a gather or scatter): what each cross-slice transfer waits on besides its bytes.
+    dcn_steps: float = 0.0
+    dcn_transfers: float = 0.0  # how many transfers cross slices
     host_bytes: float = 0.0
 
 
@@ -361,6 +366,8 @@ def _transfers(module: Module, instruction: Instruction, chips_per_slice: int) -
         return
     if opcode == "send" and "_xla_megascale_transfer_type" in rest:
         yield "dcn_bytes", megascale_bytes(shape, rest)
+        yield "dcn_steps", megascale_steps(rest)
+        yield "dcn_transfers", 1.0
         return
     base = opcode.removesuffix("-start")
     if base in COLLECTIVES:
@@ -387,9 +394,28 @@ def megascale_bytes(shape: str, rest: str) -> float:
         return 2 * size * share
     if transfer == "ALL_GATHER":
         return float(size * (slices - 1))  # each slice's piece goes to every other slice
-    if transfer == "REDUCE_SCATTER":
-        return size * share
+    if transfer in ("REDUCE_SCATTER", "ALL_TO_ALL"):
+        return size * share  # each slice keeps its own share
     return float(size)
+
+
+def megascale_steps(rest: str) -> float:
+    """Ring steps of a megascale send over its N slices: an all-reduce is a reduce-scatter then an
+    all-gather, N-1 steps each; any other transfer is one."""
+    kind = re.search(r'_xla_megascale_transfer_type="(\w+)"', rest)
+    target = re.search(r'_xla_megascale_target="\{([^}]*)\}', rest)
+    return ring_steps(kind.group(1) if kind else "", _count_ids(target.group(1)) if target else 2)
+
+
+def ring_steps(transfer: str, slices: int) -> float:
+    """`transfer` as megascale names it (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ...)."""
+    if slices <= 1:
+        return 0.0
+    if transfer == "ALL_REDUCE":
+        return 2.0 * (slices - 1)
+    if transfer in ("ALL_GATHER", "REDUCE_SCATTER", "ALL_TO_ALL"):
+        return float(slices - 1)
+    return 1.0
 
 
 def _count_ids(text: str) -> int:
@@ -415,9 +441,15 @@ def _collective(opcode: str, shape: str, rest: str, chips_per_slice: int) -> Ite
         pairs = re.findall(r"\{(\d+),(\d+)\}", listed.group(1) if listed else "")
         crosses = any(int(a) // chips_per_slice != int(b) // chips_per_slice for a, b in pairs)
         yield ("dcn_bytes" if crosses else "ici_bytes"), collective_bytes(opcode, shape, 2)
+        if crosses:
+            yield "dcn_steps", 1.0
+            yield "dcn_transfers", 1.0
         return
     size, crosses = group_crosses_slices(groups.group(1), chips_per_slice) if groups else (1, False)
     yield ("dcn_bytes" if crosses else "ici_bytes"), collective_bytes(opcode, shape, size)
+    if crosses and groups:
+        yield "dcn_steps", ring_steps(opcode.upper().replace("-", "_"), group_slices(groups.group(1), chips_per_slice))
+        yield "dcn_transfers", 1.0
 
 
 def _async_result(shape: str) -> str:

@@ -186,6 +186,12 @@ def group_crosses_slices(replica_groups: str, chips_per_slice: int) -> tuple[int
     return size, crosses
 
 
+def group_slices(replica_groups: str, chips_per_slice: int) -> int:
+    """How many slices the widest group of an HLO `replica_groups=` value spans."""
+    groups = _expand_groups(replica_groups)
+    return max((len({device // chips_per_slice for device in group}) for group in groups), default=1)
+
+
 def _expand_groups(text: str) -> list[list[int]]:
     text = text.strip()
     mesh = re.match(r"mesh\[([^\]]*)\]\s*\{([^}]*)\}", text)

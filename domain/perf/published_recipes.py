@@ -183,6 +183,31 @@ def _text(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+def recipe_overrides(
+    tuning_params: Mapping[str, Any],
+    *,
+    chips: int,
+    slices: int,
+    model_name: str,
+    preset_overrides: Mapping[str, str],
+    base: Mapping[str, Any],
+) -> dict[str, str]:
+    """A published run's MaxText settings as the fit check compiles them on a preset's job:
+    MaxText's base config where the preset would differ (`preset_overrides` reset to `base`'s
+    values), then the run's settings, a -1 (auto) parallelism axis made explicit, and the slices
+    across DCN as data parallelism unless the run shards across them."""
+    overrides = {key: _text(base.get(key)) for key in preset_overrides if key not in ("model_name", "steps")}
+    overrides.update({"ici_tensor_parallelism": "1", "dcn_data_parallelism": str(slices), "dcn_fsdp_parallelism": "1"})
+    if "dcn_fsdp_parallelism" in tuning_params:
+        overrides["dcn_data_parallelism"] = "1"
+    overrides.update({key: _text(value) for key, value in tuning_params.items() if key not in RECIPE_DATA_SETTINGS})
+    for key, value in list(overrides.items()):
+        if key.startswith("ici_") and value == "-1":
+            overrides[key] = str(chips)
+    overrides["model_name"] = model_name
+    return overrides
+
+
 def compile_spec(
     run: PublishedRun,
     *,
@@ -191,24 +216,19 @@ def compile_spec(
     base: Mapping[str, Any],
     changed: Mapping[str, str] | None = None,
 ) -> CompileSpec:
-    """The fit check's compile of `run`: MaxText's base config where the preset would differ
-    (`preset_overrides` reset to `base`'s values), then the recipe's settings, a -1 (auto)
-    parallelism axis made explicit, the slices across DCN as data parallelism unless the recipe
-    shards across them, and `changed` on top. Flags: the recipe's, less those libtpu refuses."""
+    """The fit check's compile of `run` (recipe_overrides, with `changed` on top). Flags: the
+    recipe's, less those libtpu refuses."""
     acc = accelerator(GENERATION)
     chips = run.chips_per_slice
     topology = next(name for name, shape in acc.shapes.items() if shape.chips == chips)
-    overrides = {key: _text(base.get(key)) for key in preset_overrides if key not in ("model_name", "steps")}
-    overrides.update(
-        {"ici_tensor_parallelism": "1", "dcn_data_parallelism": str(run.slices), "dcn_fsdp_parallelism": "1"}
+    overrides = recipe_overrides(
+        run.tuning_params,
+        chips=chips,
+        slices=run.slices,
+        model_name=run.model_type or "",
+        preset_overrides=preset_overrides,
+        base=base,
     )
-    if "dcn_fsdp_parallelism" in run.tuning_params:
-        overrides["dcn_data_parallelism"] = "1"
-    overrides.update({key: _text(value) for key, value in run.tuning_params.items() if key not in RECIPE_DATA_SETTINGS})
-    for key, value in list(overrides.items()):
-        if key.startswith("ici_") and value == "-1":
-            overrides[key] = str(chips)
-    overrides["model_name"] = run.model_type or ""
     overrides.update(changed or {})
     refused = {flag for flag, _ in acc.refused_libtpu_flags(run.libtpu_init_args)}
     flags = [

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from domain.perf.multislice_runs import dcn_bands, dcn_term
 from domain.perf.published_recipes import PublishedRun, published_runs
 from domain.perf.step_time import Anchor, Hardware, SpeedModel
 from domain.tpu.tpu_catalog import accelerator
@@ -34,7 +35,7 @@ V6E = Hardware(
     reduce_bytes_per_second=V6E_HBM / 11.4,
     slice_bytes_per_second=V6E_HBM / 11.8,
     ici_bytes_per_second=400e9,  # Google's v6e table: 800 GB/s bidirectional ICI per chip
-    dcn_bytes_per_second=12.5e9,  # assumed: 2 x 200 Gbps DCN NICs per 4-chip host; not calibrated
+    dcn_bytes_per_second=accelerator("v6e").dcn_bytes_per_second_per_chip,
     host_bytes_per_second=64e9,  # PCIe Gen5 (Google's v6e page) x16, one direction
 )
 
@@ -51,13 +52,16 @@ def anchor(run: PublishedRun) -> Anchor | None:
         published_step_seconds=run.published_step_seconds,
         calibrated=run.calibrates,
         profile=compiled.profile,
+        slices=run.slices,
         changed=dict(compiled.changed),
     )
 
 
 V6E_ANCHORS = tuple(found for run in published_runs() if (found := anchor(run)) is not None)
 
-SPEED_MODELS: Mapping[str, SpeedModel] = MappingProxyType({"v6e": SpeedModel(V6E, V6E_ANCHORS)})
+SPEED_MODELS: Mapping[str, SpeedModel] = MappingProxyType(
+    {"v6e": SpeedModel(V6E, V6E_ANCHORS, dcn=dcn_term(), dcn_bands=dcn_bands())}
+)
 
 
 def speed_model(generation: str) -> SpeedModel | None:

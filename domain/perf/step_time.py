@@ -6,17 +6,19 @@ each chip. Per computation (the entry, each scanned layer loop's body) the model
     compute  = matmul FLOPs / matmul rate + kernel FLOPs / kernel FLOP rate
                + HBM bytes of each memory-bound class / that class's rate
     ICI      = bytes sent over ICI / ICI bandwidth            (inside a slice)
-    DCN      = bytes sent over DCN / DCN bandwidth per chip   (across slices)
     host     = bytes to and from host memory / host DMA bandwidth
 
 and, since the compiler schedules collectives and host transfers asynchronously on engines of
-their own, takes the computation's time as the longest of the four: what communication adds is
-only its excess over compute (attributed to ICI, then DCN, then host, in that order, so the parts
-add up and none is negative). Then it multiplies the
-sum by one calibrated constant, `overhead`, for everything the model does not see (launch
-gaps, imperfect overlap). The compute rates are libtpu's cost model's own, measured against it
-(benchmarks/roofline_vs_cost_model.py), so a fit check needs no code generation. The parts are scaled by the same constant,
-so the breakdown adds up to the predicted step time.
+their own, takes the computation's time as the longest of the three: what communication adds is
+only its excess over compute (attributed to ICI, then host, in that order, so the parts add up
+and none is negative). Then it multiplies the sum by one calibrated constant, `overhead`, for
+everything the model does not see (launch gaps, imperfect overlap). The compute rates are
+libtpu's cost model's own, measured against it (benchmarks/roofline_vs_cost_model.py), so a fit
+check needs no code generation. The parts are scaled by the same constant, so the breakdown adds
+up to the predicted step time.
+
+Across slices, the step adds the DCN term (domain/perf/dcn.py), fitted on published multislice
+runs: its own latencies and rate, not scaled by `overhead`, and not hidden behind compute.
 
 It is a compiler-model estimate, not a TPU measurement: calibrated on published TPU runs, with
 the error on each derived next to them (domain/perf/speed_anchors.py; docs/capacity.md).
@@ -29,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+from domain.perf.dcn import CrossSliceTraffic, DcnBand, DcnTerm, MultisliceCost
 from domain.perf.hlo_profile import Scope, StepProfile
 
 
@@ -45,7 +48,7 @@ class Hardware:
     reduce_bytes_per_second: float  # HBM bytes of reductions
     slice_bytes_per_second: float  # HBM bytes of slices
     ici_bytes_per_second: float  # one direction of the chip's ICI links
-    dcn_bytes_per_second: float  # the host's DCN NICs, shared by its chips
+    dcn_bytes_per_second: float | None  # the line rate per chip (domain/tpu/tpu_catalog.py)
     host_bytes_per_second: float  # one direction of the chip's PCIe link to its host
 
 
@@ -59,6 +62,7 @@ class Anchor:
     published_step_seconds: float
     calibrated: bool  # used to fit `overhead`, or only checked against
     profile: StepProfile
+    slices: int = 1
     # Settings changed from the published run's to compile it (it does not fit as published):
     # its error is then measured against a run that was not exactly this one.
     changed: Mapping[str, str] = field(default_factory=dict)
@@ -102,17 +106,28 @@ class SpeedModel:
 
     hardware: Hardware
     anchors: tuple[Anchor, ...]
+    # The DCN term and its bands by DCN axis (domain/perf/multislice_runs.py); None: none fitted.
+    dcn: DcnTerm | None = None
+    dcn_bands: Mapping[str, DcnBand] = field(default_factory=dict)
 
     @cached_property
     def overhead(self) -> float:
         calibrating = [anchor for anchor in self.anchors if anchor.calibrated]
         return fitted_overhead(
             {a.name: raw_step_seconds(a.profile, self.hardware) for a in calibrating},
-            {a.name: a.published_step_seconds for a in calibrating},
+            {a.name: a.published_step_seconds - self.dcn_seconds(a.profile, a.slices) for a in calibrating},
         )
 
+    def dcn_seconds(self, profile: StepProfile, slices: int) -> float:
+        """What crossing slices adds to the step; 0 on one slice or with no term fitted."""
+        if slices < 2 or self.dcn is None or self.hardware.dcn_bytes_per_second is None:
+            return 0.0
+        return self.dcn.seconds(CrossSliceTraffic.of(profile, slices), self.hardware.dcn_bytes_per_second)
+
     def predicted_step_seconds(self, anchor: Anchor) -> float:
-        return self.overhead * raw_step_seconds(anchor.profile, self.hardware)
+        return self.overhead * raw_step_seconds(anchor.profile, self.hardware) + self.dcn_seconds(
+            anchor.profile, anchor.slices
+        )
 
     def error_percent(self, anchor: Anchor) -> float:
         published = anchor.published_step_seconds
@@ -136,16 +151,39 @@ class SpeedModel:
         )
 
     def predict(
-        self, profile: StepProfile, *, tokens_per_chip: float, model_flops_per_chip: float, family: str
+        self,
+        profile: StepProfile,
+        *,
+        tokens_per_chip: float,
+        model_flops_per_chip: float,
+        family: str,
+        slices: int = 1,
+        dcn_axis: str = "data",
     ) -> Prediction:
+        """The predicted step; on several slices with `dcn_axis` (dcn.dcn_axis) across them, with
+        what crossing slices costs, on these slices and on one more."""
+        dcn = self.dcn_seconds(profile, slices)
         prediction = predict(
             profile,
             self.hardware,
             overhead=self.overhead,
             tokens_per_chip=tokens_per_chip,
             model_flops_per_chip=model_flops_per_chip,
+            dcn_seconds=dcn,
         )
-        return replace(prediction, band=self.band(family), calibrated_on=self.calibrated_on)
+        multislice = None
+        if slices > 1 and self.dcn is not None and self.hardware.dcn_bytes_per_second is not None:
+            traffic = CrossSliceTraffic.of(profile, slices)
+            multislice = MultisliceCost(
+                slices=slices,
+                axis=dcn_axis,
+                one_slice_seconds=prediction.step_seconds - dcn,
+                dcn_seconds=dcn,
+                next_dcn_seconds=self.dcn.seconds(traffic.at(slices + 1), self.hardware.dcn_bytes_per_second),
+                band=self.dcn_bands.get(dcn_axis) or DcnBand(dcn_axis, 0, None, None),
+                transfers_counted=traffic.transfers > 0 or traffic.bytes == 0,
+            )
+        return replace(prediction, band=self.band(family), calibrated_on=self.calibrated_on, multislice=multislice)
 
 
 @dataclass(frozen=True)
@@ -163,6 +201,7 @@ class Prediction:
     # overhead is fitted on: a bare number is never printed.
     band: ErrorBand | None = None
     calibrated_on: tuple[str, ...] = ()
+    multislice: MultisliceCost | None = None  # on several slices: what crossing them costs
 
     def lines(self) -> list[str]:
         lines = [f"predicted step time: {self.step_seconds:.3f} s"]
@@ -177,6 +216,7 @@ class Prediction:
             f"predicted breakdown: compute {self.compute_seconds:.3f} s, exposed ICI "
             f"{self.exposed_ici_seconds:.3f} s, exposed DCN {self.exposed_dcn_seconds:.3f} s, "
             f"host transfer {self.exposed_host_seconds:.3f} s",
+            *(self.multislice.lines() if self.multislice is not None else []),
         ]
 
 
@@ -184,7 +224,6 @@ class Prediction:
 class ScopeTimes:
     compute: float
     ici: float
-    dcn: float
     host: float
 
     @property
@@ -192,20 +231,17 @@ class ScopeTimes:
         return max(0.0, self.ici - self.compute)
 
     @property
-    def exposed_dcn(self) -> float:
-        return max(0.0, self.dcn - max(self.compute, self.ici))
-
-    @property
     def exposed_host(self) -> float:
-        return max(0.0, self.host - max(self.compute, self.ici, self.dcn))
+        return max(0.0, self.host - max(self.compute, self.ici))
 
     @property
     def total(self) -> float:
-        return max(self.compute, self.ici, self.dcn, self.host)
+        return max(self.compute, self.ici, self.host)
 
 
 def scope_times(scope: Scope, model: Hardware) -> ScopeTimes:
-    """One run of a computation, in seconds, before overlap and calibration."""
+    """One run of a computation, in seconds, before overlap and calibration (its transfers across
+    slices are the DCN term's)."""
     return ScopeTimes(
         compute=math.fsum(
             (
@@ -217,13 +253,13 @@ def scope_times(scope: Scope, model: Hardware) -> ScopeTimes:
             )
         ),
         ici=scope.ici_bytes / model.ici_bytes_per_second,
-        dcn=scope.dcn_bytes / model.dcn_bytes_per_second,
         host=scope.host_bytes / model.host_bytes_per_second,
     )
 
 
 def raw_step_seconds(profile: StepProfile, hardware: Hardware) -> float:
-    """The step before calibration: each computation as long as its longest engine."""
+    """The step before calibration and without the DCN term: each computation as long as its
+    longest engine."""
     return math.fsum(scope.runs * scope_times(scope, hardware).total for scope in profile.scopes)
 
 
@@ -242,17 +278,18 @@ def predict(
     overhead: float,
     tokens_per_chip: float,
     model_flops_per_chip: float,
+    dcn_seconds: float = 0.0,
 ) -> Prediction:
     """The predicted step for one chip: `tokens_per_chip` tokens per step, `model_flops_per_chip`
-    of the model's FLOPs per step (for MFU), everything scaled by the calibrated `overhead`."""
-    compute = ici = dcn = host = 0.0
+    of the model's FLOPs per step (for MFU), everything but the DCN term (`dcn_seconds`) scaled
+    by the calibrated `overhead`."""
+    compute = ici = host = 0.0
     for scope in profile.scopes:
         times = scope_times(scope, model)
         compute += scope.runs * times.compute
         ici += scope.runs * times.exposed_ici
-        dcn += scope.runs * times.exposed_dcn
         host += scope.runs * times.exposed_host
-    parts = [overhead * part for part in (compute, ici, dcn, host)]
+    parts = [overhead * compute, overhead * ici, dcn_seconds, overhead * host]
     step = math.fsum(parts)
     if step <= 0:
         raise ValueError("the compiled step has no work the model can time")

@@ -183,6 +183,24 @@ def _speed(result: FitResult) -> page.Section:
     facts += [page.Fact(f"of which {label}", f"{getattr(prediction, key):.3f} s", key) for label, key, _ in STEP_PARTS]
     if prediction.calibrated_on:
         facts.append(page.Fact("calibrated on", ", ".join(prediction.calibrated_on), "calibrated_on"))
+    cost = prediction.multislice
+    if cost is not None and cost.transfers_counted:
+        facts += [
+            page.Fact("DCN share of the step", f"{100 * cost.share:.1f}% ({cost.dcn_seconds:.3f} s)", "dcn_share"),
+            page.Fact(
+                f"per-chip throughput on {cost.slices} slices against one",
+                f"{cost.slowdown_percent:+.1f}%",
+                "multislice_slowdown_percent",
+            ),
+            page.Fact("DCN term's band", cost.band.describe(), "multislice_band"),
+            page.Fact(
+                f"on {cost.slices + 1} slices",
+                f"step {cost.next_step_seconds:.3f} s, dollars per token {cost.next_token_cost_percent:+.1f}%",
+                "next_slice",
+            ),
+        ]
+    elif cost is not None:
+        facts.append(page.Fact("DCN term", cost.lines()[0], "multislice_band"))
     source = FLOPS_SOURCES.get(result.model_flops_source or "", "a count this result does not name")
     notes = [
         f"MFU and tokens/s from the model FLOPs and tokens of {source}.",

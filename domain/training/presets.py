@@ -74,17 +74,19 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
                     "steps": "100",
                     # FSDP over all 16 chips, as MaxText's v6e recipes shard 8B: the procedure's
                     # 4-way tensor parallelism adds an all-reduce per layer for memory it does
-                    # not need and is predicted 23% slower (2.699 s vs 2.189 s, full remat).
+                    # not need and is predicted slower (3.288 s vs 2.777 s per step on 2 slices,
+                    # full remat).
                     "ici_fsdp_parallelism": "16",
                     "ici_tensor_parallelism": "1",
                     # Keep the q/k/v projections instead of recomputing them in the backward
-                    # pass: predicted 2.091 s per step against 2.189 s with full remat, for 6 GiB
-                    # of the 36% headroom (docs/capacity.md, "The presets, tuned for speed").
+                    # pass: predicted 2.679 s per step against 2.777 s with full remat, for
+                    # headroom 17.0% instead of 36.0% (docs/capacity.md, "The presets, tuned for
+                    # speed").
                     "remat_policy": "save_qkv_proj",
                 }
             ),
             compiled_gib=25.92,
-            predicted_mfu=0.412,
+            predicted_mfu=0.321,
         ),
         "llama3-70b": Preset(
             name="llama3-70b",
@@ -102,9 +104,9 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
                     "steps": "100",
                     # FSDP over the slice, as MaxText's v6e 70B recipes shard it, with the
                     # q/k/v and output projections offloaded as well as the layer input: the
-                    # fastest predicted of the layouts tried, 13% faster than the procedure's
-                    # tensor parallelism x 4 with the layer input alone offloaded, with 24.1%
-                    # headroom against its 16.6% (docs/capacity.md).
+                    # fastest predicted of the layouts tried, 15.887 s per step on 2 slices
+                    # against 17.121 s for tensor parallelism x 4 with the layer input alone
+                    # offloaded, with 24.1% headroom against its 16.6% (docs/capacity.md).
                     "ici_tensor_parallelism": "1",
                     "ici_fsdp_parallelism": "16",
                     # As written in the procedure (float32 weights, full remat) the step needs
@@ -121,7 +123,7 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
                 }
             ),
             compiled_gib=23.71,
-            predicted_mfu=0.481,
+            predicted_mfu=0.243,
         ),
         "tiny-cpu": Preset(
             name="tiny-cpu",
