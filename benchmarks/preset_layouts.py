@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Sequence
-from unittest import mock
 
 from domain.perf.fit_results import FitResult, fit_check_job
 from domain.perf.hlo_profile import StepProfile
@@ -51,12 +50,10 @@ def compiled(layout: Layout, *, use_cache: bool) -> LayoutCompile:
 
     job = fit_check_job(layout.preset, overrides=layout.overrides)
     started = time.monotonic()
+    base = None
     if layout.flags == PROCEDURE_FLAGS:
-        flags = procedure_flags(accelerator_by_ray_type(job.accelerator_type or ""))
-        with mock.patch.object(fit_check, "libtpu_flags", lambda _job, _extra="": flags):
-            result = fit_check.run_fit_check(job, use_cache=use_cache)
-    else:
-        result = fit_check.run_fit_check(job, use_cache=use_cache)
+        base = procedure_flags(accelerator_by_ray_type(job.accelerator_type or ""))
+    result = fit_check.run_fit_check(job, use_cache=use_cache, base_flags=base)
     verdict = "fits" if result.fits else "does not fit"
     total = f"{result.total_gib:.2f} GiB" if result.total_gib is not None else "no size"
     print(f"{layout.label}: {verdict}, {total}, {time.monotonic() - started:.0f} s", flush=True)

@@ -169,6 +169,23 @@ def test_a_full_compile_reads_the_executables_memory_analysis(tmp_path, monkeypa
     assert len(calls) == 2
 
 
+def test_base_flags_replace_the_workers_flags_and_key_the_result(tmp_path, monkeypatch):
+    environments = []
+    compile_, _ = fake_compile(TINY_HLO.read_text(), buffers=TINY_BUFFERS.read_text())
+
+    def recording(command, *, env, **kwargs):
+        environments.append(env["LIBTPU_INIT_ARGS"])
+        return compile_(command, env=env, **kwargs)
+
+    monkeypatch.setattr(fit_results, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(fit_check, "compile_step", recording)
+    result = fit_check.run_fit_check(job(), base_flags="--xla_a=1", extra_flags="--xla_b=2")
+    assert environments == ["--xla_a=1 --xla_b=2"]
+    assert result.configuration["libtpu_init_args"] == "--xla_a=1 --xla_b=2"
+    fit_check.run_fit_check(job())  # the workers' own flags: another result, compiled again
+    assert environments[1] == fit_results.libtpu_flags(job())
+
+
 def test_without_a_dumped_module_the_fit_check_says_it_cannot_predict(tmp_path, monkeypatch):
     monkeypatch.setattr(fit_results, "CACHE_DIR", tmp_path)
     monkeypatch.setattr(fit_check, "compile_step", fake_compile(None, SUCCESS_OUTPUT)[0])

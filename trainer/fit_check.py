@@ -287,13 +287,17 @@ def run_fit_check(
     xla_flags: str = "",
     full_compile: bool = False,
     keep_dump: Path | None = None,
+    base_flags: str | None = None,
 ) -> FitResult:
     """The fit check of `job`, from the cache when it has been run with these flags (unless
-    `full_compile`, which always compiles to the end): the workers' LIBTPU_INIT_ARGS plus
-    `extra_flags`, and `xla_flags` as XLA_FLAGS. `keep_dump` keeps the compiler's dump."""
+    `full_compile`, which always compiles to the end): the workers' LIBTPU_INIT_ARGS (or
+    `base_flags` instead, to compare flag sets) plus `extra_flags`, and `xla_flags` as
+    XLA_FLAGS. `keep_dump` keeps the compiler's dump."""
     python = python or (TRAINER_PYTHON if TRAINER_PYTHON.exists() else Path(sys.executable))
     command = compile_command(job, python)
-    flags = libtpu_flags(job, extra_flags)
+    flags = (
+        libtpu_flags(job, extra_flags) if base_flags is None else " ".join(f for f in (base_flags, extra_flags) if f)
+    )
     xla_flags = " ".join(xla_flags.split())
     cached = fit_results.result_path(job, flags, xla_flags)
     if use_cache and not full_compile and cached.exists():
