@@ -17,8 +17,9 @@ What is fitted (`fit`), what is assumed, and why:
   one value each for every generation (the published runs hold one v6e series only).
 - Overlap: none. The compiler schedules these sends asynchronously, but the published slowdowns
   grow with the slice count far more than the bytes do (an all-reduce's bytes per chip approach
-  a limit, 2(N-1)/N of the shard), so the latencies carry them; a fitted overlap went to nothing
-  and could not be told apart from them.
+  a limit, 2(N-1)/N of the shard), so the latencies carry them. Tried as a fourth number (each
+  computation's sends hidden behind a fitted share of its compute), the share came out under 2%
+  and no held-out model came within 3 points that was not already.
 
 The slowdown is the per-chip throughput change against one slice: one-slice step over N-slice step,
 minus one (published MFU ratios measure the same).
