@@ -228,8 +228,15 @@ def check_lines() -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--compile", action="store_true", help="compile the points again and record them")
-    parser.add_argument("names", nargs="*", help="with --compile: only these series and checks (default: all)")
+    parser.add_argument("names", nargs="*", help="with --compile: only these series (default: all)")
     args = parser.parse_args()
+    runs = multislice_runs()
+    known = [series.name for series in runs.v5e] + [series.name for series in runs.v6e]
+    unknown = sorted(set(args.names) - set(known))
+    if unknown:
+        parser.error(f"{', '.join(unknown)}: no such series; the series are {', '.join(known)}")
+    if args.names and not args.compile:
+        parser.error("series names choose what --compile records; without --compile the table covers them all")
     if args.compile:
         record(set(args.names))
     print(BEGIN)

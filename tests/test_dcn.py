@@ -187,3 +187,14 @@ def test_a_v5e_series_is_compiled_with_its_published_settings_on_v5e_256_slices(
     assert (settings["dcn_data_parallelism"], settings["dcn_fsdp_parallelism"]) == ("4", "1")
     assert (settings["remat_policy"], settings["per_device_batch_size"]) == ("qkv_proj_offloaded", "1")
     assert "dataset_type" not in settings or settings["dataset_type"] == "synthetic"
+
+
+def test_the_benchmark_refuses_a_series_it_does_not_have_naming_the_ones_it_has(monkeypatch, capsys):
+    from benchmarks import multislice
+
+    monkeypatch.setattr("sys.argv", ["multislice", "--compile", "maxtext-v5e-7b"])
+    with pytest.raises(SystemExit) as exited:
+        multislice.main()
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert "maxtext-v5e-7b: no such series" in error and "maxtext-v5e-16b" in error and "gemma3-12b" in error

@@ -38,6 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from domain.perf import hlo_profile
 from domain.perf.multislice_runs import dcn_term
 from domain.tpu.tpu_catalog import ACCELERATORS, accelerator
 
@@ -257,13 +258,15 @@ def _bytes(count: float) -> str:
 
 
 def ring_steps(slices: int) -> int:
-    """Steps of a ring all-reduce over `slices`: N - 1 to reduce-scatter, N - 1 to all-gather."""
-    return 2 * (slices - 1)
+    """Steps of the probe's all-reduce over `slices`, as the compiled step's are counted
+    (domain/perf/hlo_profile.py): N - 1 to reduce-scatter, N - 1 to all-gather."""
+    return int(hlo_profile.ring_steps("ALL_REDUCE", slices))
 
 
 def bytes_sent_per_chip(size: float, slices: int) -> float:
-    """What one chip sends across slices in a ring all-reduce of `size` bytes over `slices`."""
-    return 2 * size * (slices - 1) / slices
+    """What one chip sends across slices in the probe's all-reduce of `size` bytes, counted as
+    the compiled step's cross-slice all-reduces are."""
+    return hlo_profile.all_reduce_bytes(size, slices)
 
 
 def fit_all_reduce(points: Sequence[Point], slices: int) -> Fit:

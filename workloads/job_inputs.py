@@ -303,8 +303,8 @@ def multislice_outputs(job: JobSpec, prediction: Prediction | None, dollars: flo
             else "no DCN term for this TPU generation"
         )
         return {"multislice_band": why}
-    if not cost.transfers_counted:
-        return {"multislice_band": cost.lines()[0]}
+    if cost.not_known is not None:
+        return {"multislice_band": cost.not_known}
     # A chip's tokens per step do not change with the slice count: its dollars per token follow its step.
     next_dollars = round(dollars * cost.next_step_seconds / cost.step_seconds, 4) if dollars is not None else None
     return {

@@ -128,14 +128,17 @@ def fit(points: Sequence[ScalingPoint]) -> DcnTerm:
     (neither negative); the rate with the least residual, the lowest of equal ones."""
     if not points:
         raise ValueError("fitting the DCN term needs at least one published multislice run")
+    observed = [extra_seconds(p.one_slice_seconds, p.published_slowdown_percent) for p in points]
     best: tuple[float, DcnTerm] | None = None
     for rate in RATE_GRID:
-        rows = []
-        for point in points:
-            observed = extra_seconds(point.one_slice_seconds, point.published_slowdown_percent)
-            left = observed - point.traffic.bytes / min(rate, point.line_bytes_per_second)
-            scale = point.one_slice_seconds
-            rows.append((point.traffic.transfers / scale, point.traffic.ring_steps / scale, left / scale))
+        rows = [
+            (
+                point.traffic.transfers / point.one_slice_seconds,
+                point.traffic.ring_steps / point.one_slice_seconds,
+                (extra - point.traffic.bytes / min(rate, point.line_bytes_per_second)) / point.one_slice_seconds,
+            )
+            for point, extra in zip(points, observed, strict=True)
+        ]
         per_transfer, per_step = _latencies(rows)
         residual = math.fsum((a * per_transfer + b * per_step - y) ** 2 for a, b, y in rows)
         # Ties keep the lower rate: above every point's line rate the rate changes nothing (a fit
@@ -213,6 +216,11 @@ class DcnBand:
     low_points: float | None
     high_points: float | None
 
+    @classmethod
+    def unchecked(cls, axis: str) -> DcnBand:
+        """The band of an axis no published run checks: uncalibrated."""
+        return cls(axis, 0, None, None)
+
     def describe(self) -> str:
         if self.low_points is None or self.high_points is None:
             return (
@@ -284,12 +292,19 @@ class MultisliceCost:
         same, so its dollars per token follow its step time."""
         return 100 * (self.next_step_seconds / self.step_seconds - 1)
 
+    @property
+    def not_known(self) -> str | None:
+        """Why the term is not known for this compile, or None when it is."""
+        if self.transfers_counted:
+            return None
+        return (
+            f"across {self.slices} slices: not known: this compile was recorded before transfers across slices "
+            "were counted; rerun the fit check with --no-cache"
+        )
+
     def lines(self) -> list[str]:
-        if not self.transfers_counted:
-            return [
-                f"across {self.slices} slices: not known: this compile was recorded before transfers across slices "
-                "were counted; rerun the fit check with --no-cache"
-            ]
+        if self.not_known is not None:
+            return [self.not_known]
         return [
             f"across {self.slices} slices: DCN {self.dcn_seconds:.3f} s of the step ({100 * self.share:.1f}%), "
             f"per-chip throughput {self.slowdown_percent:+.1f}% against one slice",

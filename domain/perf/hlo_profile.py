@@ -46,6 +46,12 @@ COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "coll
 _KERNEL_BLOCKS = re.compile(r'\\"block_q(?:_dkv|_dq)?\\": (\d+), \\"block_kv(?:_dkv|_dq)?\\": (\d+)')
 
 
+def all_reduce_bytes(size: float, members: int) -> float:
+    """Bytes one member sends in a ring all-reduce of `size` bytes over `members` (chips or
+    slices): a reduce-scatter then an all-gather, each sending (members - 1)/members of it."""
+    return 2 * size * (members - 1) / members if members > 1 else 0.0
+
+
 def collective_bytes(opcode: str, shape: str, group_size: int) -> float:
     """Bytes one chip sends for a collective with a ring algorithm over `group_size` chips."""
     size = sum(a.bytes for a in arrays(shape))
@@ -53,7 +59,7 @@ def collective_bytes(opcode: str, shape: str, group_size: int) -> float:
         return 0.0
     share = (group_size - 1) / group_size
     if opcode == "all-reduce":
-        return 2 * size * share  # reduce-scatter then all-gather
+        return all_reduce_bytes(size, group_size)
     if opcode == "reduce-scatter":
         return size * (group_size - 1)  # the result is one chip's share of the input
     if opcode == "collective-permute":
@@ -391,7 +397,7 @@ def megascale_bytes(shape: str, rest: str) -> float:
     share = (slices - 1) / slices
     transfer = kind.group(1) if kind else ""
     if transfer == "ALL_REDUCE":
-        return 2 * size * share
+        return all_reduce_bytes(size, slices)
     if transfer == "ALL_GATHER":
         return float(size * (slices - 1))  # each slice's piece goes to every other slice
     if transfer in ("REDUCE_SCATTER", "ALL_TO_ALL"):

@@ -24,7 +24,7 @@ CHECKED_AXIS = "data"
 
 
 @dataclass(frozen=True)
-class Compiled:
+class ScalingCompile:
     """What the compile on N slices says crosses slices per chip per step, and MaxText's count of
     the step's FLOPs per chip."""
 
@@ -32,7 +32,7 @@ class Compiled:
     model_flops_per_chip: float | None
 
     @classmethod
-    def from_json(cls, slices: int, data: Mapping[str, Any]) -> Compiled:
+    def from_json(cls, slices: int, data: Mapping[str, Any]) -> ScalingCompile:
         return cls(
             CrossSliceTraffic(slices, data["bytes"], data["transfers"], data["ring_steps"]),
             data.get("model_flops_per_chip"),
@@ -50,7 +50,7 @@ class V5eSeries:
     tuning_params: Mapping[str, Any]
     libtpu_init_args: str
     mfu_percent: Mapping[int, float]
-    compiled: Mapping[int, Compiled]
+    compiled: Mapping[int, ScalingCompile]
 
     @property
     def generation(self) -> str:
@@ -84,7 +84,7 @@ class RecipeSeries:
 
     name: str
     recipes: Mapping[int, str]
-    compiled: Mapping[int, Compiled]
+    compiled: Mapping[int, ScalingCompile]
 
     def runs(self) -> dict[int, PublishedRun]:
         by_recipe = {run.recipe: run for run in published_runs()}
@@ -124,8 +124,8 @@ class RecipeCheck:
         return next(run for run in published_runs() if run.recipe == self.recipe and run.slices == self.slices)
 
 
-def _compiled(data: Mapping[str, Any]) -> dict[int, Compiled]:
-    return {int(slices): Compiled.from_json(int(slices), entry) for slices, entry in data.items()}
+def _compiled(data: Mapping[str, Any]) -> dict[int, ScalingCompile]:
+    return {int(slices): ScalingCompile.from_json(int(slices), entry) for slices, entry in data.items()}
 
 
 @dataclass(frozen=True)
@@ -196,4 +196,4 @@ def dcn_bands() -> Mapping[str, DcnBand]:
 
 def dcn_band(axis: str) -> DcnBand:
     """The band for a job whose slices are split along MaxText's `dcn_<axis>_parallelism`."""
-    return dcn_bands().get(axis) or DcnBand(axis, 0, None, None)
+    return dcn_bands().get(axis) or DcnBand.unchecked(axis)

@@ -180,7 +180,7 @@ class SpeedModel:
                 one_slice_seconds=prediction.step_seconds - dcn,
                 dcn_seconds=dcn,
                 next_dcn_seconds=self.dcn.seconds(traffic.at(slices + 1), self.hardware.dcn_bytes_per_second),
-                band=self.dcn_bands.get(dcn_axis) or DcnBand(dcn_axis, 0, None, None),
+                band=self.dcn_bands.get(dcn_axis) or DcnBand.unchecked(dcn_axis),
                 transfers_counted=traffic.transfers > 0 or traffic.bytes == 0,
             )
         return replace(prediction, band=self.band(family), calibrated_on=self.calibrated_on, multislice=multislice)

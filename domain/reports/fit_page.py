@@ -184,7 +184,9 @@ def _speed(result: FitResult) -> page.Section:
     if prediction.calibrated_on:
         facts.append(page.Fact("calibrated on", ", ".join(prediction.calibrated_on), "calibrated_on"))
     cost = prediction.multislice
-    if cost is not None and cost.transfers_counted:
+    if cost is not None and cost.not_known is not None:
+        facts.append(page.Fact("DCN term", cost.not_known, "multislice_band"))
+    elif cost is not None:
         facts += [
             page.Fact("DCN share of the step", f"{100 * cost.share:.1f}% ({cost.dcn_seconds:.3f} s)", "dcn_share"),
             page.Fact(
@@ -199,8 +201,6 @@ def _speed(result: FitResult) -> page.Section:
                 "next_slice",
             ),
         ]
-    elif cost is not None:
-        facts.append(page.Fact("DCN term", cost.lines()[0], "multislice_band"))
     source = FLOPS_SOURCES.get(result.model_flops_source or "", "a count this result does not name")
     notes = [
         f"MFU and tokens/s from the model FLOPs and tokens of {source}.",
