@@ -18,6 +18,7 @@ from workloads.ray_job import wait as job_wait
 # What runs on a real Ray cluster or waits on the clock is `timed`: ./scripts/test runs it in the
 # foreground, and the rest beside it at a lower priority (docs/testing.md).
 TIMED_FIXTURES = frozenset({"local_ray_head", "fast_polling"})
+FITCHECK_GROUP = "fitcheck"
 
 
 # The suite is the compilation cache's first user: every local Ray cluster the tests start
@@ -33,11 +34,17 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Marks `timed` every `slow` test (each runs real Ray clusters) and every test that uses a
-    real Ray head or the provider's fast polling, before `-m` selects."""
+    real Ray head or the provider's fast polling, before `-m` selects; groups the `fitcheck`
+    tests for pytest-xdist."""
     for item in items:
         uses = set(getattr(item, "fixturenames", ()))
         if item.get_closest_marker("slow") is not None or uses & TIMED_FIXTURES:
             item.add_marker(pytest.mark.timed)
+        # Under pytest-xdist (`-n 2 --dist loadgroup`, ./scripts/test), every `fitcheck` test runs
+        # in one process, in order: one compiles what the next reads from the cache, never both
+        # at once.
+        if item.get_closest_marker("fitcheck") is not None:
+            item.add_marker(pytest.mark.xdist_group(FITCHECK_GROUP))
 
 
 @pytest.fixture
