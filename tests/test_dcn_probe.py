@@ -1,7 +1,8 @@
 """The DCN probe (trainer/dcn_probe.py): its fit recovers the constants that made the timings; bad
 settings exit 2 naming the setting, the value and what is valid; and real runs on CPU, two JAX
 processes standing in for two slices (started by hand, and as a Ray job on the local head),
-print every field of the JSON line from sums that were checked, or fail loudly when a sum is wrong.
+print every field of the JSON line from sums that were checked, or fail loudly when a sum is wrong;
+as a Ray job it also trains the CPU preset on one worker and on two and prints both steps.
 Only a real TPU cluster measures DCN itself (docs/capacity.md)."""
 
 from __future__ import annotations
@@ -17,15 +18,19 @@ import pytest
 from domain.paths import PROJECT_ROOT, TRAINER_PYTHON
 from domain.perf.multislice_runs import dcn_term
 from trainer.dcn_probe import (
+    Fit,
     MeasurementError,
     Point,
     ProbeError,
     ProbeResult,
+    StepComparison,
     bytes_sent_per_chip,
+    finish,
     fit_all_reduce,
     main,
     ring_steps,
     slice_groups,
+    steady_seconds,
 )
 from workloads.local_ray import free_port
 
@@ -42,6 +47,7 @@ KEYS = {
     "points",
 }
 STEP_KEYS = {"step_seconds_1", "step_seconds_2", "slowdown_percent", "extra_seconds"}
+MEASURED_STEP_KEYS = STEP_KEYS | {"preset", "timed_steps"}
 SIZES = [64 * 1024 * 4**k for k in range(7)]  # 64 KiB to 256 MiB per chip, the probe's default sweep
 
 
@@ -90,10 +96,9 @@ def test_timings_no_rate_explains_are_refused(points, says):
         fit_all_reduce(points, 2)
 
 
-def test_the_json_line_carries_the_rate_the_fraction_of_the_line_rate_and_the_step_comparison():
-    from trainer.dcn_probe import Fit
-
-    result = ProbeResult(
+def v6e_result(steps: StepComparison | None = None) -> ProbeResult:
+    """A probe's result on 2 slices of v6e-16: 8 hosts, two sizes timed."""
+    return ProbeResult(
         generation="v6e",
         slices=2,
         chips_per_slice=16,
@@ -104,9 +109,12 @@ def test_the_json_line_carries_the_rate_the_fraction_of_the_line_rate_and_the_st
         line_bytes_per_second_per_chip=12.5e9,
         tries=5,
         warmup=2,
-        step_seconds_1=3.0,
-        step_seconds_2=3.2,
+        steps=steps,
     )
+
+
+def test_the_json_line_carries_the_rate_the_fraction_of_the_line_rate_and_the_step_comparison():
+    result = v6e_result(steps=StepComparison(3.0, 3.2))
 
     record = json.loads(result.to_json())
 
@@ -129,6 +137,46 @@ def test_the_json_line_carries_the_rate_the_fraction_of_the_line_rate_and_the_st
         term.seconds_per_transfer + 2 * term.seconds_per_ring_step
     )
     assert "the DCN term (fitted on published runs) says:" in result.report()
+
+
+def test_a_runs_steady_step_is_the_median_after_its_warm_up_and_a_run_with_none_left_fails():
+    logged = [(0, 9.0), (1, 2.5), (2, 1.0), (3, 1.2), (4, 5.0), (5, 1.1)]
+
+    assert steady_seconds(logged, warmup=2, slices=1) == pytest.approx(1.15)  # of 1.0, 1.2, 5.0, 1.1
+    assert steady_seconds(logged, warmup=0, slices=1) == pytest.approx(1.85)
+    with pytest.raises(MeasurementError, match=r"on 2 slice\(s\) logged 2 step\(s\), none after the 2 of its warm-up"):
+        steady_seconds(logged[:2], warmup=2, slices=2)
+
+
+def test_measured_steps_say_which_preset_and_how_many_steps_each_median_holds():
+    measured = StepComparison(2.0, 2.5, preset="llama3-8b", timed_steps=10)
+
+    assert measured.record() == {
+        "step_seconds_1": 2.0,
+        "step_seconds_2": 2.5,
+        "slowdown_percent": pytest.approx(-20.0),
+        "extra_seconds": 0.5,
+        "preset": "llama3-8b",
+        "timed_steps": 10,
+    }
+    assert "llama3-8b, measured: the median of 10 steps after the warm-up" in measured.report()
+    assert "(given)" in StepComparison(2.0, 2.5).report()
+    assert set(StepComparison(2.0, 2.5).record()) == STEP_KEYS
+
+
+def test_a_presets_run_that_fails_still_prints_the_all_reduce_then_says_why_with_exit_1(capsys):
+    result = v6e_result()
+
+    def fails() -> StepComparison:
+        raise MeasurementError("llama3-8b's run on 2 slice(s) failed: rank 3: RESOURCE_EXHAUSTED")
+
+    assert finish(result, fails) == 1
+    out, err = capsys.readouterr()
+    assert set(json_line(out)) == KEYS  # the all-reduce's figures, without steps
+    assert err.strip() == "dcn probe failed: llama3-8b's run on 2 slice(s) failed: rank 3: RESOURCE_EXHAUSTED"
+
+    assert finish(result, lambda: StepComparison(2.0, 2.5, preset="llama3-8b", timed_steps=10)) == 0
+    assert json_line(capsys.readouterr().out)["preset"] == "llama3-8b"
 
 
 def test_the_line_rates_are_the_catalogs():
@@ -175,6 +223,39 @@ BY_HAND = ["--cpu", "--coordinator", "127.0.0.1:1", "--num-processes", "2", "--p
         (
             ["--slices", "2", "--topology", "4x4", *BY_HAND[1:]],
             ["--coordinator 127.0.0.1:1", "CPU processes (--cpu)", "Ray job"],
+        ),
+        (
+            ["--slices", "2", "--cpu", "--preset", "llama3-8b"],
+            ["--preset llama3-8b", "trains on TPU v6e", "runs on CPU (--cpu)", "tiny-cpu"],
+        ),
+        (
+            ["--slices", "2", "--topology", "4x4", "--preset", "tiny-cpu"],
+            ["--preset tiny-cpu", "trains on CPU", "runs on TPU v6e", "llama3-8b, llama3-70b"],
+        ),
+        (
+            ["--slices", "2", "--generation", "v5e", "--topology", "4x4", "--preset", "llama3-8b"],
+            ["--preset llama3-8b", "trains on TPU v6e", "runs on TPU v5e", "there is none"],
+        ),
+        (
+            # The preset's layout, resolved as the workloads stack resolves a job, on 4 chips.
+            ["--slices", "2", "--topology", "2x2", "--preset", "llama3-8b"],
+            ["--preset llama3-8b on 1 slice(s)", "--preset llama3-8b on 2 slice(s)", "ici_fsdp_parallelism=16"],
+        ),
+        (
+            ["--slices", "2", "--cpu", "--preset", "tiny-cpu", "--preset-steps", "2"],
+            ["--preset-steps 2", "more than --preset-warmup (2)"],
+        ),
+        (
+            ["--slices", "2", "--cpu", "--preset", "tiny-cpu", "--preset-warmup", "-1"],
+            ["--preset-warmup -1", "0 or more"],
+        ),
+        (
+            ["--slices", "2", "--cpu", "--preset", "tiny-cpu", "--step-seconds-1", "3", "--step-seconds-2", "4"],
+            ["--preset tiny-cpu with --step-seconds-1/--step-seconds-2", "not both"],
+        ),
+        (
+            ["--slices", "2", "--preset", "tiny-cpu", *BY_HAND],
+            ["--preset tiny-cpu", "only by a Ray job"],
         ),
     ],
     ids=lambda value: " ".join(value) if isinstance(value, list) and value and value[0].startswith("--") else None,
@@ -304,8 +385,8 @@ def json_line(stdout: str, last: bool = True) -> dict:
     return json.loads(lines[0])
 
 
-def assert_measured(record: dict, sizes: int, steps: bool) -> None:
-    assert set(record) == KEYS | (STEP_KEYS if steps else set())
+def assert_measured(record: dict, sizes: int, steps: set[str] = frozenset()) -> None:
+    assert set(record) == KEYS | steps
     assert record["generation"] == "cpu"
     assert record["slices"] == 2
     # No line rate is known for CPU processes, so no fraction of one.
@@ -330,7 +411,7 @@ def test_two_cpu_processes_standing_in_for_slices_print_every_field_from_checked
     assert rank0.returncode == 0, rank0.stderr
     assert rank1.returncode == 0, rank1.stderr
     record = json_line(rank0.stdout)
-    assert_measured(record, sizes=3, steps=True)
+    assert_measured(record, sizes=3, steps=STEP_KEYS)
     assert record["step_seconds_1"] == 3.1 and record["step_seconds_2"] == 3.25
     assert record["slowdown_percent"] == pytest.approx((3.1 / 3.25 - 1) * 100)
     assert record["extra_seconds"] == pytest.approx(0.15)
@@ -351,26 +432,40 @@ def test_a_wrong_sum_across_slices_fails_the_probe_loudly():
 
 
 @pytest.mark.slow
-def test_two_ray_train_workers_on_the_local_head_standing_in_for_slices_print_the_json_line(local_ray_head):
-    """The launcher users run on their cluster, as a Ray job: Ray Train's workers, joined as the
-    CPU trainer's are (`slow`: about 30 s, and the local head's start)."""
+def test_as_a_ray_job_it_measures_the_all_reduce_then_the_presets_step_on_1_and_2_slices(local_ray_head, tmp_path):
+    """The launcher users run on their cluster, as a Ray job on the local head: Ray Train's
+    workers standing in for slices, joined as the CPU trainer's are, then the tiny preset trained
+    by the trainers' own loop on 1 worker and on 2 (`slow`: about a minute)."""
     from ray.job_submission import JobStatus, JobSubmissionClient
 
     client = JobSubmissionClient(local_ray_head.address)
-    job_id = client.submit_job(entrypoint="python -m trainer.dcn_probe --cpu --slices 2 " + " ".join(SMALL))
+    preset = ["--preset", "tiny-cpu", "--preset-steps", "4", "--preset-warmup", "1"]
+    job_id = client.submit_job(
+        entrypoint="python -m trainer.dcn_probe --cpu --slices 2 " + " ".join([*SMALL, *preset]),
+        runtime_env={"env_vars": {"TMPDIR": str(tmp_path)}},  # where the preset's runs write
+    )
     status = client.get_job_status(job_id)
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + 300
     while not status.is_terminal():
         if time.monotonic() > deadline:
             client.stop_job(job_id)
-            pytest.fail(f"job {job_id} still {status} after 180 s: {client.get_job_logs(job_id)}")
+            pytest.fail(f"job {job_id} still {status} after 300 s: {client.get_job_logs(job_id)}")
         time.sleep(0.5)
         status = client.get_job_status(job_id)
     logs = client.get_job_logs(job_id)
 
     assert status == JobStatus.SUCCEEDED, logs
-    assert_measured(json_line(logs, last=False), sizes=3, steps=False)
+    record = json_line(logs, last=False)
+    assert_measured(record, sizes=3, steps=MEASURED_STEP_KEYS)
     assert "DCN probe: cpu, 2 slices of 1 chip(s) (cpu, 2 processes)" in logs
+    assert "training tiny-cpu 4 steps on 1 slice(s)" in logs and "training tiny-cpu 4 steps on 2 slice(s)" in logs
+    assert record["preset"] == "tiny-cpu"
+    assert record["timed_steps"] == 3  # steps 1 to 3 of each run: step 0 compiles
+    for seconds in (record["step_seconds_1"], record["step_seconds_2"]):
+        assert math.isfinite(seconds) and seconds > 0
+    assert record["slowdown_percent"] == pytest.approx((record["step_seconds_1"] / record["step_seconds_2"] - 1) * 100)
+    assert "tiny-cpu, measured: the median of 3 steps after the warm-up on each" in logs
+    assert list(tmp_path.glob("dcn-probe-runs-*")) == []  # the runs' directory is removed
 
 
 class WorkerFailed(Exception):

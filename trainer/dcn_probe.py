@@ -1,11 +1,11 @@
 """Measures the cross-slice (DCN) all-reduce of a TPU cluster: the rate each chip achieves over the
 data-centre network and the time of one ring step, the two terms the multislice speed model
-cannot know without a real cluster; with the steady step times of one preset on 1 and on 2
-slices, also what the second slice costs each step.
+cannot know without a real cluster; with a preset (`--preset`), also that preset's steady step
+on 1 slice and on 2, and so what the second slice costs each step.
 
 On the RayCluster, as a Ray job (one Ray Train worker per TPU VM of every slice, as the trainers):
 
-    python -m trainer.dcn_probe --generation v6e --topology 4x4 --slices 2 [--step-seconds-1 S1 --step-seconds-2 S2]
+    python -m trainer.dcn_probe --generation v6e --topology 4x4 --slices 2 [--preset llama3-8b]
 
 On CPU processes standing in for slices: `--cpu --slices 2` as a Ray job on a local cluster, or
 each process started by hand with `--coordinator HOST:PORT --num-processes P --process-id I`.
@@ -19,8 +19,11 @@ be 1 + 2 + ... + slices, and a wrong sum fails the run. Then a least-squares fit
 
     seconds = 2 (N - 1) x seconds per ring step + bytes sent per chip / achieved bytes per second
 
-with bytes sent per chip = 2 x size x (N - 1) / N over N slices. It prints a readable block,
-then one line of JSON. What to do with the numbers: docs/capacity.md, "Measuring the DCN rate
+with bytes sent per chip = 2 x size x (N - 1) / N over N slices. With `--preset`, the preset then
+trains --preset-steps steps on synthetic data, without checkpoints, twice, as the trainers run
+it: on 1 slice and on 2 (each run its own Ray Train worker group); each run's step is the median
+of the steps MaxText logs after the first --preset-warmup. It prints a readable block, then one
+line of JSON. What to do with the numbers: docs/capacity.md, "Measuring the DCN rate
 on your cluster". JAX and Ray are imported only where a process measures or launches.
 """
 
@@ -29,10 +32,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import math
 import os
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,6 +47,9 @@ from typing import Any
 from domain.perf import hlo_profile
 from domain.perf.multislice_runs import dcn_term
 from domain.tpu.tpu_catalog import ACCELERATORS, accelerator
+from domain.training.job import JobError, JobSpec, resolve_job
+from domain.training.job_events import maxtext_step
+from domain.training.presets import PRESETS
 
 CPU = "cpu"  # the generation of a run on CPU processes
 FLOAT32_BYTES = 4
@@ -54,6 +63,13 @@ DEFAULT_WARMUP = 2
 # instead of adding to a time of tens of microseconds.
 REPEAT_BYTES = 16 * 1024 * 1024
 MAX_REPEATS = 16
+# A preset's runs: enough steps after the warm-up for a median that one slow step does not move;
+# the first steps compile and settle (on CPU here, step 1 still took 20 times a steady step).
+DEFAULT_PRESET_STEPS = 12
+DEFAULT_PRESET_WARMUP = 2
+# The slice counts a preset's step is measured on: the step each chip takes alone on one slice,
+# and with the DCN all-reduce of a second (what the fit check predicts for 2 slices).
+PRESET_SLICES = (1, 2)
 
 
 class ProbeError(ValueError):
@@ -78,6 +94,10 @@ class ProbeSettings:
     warmup: int = DEFAULT_WARMUP
     step_seconds_1: float | None = None
     step_seconds_2: float | None = None
+    # A preset whose step the probe measures itself on 1 and on 2 slices (Ray job only).
+    preset: str | None = None
+    preset_steps: int = DEFAULT_PRESET_STEPS
+    preset_warmup: int = DEFAULT_PRESET_WARMUP
     # A process started by hand (CPU only): where JAX's coordinator is, how many processes, which.
     coordinator: str | None = None
     num_processes: int | None = None
@@ -86,6 +106,12 @@ class ProbeSettings:
     @property
     def use_tpu(self) -> bool:
         return self.generation != CPU
+
+    @property
+    def given_steps(self) -> StepComparison | None:
+        if self.step_seconds_1 is None or self.step_seconds_2 is None:
+            return None
+        return StepComparison(self.step_seconds_1, self.step_seconds_2)
 
     @property
     def line_bytes_per_second_per_chip(self) -> float | None:
@@ -122,6 +148,49 @@ class Fit:
 
 
 @dataclass(frozen=True)
+class StepComparison:
+    """One preset's steady step time on 1 slice and on 2 at the same per-chip batch: measured by
+    the probe (`preset` names it) or given on the command line (`preset` None)."""
+
+    seconds_1: float
+    seconds_2: float
+    preset: str | None = None
+    timed_steps: int | None = None  # each measured run's steps after the warm-up
+
+    @property
+    def slowdown_percent(self) -> float:
+        """S1 / S2 - 1, in percent: the change of each chip's throughput from 1 slice to 2 at the
+        same per-chip batch (negative when each chip is slower on 2)."""
+        return (self.seconds_1 / self.seconds_2 - 1) * 100
+
+    @property
+    def extra_seconds(self) -> float:
+        return self.seconds_2 - self.seconds_1
+
+    def record(self) -> dict[str, Any]:
+        record: dict[str, Any] = {
+            "step_seconds_1": self.seconds_1,
+            "step_seconds_2": self.seconds_2,
+            "slowdown_percent": self.slowdown_percent,
+            "extra_seconds": self.extra_seconds,
+        }
+        if self.preset is not None:
+            record.update(preset=self.preset, timed_steps=self.timed_steps)
+        return record
+
+    def report(self) -> str:
+        source = (
+            "given"
+            if self.preset is None
+            else f"{self.preset}, measured: the median of {self.timed_steps} steps after the warm-up on each"
+        )
+        return (
+            f"the preset's step ({source}): {self.seconds_1:.4g} s on 1 slice, {self.seconds_2:.4g} s on 2: "
+            f"{self.extra_seconds:+.4g} s per step; per-chip throughput S1/S2 - 1 = {self.slowdown_percent:+.2f}%"
+        )
+
+
+@dataclass(frozen=True)
 class ProbeResult:
     generation: str
     slices: int
@@ -133,8 +202,7 @@ class ProbeResult:
     line_bytes_per_second_per_chip: float | None
     tries: int
     warmup: int
-    step_seconds_1: float | None = None
-    step_seconds_2: float | None = None
+    steps: StepComparison | None = None
 
     @property
     def seconds_per_transfer(self) -> float:
@@ -160,20 +228,6 @@ class ProbeResult:
             return None
         return self.fit.achieved_bytes_per_second_per_chip / self.line_bytes_per_second_per_chip
 
-    @property
-    def slowdown_percent(self) -> float | None:
-        """S1 / S2 - 1, in percent: the change of each chip's throughput from 1 slice to 2 at the
-        same per-chip batch (negative when each chip is slower on 2)."""
-        if self.step_seconds_1 is None or self.step_seconds_2 is None:
-            return None
-        return (self.step_seconds_1 / self.step_seconds_2 - 1) * 100
-
-    @property
-    def extra_seconds(self) -> float | None:
-        if self.step_seconds_1 is None or self.step_seconds_2 is None:
-            return None
-        return self.step_seconds_2 - self.step_seconds_1
-
     def record(self) -> dict[str, Any]:
         """The JSON line's fields."""
         model = self.model_figures()
@@ -189,13 +243,8 @@ class ProbeResult:
             "model_seconds_per_transfer": model[1] if model else None,
             "points": [{"bytes_per_chip": p.bytes_per_chip, "seconds": p.seconds} for p in self.points],
         }
-        if self.step_seconds_1 is not None:
-            record.update(
-                step_seconds_1=self.step_seconds_1,
-                step_seconds_2=self.step_seconds_2,
-                slowdown_percent=self.slowdown_percent,
-                extra_seconds=self.extra_seconds,
-            )
+        if self.steps is not None:
+            record.update(self.steps.record())
         return record
 
     def to_json(self) -> str:
@@ -242,11 +291,8 @@ class ProbeResult:
                 f"the DCN term (fitted on published runs) says: {model[0]:.4g} B/s per chip, "
                 f"{model[1]:.3e} s per transfer across {self.slices} slices"
             )
-        if self.step_seconds_1 is not None:
-            lines.append(
-                f"the preset's step: {self.step_seconds_1:g} s on 1 slice, {self.step_seconds_2:g} s on 2: "
-                f"{self.extra_seconds:+.4g} s per step; per-chip throughput S1/S2 - 1 = {self.slowdown_percent:+.2f}%"
-            )
+        if self.steps is not None:
+            lines.append(self.steps.report())
         return "\n".join(lines)
 
 
@@ -348,6 +394,18 @@ def parse_settings(argv: Sequence[str]) -> ProbeSettings:
     parser.add_argument("--max-bytes", type=int, default=DEFAULT_MAX_BYTES, help="largest array per chip, in bytes")
     parser.add_argument("--tries", type=int, default=DEFAULT_TRIES, help="timed tries per size (the median is kept)")
     parser.add_argument("--warmup", type=int, default=DEFAULT_WARMUP, help="untimed calls per size before the tries")
+    parser.add_argument(
+        "--preset", choices=list(PRESETS), help="also measure this preset's steady step on 1 slice and on 2"
+    )
+    parser.add_argument(
+        "--preset-steps", type=int, default=DEFAULT_PRESET_STEPS, help="steps of each of the preset's two runs"
+    )
+    parser.add_argument(
+        "--preset-warmup",
+        type=int,
+        default=DEFAULT_PRESET_WARMUP,
+        help="first steps of each run left out of its median (they compile and settle)",
+    )
     parser.add_argument("--step-seconds-1", type=float, help="the preset's steady step time on 1 slice, in seconds")
     parser.add_argument("--step-seconds-2", type=float, help="the same preset's steady step time on 2 slices")
     parser.add_argument("--coordinator", help="HOST:PORT of JAX's coordinator, for a CPU process started by hand")
@@ -364,6 +422,9 @@ def parse_settings(argv: Sequence[str]) -> ProbeSettings:
         warmup=args.warmup,
         step_seconds_1=args.step_seconds_1,
         step_seconds_2=args.step_seconds_2,
+        preset=args.preset,
+        preset_steps=args.preset_steps,
+        preset_warmup=args.preset_warmup,
         coordinator=args.coordinator,
         num_processes=args.num_processes,
         process_id=args.process_id,
@@ -395,6 +456,7 @@ def settings_problems(settings: ProbeSettings) -> list[str]:
         problems.append(f"--tries {settings.tries}: use 1 or more")
     if settings.warmup < 0:
         problems.append(f"--warmup {settings.warmup}: use 0 or more")
+    problems += preset_problems(settings)
     by_hand = (settings.coordinator, settings.num_processes, settings.process_id)
     if any(value is not None for value in by_hand):
         if any(value is None for value in by_hand):
@@ -424,6 +486,65 @@ def settings_problems(settings: ProbeSettings) -> list[str]:
     elif settings.topology is not None:
         problems.append(f"--topology {settings.topology}: a CPU run has none; each slice is one worker process")
     return problems
+
+
+def preset_problems(settings: ProbeSettings) -> list[str]:
+    """What keeps `--preset` from being measured on this cluster: the job of each of its two runs
+    is resolved as the workloads stack resolves one, so a layout that cannot run there is refused
+    before anything starts."""
+    if settings.preset is None:
+        return []
+    if settings.step_seconds_1 is not None or settings.step_seconds_2 is not None:
+        return [
+            f"--preset {settings.preset} with --step-seconds-1/--step-seconds-2: give the step times or the "
+            "preset whose step the probe measures, not both"
+        ]
+    if settings.coordinator is not None:
+        return [f"--preset {settings.preset}: a preset's step is measured only by a Ray job, not by hand"]
+    problems = []
+    if settings.preset_warmup < 0:
+        problems.append(f"--preset-warmup {settings.preset_warmup}: use 0 or more")
+    if settings.preset_steps <= max(settings.preset_warmup, 0):
+        problems.append(
+            f"--preset-steps {settings.preset_steps}: use more than --preset-warmup ({settings.preset_warmup}), "
+            "so that steps are left to time"
+        )
+    # The generation the probe runs on, in the presets' terms (None: CPU).
+    here = settings.generation if settings.use_tpu else None
+    chosen = PRESETS[settings.preset]
+    if chosen.accelerator_name != here:
+        where = "CPU (--cpu)" if here is None else f"TPU {here}"
+        fitting = [name for name, preset in PRESETS.items() if preset.accelerator_name == here]
+        problems.append(
+            f"--preset {settings.preset}: it trains on "
+            f"{'CPU' if chosen.accelerator_name is None else 'TPU ' + chosen.accelerator_name}, this probe runs on "
+            f"{where}; use a preset of {where}: {', '.join(fitting) or 'there is none'}"
+        )
+        return problems
+    if problems:
+        return problems
+    for slices in PRESET_SLICES:
+        try:
+            preset_job(settings, slices, checkpoint_root="/unused")
+        except JobError as error:
+            problems += [f"--preset {settings.preset} on {slices} slice(s): {problem}" for problem in error.problems]
+    return problems
+
+
+def preset_job(settings: ProbeSettings, slices: int, *, checkpoint_root: str) -> JobSpec:
+    """One of the preset's two runs, resolved as the workloads stack resolves a job: on this
+    probe's topology, `slices` slices, synthetic data, --preset-steps steps and no checkpoints
+    (whose saves would be timed as steps). JobError when it cannot run."""
+    assert settings.preset is not None
+    return resolve_job(
+        settings.preset,
+        run_name=f"dcn-probe-{settings.preset}-{slices}-slice-{int(time.time())}",
+        checkpoint_root=checkpoint_root,
+        slices=slices,
+        topology=settings.topology,
+        max_failures=0,
+        overrides={"steps": settings.preset_steps, "enable_checkpointing": "false"},
+    )
 
 
 def measure(settings: ProbeSettings, groups: list[list[Any]]) -> list[Point]:
@@ -505,8 +626,7 @@ def probe(settings: ProbeSettings) -> ProbeResult | None:
         line_bytes_per_second_per_chip=settings.line_bytes_per_second_per_chip,
         tries=settings.tries,
         warmup=settings.warmup,
-        step_seconds_1=settings.step_seconds_1,
-        step_seconds_2=settings.step_seconds_2,
+        steps=settings.given_steps,
     )
 
 
@@ -558,11 +678,57 @@ def probe_worker(config: dict[str, Any]) -> None:
         ray.get(config["box"].put.remote(result))
 
 
+class _LoggedSteps(logging.Handler):
+    """The (step, seconds) of each step MaxText logs on this worker, in order."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.INFO)
+        self.steps: list[tuple[int, float]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        step = maxtext_step(record.getMessage())
+        if step is not None:
+            self.steps.append(step)
+
+
+def preset_worker(config: dict[str, Any]) -> None:
+    """What each Ray Train worker of a preset's run runs: the trainers' own loop (MaxText's
+    pre-training), with the steps MaxText logs kept; rank 0 hands them to the driver's box."""
+    import ray
+    import ray.train
+
+    from trainer.train_loop import train_loop_per_worker
+
+    logged = _LoggedSteps()
+    absl = logging.getLogger("absl")  # where MaxText logs its steps (trainer/events.py)
+    absl.addHandler(logged)
+    try:
+        train_loop_per_worker(config["loop"])
+    finally:
+        absl.removeHandler(logged)
+    if ray.train.get_context().get_world_rank() == 0:
+        ray.get(config["box"].put_steps.remote(config["slices"], logged.steps))
+
+
+def steady_seconds(steps: Sequence[tuple[int, float]], warmup: int, slices: int) -> float:
+    """A run's steady step: the median of the seconds MaxText logged after its first `warmup`
+    steps. MeasurementError when none are left."""
+    timed = [seconds for _, seconds in steps[warmup:]]
+    if not timed:
+        raise MeasurementError(
+            f"the preset's run on {slices} slice(s) logged {len(steps)} step(s), none after the "
+            f"{warmup} of its warm-up: there is no step to time"
+        )
+    return statistics.median(timed)
+
+
 class _ResultBox:
-    """Holds rank 0's result for the driver (Ray Train keeps no result of a run without a checkpoint)."""
+    """Holds rank 0's results for the driver (Ray Train keeps no result of a run without a
+    checkpoint): the probe's, and each preset run's logged steps by slice count."""
 
     def __init__(self) -> None:
         self.result: ProbeResult | None = None
+        self.steps: dict[int, list[tuple[int, float]]] = {}
 
     def put(self, result: ProbeResult) -> None:
         self.result = result
@@ -570,10 +736,17 @@ class _ResultBox:
     def get(self) -> ProbeResult | None:
         return self.result
 
+    def put_steps(self, slices: int, steps: list[tuple[int, float]]) -> None:
+        self.steps[slices] = steps
+
+    def get_steps(self, slices: int) -> list[tuple[int, float]] | None:
+        return self.steps.get(slices)
+
 
 def run_on_ray(settings: ProbeSettings) -> int:
     """The driver of a Ray job: one Ray Train worker per TPU VM of every slice (per stand-in
-    slice on CPU), as the multislice trainer starts them; prints rank 0's result."""
+    slice on CPU), as the multislice trainer starts them; then, with --preset, the preset's runs
+    on 1 and on 2 slices; prints rank 0's result."""
     import ray
     from ray.train.v2.api.config import FailureConfig, RunConfig, ScalingConfig
     from ray.train.v2.jax import JaxTrainer
@@ -617,8 +790,67 @@ def run_on_ray(settings: ProbeSettings) -> int:
     if result is None:
         print("dcn probe failed: the workers ended without a result", file=sys.stderr, flush=True)
         return 1
+    return finish(result, (lambda: measure_preset(settings, box)) if settings.preset is not None else None)
+
+
+def finish(result: ProbeResult, measure_steps: Callable[[], StepComparison] | None) -> int:
+    """Prints the result, with the preset's steps when `measure_steps` measures them; when that
+    fails, the all-reduce's figures (worth keeping) and then why, exit code 1."""
+    if measure_steps is not None:
+        try:
+            result = dataclasses.replace(result, steps=measure_steps())
+        except Exception as error:
+            print_result(result)
+            return _failed(error)
     print_result(result)
     return 0
+
+
+def measure_preset(settings: ProbeSettings, box: Any) -> StepComparison:
+    """The preset's steady step on 1 slice and on 2: each a run of the trainers' own JaxTrainer
+    (trainer/maxtext_trainer.py), writing its TensorBoard under a directory of this driver that
+    is removed after; MeasurementError when a run logs no step to time."""
+    import ray
+    from ray.train.v2.jax import JaxTrainer
+
+    from trainer import maxtext_trainer
+    from trainer.train_loop import WorkerConfig
+
+    assert settings.preset is not None
+    seconds: dict[int, float] = {}
+    timed: list[int] = []  # each run's steps after the warm-up
+    root = tempfile.mkdtemp(prefix="dcn-probe-runs-")
+    try:
+        for slices in PRESET_SLICES:
+            job = preset_job(settings, slices, checkpoint_root=root)
+            print(
+                f"dcn probe: training {settings.preset} {settings.preset_steps} steps on {slices} slice(s)", flush=True
+            )
+            trainer = JaxTrainer(
+                train_loop_per_worker=preset_worker,
+                train_loop_config={"loop": WorkerConfig.of(job).loop_config(), "box": box, "slices": slices},
+                scaling_config=maxtext_trainer.scaling_config(job),
+                run_config=maxtext_trainer.run_config(job),
+            )
+            try:
+                trainer.fit()
+            except Exception as error:  # Ray Train raises what ended the run
+                failures = getattr(error, "worker_failures", None) or {0: error}
+                reason = "; ".join(f"rank {rank}: {_first_line(failure)}" for rank, failure in failures.items())
+                raise MeasurementError(f"{settings.preset}'s run on {slices} slice(s) failed: {reason}") from error
+            steps = ray.get(box.get_steps.remote(slices))
+            if steps is None:
+                raise MeasurementError(f"{settings.preset}'s run on {slices} slice(s) ended without its steps")
+            seconds[slices] = steady_seconds(steps, settings.preset_warmup, slices)
+            timed.append(len(steps) - settings.preset_warmup)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return StepComparison(seconds[1], seconds[2], preset=settings.preset, timed_steps=min(timed))
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
 
 
 def _failed(error: BaseException) -> int:
