@@ -22,6 +22,7 @@ from domain.perf.dcn import (
     slowdown_percent,
 )
 from domain.perf.multislice_runs import dcn_band, dcn_term, multislice_runs
+from trainer.dcn_probe import PredictedSteps, predicted_steps
 
 TERM = DcnTerm(achieved_bytes_per_second=RATE_GRID[300], seconds_per_transfer=1e-3, seconds_per_ring_step=6e-5)
 
@@ -173,6 +174,11 @@ def test_the_8b_presets_fit_check_prints_its_dcn_cost_as_the_docs_show_it(capsys
     assert prediction in (PROJECT_ROOT / "docs" / "fit-check.md").read_text()
     multislice_lines = prediction[prediction.index("across 2 slices") :]
     assert multislice_lines in (PROJECT_ROOT / "docs" / "capacity.md").read_text()
+    # The DCN probe's prediction beside a measured pair of runs (from the recorded compile) is
+    # the one this fresh compile prints.
+    beside_measured = predicted_steps("llama3-8b", "v6e", "4x4")
+    assert isinstance(beside_measured, PredictedSteps)
+    assert f"per-chip throughput {beside_measured.slowdown_percent:+.1f}% against one slice" in multislice_lines
 
 
 def test_a_v5e_series_is_compiled_with_its_published_settings_on_v5e_256_slices():

@@ -21,13 +21,16 @@ from trainer.dcn_probe import (
     Fit,
     MeasurementError,
     Point,
+    PredictedSteps,
     ProbeError,
     ProbeResult,
     StepComparison,
+    Unpredicted,
     bytes_sent_per_chip,
     finish,
     fit_all_reduce,
     main,
+    predicted_steps,
     ring_steps,
     slice_groups,
     steady_seconds,
@@ -47,7 +50,7 @@ KEYS = {
     "points",
 }
 STEP_KEYS = {"step_seconds_1", "step_seconds_2", "slowdown_percent", "extra_seconds"}
-MEASURED_STEP_KEYS = STEP_KEYS | {"preset", "timed_steps"}
+MEASURED_STEP_KEYS = STEP_KEYS | {"preset", "timed_steps", "not_predicted"}  # the CPU preset: no prediction
 SIZES = [64 * 1024 * 4**k for k in range(7)]  # 64 KiB to 256 MiB per chip, the probe's default sweep
 
 
@@ -177,6 +180,53 @@ def test_a_presets_run_that_fails_still_prints_the_all_reduce_then_says_why_with
 
     assert finish(result, lambda: StepComparison(2.0, 2.5, preset="llama3-8b", timed_steps=10)) == 0
     assert json_line(capsys.readouterr().out)["preset"] == "llama3-8b"
+
+
+def test_a_shipped_presets_steps_are_printed_beside_the_speed_models_prediction_from_its_recorded_compile():
+    from domain.perf.preset_layouts import shipped_compile
+
+    predicted = predicted_steps("llama3-8b", "v6e", "4x4")
+
+    # The recorded compile of the preset on 2 x v6e-16, through the current speed model: its step
+    # on one slice (each chip's work unchanged) and on two.
+    compiled = shipped_compile("llama3-8b")
+    assert compiled is not None and compiled.slices == 2
+    prediction = compiled.prediction("v6e")
+    assert prediction is not None and prediction.multislice is not None
+    assert predicted == PredictedSteps(
+        seconds_1=prediction.multislice.one_slice_seconds,
+        seconds_2=prediction.multislice.step_seconds,
+        band=prediction.multislice.band.describe(),
+    )
+    assert predicted.seconds_1 < predicted.seconds_2
+    measured = StepComparison(2.0, 2.5, preset="llama3-8b", timed_steps=10, predicted=predicted)
+    record = measured.record()
+    # Signed as the band is: predicted minus measured (published, on the published runs).
+    assert record["slowdown_error_points"] == pytest.approx(predicted.slowdown_percent - (-20.0))
+    assert record["predicted_slowdown_percent"] == pytest.approx((predicted.seconds_1 / predicted.seconds_2 - 1) * 100)
+    assert record["predicted_band"].startswith("held-out error on 22 published runs with data parallelism")
+    assert "predicted minus measured:" in measured.report()
+    # FSDP across slices: the figure is there, and says it is uncalibrated.
+    fsdp = predicted_steps("llama3-70b", "v6e", "4x4")
+    assert isinstance(fsdp, PredictedSteps) and fsdp.band.startswith("uncalibrated: no published run with fsdp")
+
+
+@pytest.mark.parametrize(
+    ("preset", "generation", "topology", "says"),
+    [
+        ("tiny-cpu", "cpu", None, "tiny-cpu trains on CPU; the speed model predicts TPU steps"),
+        ("llama3-8b", "v6e", "8x8", "recorded on its own slices (v6e 4x4), not v6e 8x8; the fit check of the preset"),
+    ],
+)
+def test_where_no_compile_is_recorded_the_measured_steps_say_why_there_is_no_prediction(
+    preset, generation, topology, says
+):
+    unpredicted = predicted_steps(preset, generation, topology)
+
+    assert isinstance(unpredicted, Unpredicted) and says in unpredicted.reason
+    measured = StepComparison(2.0, 2.5, preset=preset, timed_steps=10, predicted=unpredicted)
+    assert measured.record()["not_predicted"] == unpredicted.reason
+    assert f"the speed model's prediction: none: {unpredicted.reason}" in measured.report()
 
 
 def test_the_line_rates_are_the_catalogs():
@@ -465,6 +515,7 @@ def test_as_a_ray_job_it_measures_the_all_reduce_then_the_presets_step_on_1_and_
         assert math.isfinite(seconds) and seconds > 0
     assert record["slowdown_percent"] == pytest.approx((record["step_seconds_1"] / record["step_seconds_2"] - 1) * 100)
     assert "tiny-cpu, measured: the median of 3 steps after the warm-up on each" in logs
+    assert record["not_predicted"] == "tiny-cpu trains on CPU; the speed model predicts TPU steps"
     assert list(tmp_path.glob("dcn-probe-runs-*")) == []  # the runs' directory is removed
 
 

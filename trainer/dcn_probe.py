@@ -46,6 +46,7 @@ from typing import Any
 
 from domain.perf import hlo_profile
 from domain.perf.multislice_runs import dcn_term
+from domain.perf.preset_layouts import shipped_compile
 from domain.tpu.tpu_catalog import ACCELERATORS, accelerator
 from domain.training.job import JobError, JobSpec, resolve_job
 from domain.training.job_events import maxtext_step
@@ -148,14 +149,38 @@ class Fit:
 
 
 @dataclass(frozen=True)
+class PredictedSteps:
+    """What the speed model predicts for a preset's two runs, from the recorded compile of the
+    shipped preset on 2 slices (domain/perf/preset_layouts.json): its step on 1 slice (each
+    chip's work unchanged) and on 2, with the DCN term's held-out band (or "uncalibrated")."""
+
+    seconds_1: float
+    seconds_2: float
+    band: str
+
+    @property
+    def slowdown_percent(self) -> float:
+        return (self.seconds_1 / self.seconds_2 - 1) * 100
+
+
+@dataclass(frozen=True)
+class Unpredicted:
+    """Why the speed model has no prediction of a preset's two runs to print beside them."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
 class StepComparison:
     """One preset's steady step time on 1 slice and on 2 at the same per-chip batch: measured by
-    the probe (`preset` names it) or given on the command line (`preset` None)."""
+    the probe (`preset` names it, `predicted` is the speed model's figure beside it) or given on
+    the command line (`preset` None)."""
 
     seconds_1: float
     seconds_2: float
     preset: str | None = None
     timed_steps: int | None = None  # each measured run's steps after the warm-up
+    predicted: PredictedSteps | Unpredicted | None = None
 
     @property
     def slowdown_percent(self) -> float:
@@ -176,6 +201,16 @@ class StepComparison:
         }
         if self.preset is not None:
             record.update(preset=self.preset, timed_steps=self.timed_steps)
+        if isinstance(self.predicted, PredictedSteps):
+            record.update(
+                predicted_step_seconds_1=self.predicted.seconds_1,
+                predicted_step_seconds_2=self.predicted.seconds_2,
+                predicted_slowdown_percent=self.predicted.slowdown_percent,
+                slowdown_error_points=self.predicted.slowdown_percent - self.slowdown_percent,
+                predicted_band=self.predicted.band,
+            )
+        elif isinstance(self.predicted, Unpredicted):
+            record.update(not_predicted=self.predicted.reason)
         return record
 
     def report(self) -> str:
@@ -184,10 +219,22 @@ class StepComparison:
             if self.preset is None
             else f"{self.preset}, measured: the median of {self.timed_steps} steps after the warm-up on each"
         )
-        return (
+        lines = [
             f"the preset's step ({source}): {self.seconds_1:.4g} s on 1 slice, {self.seconds_2:.4g} s on 2: "
             f"{self.extra_seconds:+.4g} s per step; per-chip throughput S1/S2 - 1 = {self.slowdown_percent:+.2f}%"
-        )
+        ]
+        if isinstance(self.predicted, PredictedSteps):
+            predicted = self.predicted
+            lines += [
+                f"the speed model predicted: {predicted.seconds_1:.4g} s on 1 slice, {predicted.seconds_2:.4g} s on 2: "
+                f"per-chip throughput {predicted.slowdown_percent:+.2f}%; predicted minus measured: "
+                f"{predicted.slowdown_percent - self.slowdown_percent:+.2f} percentage points (as the band counts "
+                "its errors: predicted minus published)",
+                f"  the DCN term's band: {predicted.band}",
+            ]
+        elif isinstance(self.predicted, Unpredicted):
+            lines.append(f"the speed model's prediction: none: {self.predicted.reason}")
+        return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -531,6 +578,29 @@ def preset_problems(settings: ProbeSettings) -> list[str]:
     return problems
 
 
+def predicted_steps(preset: str, generation: str, topology: str | None) -> PredictedSteps | Unpredicted:
+    """The speed model's prediction of `preset` on 1 slice and on 2 of `topology`, from the
+    recorded compile of the shipped preset; Unpredicted saying why where there is none."""
+    chosen = PRESETS[preset]
+    if not chosen.runs_on_tpu:
+        return Unpredicted(f"{preset} trains on CPU; the speed model predicts TPU steps")
+    if topology != chosen.topology or generation != chosen.accelerator_name:
+        return Unpredicted(
+            f"{preset}'s compile is recorded on its own slices ({chosen.accelerator_name} {chosen.topology}), not "
+            f"{generation} {topology}; the fit check of the preset on {topology} x 2 slices predicts it"
+        )
+    compiled = shipped_compile(preset)
+    if compiled is None or compiled.slices != PRESET_SLICES[-1]:
+        return Unpredicted(f"no compile of {preset} on {PRESET_SLICES[-1]} slices is recorded")
+    prediction = compiled.prediction(generation)
+    cost = prediction.multislice if prediction is not None else None
+    if cost is None:
+        return Unpredicted(f"the speed model has no prediction of {preset} on {generation}")
+    if cost.not_known is not None:
+        return Unpredicted(cost.not_known)
+    return PredictedSteps(seconds_1=cost.one_slice_seconds, seconds_2=cost.step_seconds, band=cost.band.describe())
+
+
 def preset_job(settings: ProbeSettings, slices: int, *, checkpoint_root: str) -> JobSpec:
     """One of the preset's two runs, resolved as the workloads stack resolves a job: on this
     probe's topology, `slices` slices, synthetic data, --preset-steps steps and no checkpoints
@@ -845,7 +915,13 @@ def measure_preset(settings: ProbeSettings, box: Any) -> StepComparison:
             timed.append(len(steps) - settings.preset_warmup)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    return StepComparison(seconds[1], seconds[2], preset=settings.preset, timed_steps=min(timed))
+    return StepComparison(
+        seconds[1],
+        seconds[2],
+        preset=settings.preset,
+        timed_steps=min(timed),
+        predicted=predicted_steps(settings.preset, settings.generation, settings.topology),
+    )
 
 
 def _first_line(error: BaseException) -> str:

@@ -156,3 +156,9 @@ class PresetLayouts:
 
 def load(path: Path = LAYOUTS_FILE) -> PresetLayouts:
     return PresetLayouts.from_json(path.read_text())
+
+
+def shipped_compile(preset: str, path: Path = LAYOUTS_FILE) -> LayoutCompile | None:
+    """The recorded compile of `preset` itself (its shipped layout, on its own topology and
+    slices), or None when none is recorded."""
+    return next((layout.compiled for layout in load(path).layouts if layout.shipped and layout.preset == preset), None)
