@@ -528,6 +528,15 @@ class WorkerFailed(Exception):
         self.worker_failures = {0: failure}
 
 
+def test_a_presets_failed_run_is_named_with_each_failed_workers_first_line():
+    from trainer.dcn_probe import run_failed
+
+    workers = run_failed("llama3-8b", 2, WorkerFailed(RuntimeError("RESOURCE_EXHAUSTED: HBM\n  traceback")))
+    assert str(workers) == "llama3-8b's run on 2 slice(s) failed: rank 0: RESOURCE_EXHAUSTED: HBM"
+    controller = run_failed("llama3-8b", 1, TimeoutError("no slice reserved\nmore"))
+    assert str(controller) == "llama3-8b's run on 1 slice(s) failed: TimeoutError: no slice reserved"
+
+
 @pytest.mark.parametrize(
     ("cause", "code", "prefix"),
     [

@@ -905,9 +905,7 @@ def measure_preset(settings: ProbeSettings, box: Any) -> StepComparison:
             try:
                 trainer.fit()
             except Exception as error:  # Ray Train raises what ended the run
-                failures = getattr(error, "worker_failures", None) or {0: error}
-                reason = "; ".join(f"rank {rank}: {_first_line(failure)}" for rank, failure in failures.items())
-                raise MeasurementError(f"{settings.preset}'s run on {slices} slice(s) failed: {reason}") from error
+                raise run_failed(settings.preset, slices, error) from error
             steps = ray.get(box.get_steps.remote(slices))
             if steps is None:
                 raise MeasurementError(f"{settings.preset}'s run on {slices} slice(s) ended without its steps")
@@ -921,6 +919,15 @@ def measure_preset(settings: ProbeSettings, box: Any) -> StepComparison:
         preset=settings.preset,
         timed_steps=min(timed),
         predicted=predicted_steps(settings.preset, settings.generation, settings.topology),
+    )
+
+
+def run_failed(preset: str, slices: int, error: BaseException) -> MeasurementError:
+    """What ended a preset's run, in one line: each failed worker's first line, else the error's."""
+    failures = getattr(error, "worker_failures", None) or {}
+    reason = "; ".join(f"rank {rank}: {_first_line(failure)}" for rank, failure in failures.items())
+    return MeasurementError(
+        f"{preset}'s run on {slices} slice(s) failed: {reason or f'{type(error).__name__}: {_first_line(error)}'}"
     )
 
 
