@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from domain.perf import hlo_profile
+from domain.perf.dcn import slowdown_percent
 from domain.perf.multislice_runs import dcn_term
 from domain.perf.preset_layouts import shipped_compile
 from domain.tpu.tpu_catalog import ACCELERATORS, accelerator
@@ -160,7 +161,7 @@ class PredictedSteps:
 
     @property
     def slowdown_percent(self) -> float:
-        return (self.seconds_1 / self.seconds_2 - 1) * 100
+        return slowdown_percent(self.seconds_1, self.seconds_2 - self.seconds_1)
 
 
 @dataclass(frozen=True)
@@ -186,7 +187,7 @@ class StepComparison:
     def slowdown_percent(self) -> float:
         """S1 / S2 - 1, in percent: the change of each chip's throughput from 1 slice to 2 at the
         same per-chip batch (negative when each chip is slower on 2)."""
-        return (self.seconds_1 / self.seconds_2 - 1) * 100
+        return slowdown_percent(self.seconds_1, self.extra_seconds)
 
     @property
     def extra_seconds(self) -> float:
