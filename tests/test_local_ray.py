@@ -4,7 +4,6 @@ no process of the head's session behind, a running job's included."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -18,7 +17,6 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 from ray.job_submission import JobStatus, JobSubmissionClient
 
@@ -28,7 +26,6 @@ from tests.support.processes import process_start
 from workloads import local_ray
 from workloads.local_ray import (
     AUTOSCALER_METRIC_PORT_ENV,
-    SESSION_MARKER_ENV,
     STOP_BOUND_SECONDS,
     LocalRayError,
     LocalRayHead,
@@ -168,33 +165,6 @@ def test_a_jobs_driver_connects_under_token_auth(local_ray_head):
     logs = client.get_job_logs(job_id)
     assert client.get_job_status(job_id) == JobStatus.SUCCEEDED, logs[-3000:]
     assert "resources {" in logs and "'CPU'" in logs
-
-
-def idle_workers(head: LocalRayHead) -> set[int]:
-    """The head's Ray worker processes that hold no task or actor (Ray titles them ray::IDLE)."""
-    found = set()
-    for process in psutil.process_iter(["cmdline"]):
-        with contextlib.suppress(psutil.Error):
-            title = (process.info["cmdline"] or [""])[0]
-            if title.startswith("ray::IDLE") and process.environ().get(SESSION_MARKER_ENV) == head.temp_dir:
-                found.add(process.pid)
-    return found
-
-
-def test_a_jobs_driver_gets_no_worker_process_it_did_not_ask_for(head):
-    """Ray would prestart a worker per CPU for the driver (workloads/local_ray/head.py): the head
-    starts one only for a task or actor, so a driver that asks for neither leaves none idle."""
-    client = JobSubmissionClient(head.address, headers=head.auth_headers)
-    job_id = submit(
-        client, entrypoint="python -c \"import ray, time; ray.init(); print('connected', flush=True); time.sleep(8)\""
-    )
-    wait_until(lambda: "connected" in client.get_job_logs(job_id), 120, "the job's driver connected")
-    seen: set[int] = set()
-    while not client.get_job_status(job_id).is_terminal():
-        seen |= idle_workers(head)
-        time.sleep(0.3)
-    assert client.get_job_status(job_id) == JobStatus.SUCCEEDED, client.get_job_logs(job_id)[-3000:]
-    assert seen == set()
 
 
 def test_clients_find_the_token_through_client_env(local_ray_head):

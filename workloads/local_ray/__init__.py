@@ -30,14 +30,13 @@ from workloads.local_ray.ports import (
     port_holder,
     port_in_use,
 )
-from workloads.local_ray.ray_start import SESSION_MARKER_ENV, STOP_BOUND_SECONDS
+from workloads.local_ray.ray_start import STOP_BOUND_SECONDS
 from workloads.local_ray.slices import AUTOSCALER_METRIC_PORT_ENV, HEAD_NODE_TYPE, WorkerSlices
 
 __all__ = [
     "AUTOSCALER_METRIC_PORT_ENV",
     "HEAD_NODE_TYPE",
     "RAY_WORKER_PORTS_END",
-    "SESSION_MARKER_ENV",
     "STOP_BOUND_SECONDS",
     "TRAINER_VENV",
     "LocalRayError",

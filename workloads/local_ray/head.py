@@ -23,12 +23,6 @@ from workloads.local_ray.slices import AUTOSCALER_ENV, AUTOSCALER_METRIC_PORT_EN
 
 TRAINER_VENV = PROJECT_ROOT / ".venv-trainer"
 
-# Ray prestarts a worker process per CPU for a job's driver, before any task or actor asks for
-# one; a local head starts each when asked. Ray Train starts its actors in processes of their
-# own either way, so the prestarted ones sat idle, each a process start and an import of Ray on
-# a machine of a few cores (the suite's fresh-clone run: 1215 s without them, 1282 s with them).
-ON_DEMAND_WORKERS = {"RAY_enable_worker_prestart": "0", "RAY_prestart_worker_first_driver": "0"}
-
 # Ray registers the dashboard before it says "Ray runtime started."; one silent this long is dead.
 DASHBOARD_AFTER_START_SECONDS = 30.0
 # What `ray start` prints when the head cannot work; with its port taken Ray goes on without a
@@ -152,7 +146,6 @@ class LocalRayHead(RayStart):
             "VIRTUAL_ENV": str(self.venv),
             # Inherited by the session, so job drivers' `ray.init()` authenticate too.
             **self.client_env,
-            **ON_DEMAND_WORKERS,
             # Ray's 30 s drain on SIGTERM waits for leases a local head has no one to hand to.
             DRAIN_TIMEOUT_ENV: "0",
             # Ray Train looks for drained nodes as often as on the RayCluster.
