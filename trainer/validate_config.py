@@ -1,7 +1,13 @@
 """Does MaxText accept this job's configuration? Asks MaxText's own config layer, offline, in
 seconds, before anything is registered or submitted.
 
-    python -m trainer.validate_config REQUESTS.json RESULTS.json   (in the trainer environment)
+    python -m trainer.validate_config   (in the trainer environment)
+
+It reads batches on stdin, one JSON line each: `{"requests": PATH, "environment": {...}}`, the
+path of a JSON list of requests and the asker's environment of the moment (os.environ is set to
+it before the batch; what MaxText reads at import, JAX's platform, is fixed at the start). It
+answers each batch with one JSON line on stdout, the list of results, and ends at the end of
+stdin. Anything MaxText prints goes to stderr, so stdout carries the answers alone.
 
 Each request is one configuration as the job's workers would start it (domain/perf/maxtext_validation.py
 builds them): MaxText's `pyconfig.initialize` loads base.yml and the model's config, merges the
@@ -9,24 +15,26 @@ overrides and builds its pydantic config model, whose field types and validators
 MaxText runs at job start. The target's device count comes from MaxText's own knobs for
 compiling without the devices: `compile_topology` (its TPU table) for a TPU job, and
 `internal_compile_num_devices` for CPU workers. Importing MaxText takes most of the time, so one
-process validates a whole batch; each answer is cached by its request and the trainer lock.
+process answers every batch its asker has; each answer is cached by its request and the trainer
+lock.
 
 For an accepted configuration the answer also carries MaxText's own count of a training step's
 FLOPs and tokens per device (the figures MaxText logs TFLOP/s/device and Tokens/s/device with).
 
 The other half runs in the project's environment, domain/perf/maxtext_check.py: it builds
-the requests, answers from its cache or runs this module, and gives the answers in the
-product's words.
+the requests, answers from its cache or asks this module's process (one per asking process),
+and gives the answers in the product's words.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from domain.perf import maxtext_validation
 from domain.training.maxtext_config import base_config_path
@@ -123,9 +131,23 @@ def validate(requests: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return results
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    asked, answered = (Path(arg) for arg in (argv if argv is not None else sys.argv[1:]))
-    answered.write_text(json.dumps(validate(json.loads(asked.read_text()))))
+def serve(batches: IO[str], answers: IO[str]) -> None:
+    """Answers each batch read from `batches` with one line on `answers`, until `batches` ends."""
+    for line in batches:
+        batch = json.loads(line)
+        os.environ.clear()
+        os.environ.update(batch["environment"])
+        answers.write(json.dumps(validate(json.loads(Path(batch["requests"]).read_text()))) + "\n")
+        answers.flush()
+
+
+def main() -> int:
+    answers = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    # MaxText's prints (and any library's) go to stderr: stdout is the answers' alone.
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    from maxtext.configs import pyconfig  # noqa: F401 (imported once, before the first batch)
+
+    serve(sys.stdin, answers)
     return 0
 
 

@@ -1,8 +1,8 @@
 """MaxText's own config check of a job, asked of the trainer environment: the half that runs in
 the project's environment (the stacks, the policies, the fit check). It builds the requests
-(domain/perf/maxtext_validation.py), answers them from the cache or from one
-`python -m trainer.validate_config` process in `.venv-trainer` (MaxText's config layer cannot
-be imported here), and gives the answers in the product's words: the problems of a job's
+(domain/perf/maxtext_validation.py), answers them from the cache or from this process's one
+`python -m trainer.validate_config` in `.venv-trainer` (MaxText's config layer cannot be
+imported here; that process imports it once and answers batch after batch), and gives the answers in the product's words: the problems of a job's
 maxtextOverrides, and a step's FLOPs and tokens as MaxText counts them.
 
 The one module of domain/ that starts a process: it names the trainer's command by module name,
@@ -11,16 +11,21 @@ never imports it, so the trainer depends on the domain and not the reverse.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import dataclasses
 import hashlib
 import json
 import os
+import select
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from domain.paths import MAXTEXT_CONFIG_CACHE, PROJECT_ROOT, TRAINER_LOCK, TRAINER_PYTHON
 from domain.perf import maxtext_validation
@@ -33,9 +38,11 @@ from domain.training.job import CPU_WORKER_ENV, JobError, JobSpec
 TRAINER_MODULE = "trainer.validate_config"
 
 CACHE_DIR = MAXTEXT_CONFIG_CACHE
-# Importing MaxText takes ~3-20 s depending on the machine; the validations themselves well
-# under a second each.
+# Importing MaxText takes ~3-20 s depending on the machine (once per process: _Checker); the
+# validations themselves well under a second each. The bound of one batch's answer.
 TIMEOUT_SECONDS = 300
+# How long a checker asked to end (its stdin closed) has to exit before it is killed.
+CLOSE_SECONDS = 10
 # Environment variables of the caller's shell that MaxText would read but the job's workers do
 # not have: its own M_<KEY> overrides, and XLA_FLAGS (which MaxText refuses next to
 # dump_hlo_xla_flags).
@@ -49,6 +56,7 @@ def _lock_digest() -> str:
 
 
 def _environment() -> dict[str, str]:
+    """The trainer process's environment: the caller's of the moment (sent with every batch)."""
     kept = {
         key: value
         for key, value in os.environ.items()
@@ -56,37 +64,147 @@ def _environment() -> dict[str, str]:
     }
     # JAX on the CPU backend (no TPU is needed to count a target's devices) and MaxText without
     # Google Cloud clients, as for CPU workers.
-    return {**kept, **CPU_WORKER_ENV}
+    return {**kept, **CPU_WORKER_ENV, "PYTHONPATH": str(PROJECT_ROOT)}
+
+
+class _Checker:
+    """One `python -m trainer.validate_config` of this process's, answering batch after batch:
+    importing MaxText takes seconds, so a process that asks again (a policy server, a test
+    session) pays for it once. It ends when this process closes its stdin (close_checker, at
+    exit) or ends."""
+
+    def __init__(self, python: Path) -> None:
+        self.python = python
+        self.owner = os.getpid()
+        self._work = tempfile.TemporaryDirectory(prefix="maxtext-config-")
+        self._log = open(Path(self._work.name) / "checker.log", "wb")  # closed by close()
+        self._asked = Path(self._work.name) / "requests.json"
+        try:
+            self.process = subprocess.Popen(
+                [str(python), "-m", TRAINER_MODULE],
+                cwd=self._work.name,
+                env=_environment(),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._log,
+            )
+        except BaseException:
+            self._log.close()
+            self._work.cleanup()
+            raise
+
+    def ask(self, requests: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """The answers to one batch: the requests go by file (a line that cannot fill the pipe
+        while MaxText imports), with the caller's environment of the moment."""
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self._asked.write_text(json.dumps(list(requests)))
+        batch = {"requests": str(self._asked), "environment": _environment()}
+        try:
+            self.process.stdin.write(json.dumps(batch).encode() + b"\n")
+            self.process.stdin.flush()
+        except BrokenPipeError:
+            raise RuntimeError(self._failure()) from None
+        line = _line(self.process.stdout, time.monotonic() + TIMEOUT_SECONDS)
+        if line is None:
+            raise RuntimeError(f"MaxText's config check did not finish within {TIMEOUT_SECONDS} s")
+        if not line:
+            raise RuntimeError(self._failure())
+        return list(json.loads(line))
+
+    def ended(self) -> bool:
+        """Whether the process has ended (killed, or out of memory) since its last answer."""
+        return self.process.poll() is not None
+
+    def _failure(self) -> str:
+        try:
+            status = f"exit status {self.process.wait(timeout=CLOSE_SECONDS)}"
+        except subprocess.TimeoutExpired:
+            status = "its answers closed, still running"
+        self._log.flush()
+        text = (Path(self._work.name) / "checker.log").read_text(errors="replace")
+        tail = "\n".join(text.strip().splitlines()[-5:])
+        return f"MaxText's config check failed to run ({status}): {tail}"
+
+    def close(self) -> None:
+        """Ends the process (its stdin closed, it exits; killed, by its pid, if it has not within
+        CLOSE_SECONDS) and removes its files."""
+        if self.process.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.process.stdin.close()
+        try:
+            self.process.wait(timeout=CLOSE_SECONDS)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        self._log.close()
+        self._work.cleanup()
+
+
+def _line(stream: IO[bytes], deadline: float) -> bytes | None:
+    """One line from `stream`: b"" when it ended first, None when `deadline` came first."""
+    data = b""
+    while not data.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([stream], [], [], left)[0]:
+            return None
+        chunk = os.read(stream.fileno(), 1 << 16)
+        if not chunk:
+            return b""
+        data += chunk
+    return data
+
+
+_checker: _Checker | None = None
+_checker_lock = threading.Lock()
+
+
+def close_checker() -> None:
+    """Ends this process's trainer-environment process, if it has one (also done at exit). Gives
+    up after CLOSE_SECONDS if another thread is asking it: it ends anyway when this process does,
+    its stdin then closed."""
+    global _checker
+    if not _checker_lock.acquire(timeout=CLOSE_SECONDS):
+        return
+    try:
+        if _checker is not None and _checker.owner == os.getpid():
+            _checker.close()
+        _checker = None
+    finally:
+        _checker_lock.release()
+
+
+atexit.register(close_checker)
 
 
 def _ask(requests: Sequence[Mapping[str, Any]], python: Path) -> list[dict[str, Any]]:
-    """MaxText's answers to `requests`, from one process in the trainer environment."""
-    with tempfile.TemporaryDirectory(prefix="maxtext-config-") as work:
-        asked, answered = Path(work) / "requests.json", Path(work) / "results.json"
-        asked.write_text(json.dumps(list(requests)))
+    """MaxText's answers to `requests`, from this process's trainer-environment process (started
+    at the first ask; again after one of another interpreter, one that failed or one that ended)."""
+    global _checker
+    with _checker_lock:
+        if _checker is not None and (_checker.python != python or _checker.owner != os.getpid() or _checker.ended()):
+            # A forked child's copy of its parent's checker is not this process's to end or use.
+            if _checker.owner == os.getpid():
+                _checker.close()
+            _checker = None
+        checker = _checker or _Checker(python)
+        _checker = checker
         try:
-            completed = subprocess.run(
-                [str(python), "-m", TRAINER_MODULE, str(asked), str(answered)],
-                cwd=work,
-                env={**_environment(), "PYTHONPATH": str(PROJECT_ROOT)},
-                capture_output=True,
-                text=True,
-                timeout=TIMEOUT_SECONDS,
-            )
-        except subprocess.TimeoutExpired:
-            raise RuntimeError(f"MaxText's config check did not finish within {TIMEOUT_SECONDS} s") from None
-        if completed.returncode != 0 or not answered.exists():
-            tail = "\n".join((completed.stderr or completed.stdout).strip().splitlines()[-5:])
-            raise RuntimeError(f"MaxText's config check failed to run (exit status {completed.returncode}): {tail}")
-        results = json.loads(answered.read_text())
+            results = checker.ask(requests)
+        except BaseException:
+            # Not asked again: one that failed, or gave no answer in time, is stopped.
+            checker.close()
+            _checker = None
+            raise
     if len(results) != len(requests):
         raise RuntimeError(f"MaxText's config check answered {len(results)} of {len(requests)} configurations")
-    return list(results)
+    return results
 
 
 def run_requests(requests: Sequence[Mapping[str, Any]], *, python: Path | None = None) -> list[dict[str, Any]]:
     """MaxText's answer to each request: from the cache for a request already asked under this
-    trainer lock, the others from one process in the trainer environment. Raises RuntimeError
+    trainer lock, the others from this process's one in the trainer environment. Raises RuntimeError
     (or OSError) when MaxText could not be asked."""
     lock = _lock_digest()
     paths = [CACHE_DIR / f"{maxtext_validation.cache_key(request, lock)}.json" for request in requests]
@@ -99,7 +217,7 @@ def run_requests(requests: Sequence[Mapping[str, Any]], *, python: Path | None =
         for index, answer in zip(missing, fresh, strict=True):
             _record(paths[index], answer)
             # Also the answer to the same configuration asked without alternatives (a FLOPs
-            # count, `model_flops`): the job's check then answers it without another process.
+            # count, `model_flops`): the job's check then answers it without asking MaxText again.
             bare = maxtext_validation.without_alternatives(requests[index], answer)
             if bare is not None:
                 _record(CACHE_DIR / f"{maxtext_validation.cache_key(bare, lock)}.json", answer)
