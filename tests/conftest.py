@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from domain.compile_cache import COMPILE_CACHE_ENV, COMPILE_CACHE_PREFIX
 from domain.paths import INFRA_PROJECT, PROJECT_ROOT
@@ -29,6 +30,13 @@ TEST_COMPILE_CACHE = PROJECT_ROOT / ".cache" / f"{COMPILE_CACHE_PREFIX}-tests"
 
 def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault(COMPILE_CACHE_ENV, str(TEST_COMPILE_CACHE))
+
+
+# Hypothesis' default deadline (200 ms an example) is a bound on the clock, and the property tests
+# are not `timed`: they run at a lower priority beside the timed ones, where one example of pure
+# arithmetic once took 352 ms and failed a fresh clone's run. What they assert is the property.
+settings.register_profile("suite", deadline=None)
+settings.load_profile("suite")
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -73,7 +73,7 @@ def test_unmodelled_remat_policy_says_so():
         estimate_memory(overrides("llama3-8b", remat_policy="minimal"), chips_per_slice=16, slices=2)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(
     model=st.sampled_from(["llama3-8b", "llama3-70b"]),
     slices=st.integers(min_value=1, max_value=8),
@@ -92,7 +92,7 @@ def test_more_chips_never_raise_per_chip_state(model, slices, more):
     assert state(slices + more) <= state(slices)
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=20)
 @given(model=st.sampled_from(["llama3-8b", "llama3-70b"]), slices=st.integers(min_value=1, max_value=4))
 def test_bf16_halves_weight_bytes(model, slices):
     fp32 = estimate_memory(overrides(model, slices, weight_dtype="float32"), chips_per_slice=16, slices=slices)

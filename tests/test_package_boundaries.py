@@ -94,6 +94,18 @@ def test_a_test_module_that_reads_the_clock_is_marked_timed():
     assert unmarked == []
 
 
+def test_no_property_test_is_held_to_a_deadline():
+    """Hypothesis' deadline is a bound on the clock that a property test (not `timed`, run at a
+    lower priority) could miss for want of CPU: the suite's profile has none, and no test sets one."""
+    from hypothesis import settings
+
+    assert settings.default.deadline is None
+    setting = re.compile(r"\bdeadline=(?!None\b)")
+    assert [
+        path.name for path in sorted((PROJECT_ROOT / "tests").glob("test_*.py")) if setting.search(path.read_text())
+    ] == []
+
+
 def test_the_local_ray_contract_sees_an_import_of_the_rest_of_workloads(tmp_path):
     """pyproject.toml's contract for workloads.local_ray, over a toy workloads/: kept while
     local_ray's modules import only each other (its forbidden wildcard, workloads.*, matches
