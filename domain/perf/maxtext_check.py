@@ -2,8 +2,9 @@
 the project's environment (the stacks, the policies, the fit check). It builds the requests
 (domain/perf/maxtext_validation.py), answers them from the cache or from this process's one
 `python -m trainer.validate_config` in `.venv-trainer` (MaxText's config layer cannot be
-imported here; that process imports it once and answers batch after batch), and gives the answers in the product's words: the problems of a job's
-maxtextOverrides, and a step's FLOPs and tokens as MaxText counts them.
+imported here; that process imports it once and answers batch after batch), and gives the
+answers in the product's words: the problems of a job's maxtextOverrides, and a step's FLOPs
+and tokens as MaxText counts them.
 
 The one module of domain/ that starts a process: it names the trainer's command by module name,
 never imports it, so the trainer depends on the domain and not the reverse.
@@ -183,10 +184,10 @@ def _ask(requests: Sequence[Mapping[str, Any]], python: Path) -> list[dict[str, 
     at the first ask; again after one of another interpreter, one that failed or one that ended)."""
     global _checker
     with _checker_lock:
-        if _checker is not None and (_checker.python != python or _checker.owner != os.getpid() or _checker.ended()):
-            # A forked child's copy of its parent's checker is not this process's to end or use.
-            if _checker.owner == os.getpid():
-                _checker.close()
+        if _checker is not None and _checker.owner != os.getpid():
+            _checker = None  # a forked child's copy of its parent's: not this process's to end or use
+        if _checker is not None and (_checker.python != python or _checker.ended()):
+            _checker.close()
             _checker = None
         checker = _checker or _Checker(python)
         _checker = checker
