@@ -166,6 +166,93 @@ def _latencies(rows: Sequence[tuple[float, float, float]]) -> tuple[float, float
     return min(alone, key=lambda pair: math.fsum((a * pair[0] + b * pair[1] - y) ** 2 for a, b, y in rows))
 
 
+def worst_error(term: DcnTerm, points: Sequence[ScalingPoint]) -> float:
+    """How far the term's slowdown is off the published one at its worst point, in percentage points."""
+    return max(abs(p.predicted_slowdown_percent(term) - p.published_slowdown_percent) for p in points)
+
+
+# How finely least_worst_error finds its bound, in percentage points.
+REACH_TOLERANCE = 0.005
+# Every slowdown, published or predicted, lies between 0 and -100%: no error is larger.
+LARGEST_ERROR = 100.0
+
+
+@dataclass(frozen=True)
+class Reach:
+    """The least worst error, in percentage points, any term can have on some points, and a term
+    that has it."""
+
+    worst_error: float
+    term: DcnTerm
+
+
+def least_worst_error(
+    points: Sequence[ScalingPoint], *, keeping: Sequence[ScalingPoint] = (), within: float = math.inf
+) -> Reach | None:
+    """The least worst error that any DcnTerm can have on `points` (every achieved rate, capped at
+    each point's line rate as the term caps it, and every pair of latencies, neither negative)
+    while it predicts every point of `keeping` within `within` points; None when no term keeps
+    them. Not a fit: the bound no fit of this form beats, whatever it is fitted on, found to
+    REACH_TOLERANCE by bisection on the error, each step a linear program."""
+    if not points:
+        raise ValueError("a worst error needs at least one point")
+    kept = list(keeping) if math.isfinite(within) else []
+    found = _term_within([(list(points), LARGEST_ERROR), (kept, within)])
+    if found is None:
+        return None
+    low, high = 0.0, LARGEST_ERROR
+    while high - low > REACH_TOLERANCE:
+        middle = (low + high) / 2
+        closer = _term_within([(list(points), middle), (kept, within)])
+        if closer is None:
+            low = middle
+        else:
+            high, found = middle, closer
+    return Reach(high, found)
+
+
+def _term_within(groups: Sequence[tuple[Sequence[ScalingPoint], float]]) -> DcnTerm | None:
+    """A term that predicts every point of each group within that group's error, if there is one.
+    With u the inverse of the achieved rate, a point's seconds per byte are max(u, 1 / its line
+    rate): linear in (u, both latencies) between consecutive line rates, so one linear program per
+    interval. Units (s per GB, ms, us) keep the coefficients near 1 for the solver."""
+    from scipy.optimize import linprog  # 0.3 s to import: only where a bound is computed
+
+    inverse_lines = sorted({1e9 / p.line_bytes_per_second for group, _ in groups for p in group})
+    highs: list[float | None] = [*inverse_lines, None]
+    for low_u, high_u in zip([0.0, *inverse_lines], highs, strict=True):
+        rows: list[list[float]] = []
+        bounds: list[float] = []
+        for group, error in groups:
+            for p in group:
+                inverse_line = 1e9 / p.line_bytes_per_second
+                below_line = inverse_line <= low_u  # the achieved rate is u's, not the line's
+                gigabytes = p.traffic.bytes / 1e9
+                fixed = 0.0 if below_line else gigabytes * inverse_line
+                row = [gigabytes if below_line else 0.0, p.traffic.transfers / 1e3, p.traffic.ring_steps / 1e6]
+                slowest = p.published_slowdown_percent - error
+                if slowest > -LARGEST_ERROR:
+                    rows.append(row)
+                    bounds.append(extra_seconds(p.one_slice_seconds, slowest) - fixed)
+                fastest = p.published_slowdown_percent + error
+                if fastest < 0:
+                    rows.append([-value for value in row])
+                    bounds.append(fixed - extra_seconds(p.one_slice_seconds, fastest))
+        answer = linprog(
+            [0.0, 0.0, 0.0],
+            A_ub=rows or None,
+            b_ub=bounds or None,
+            bounds=[(low_u, high_u), (0, None), (0, None)],
+            method="highs",
+        )
+        if answer.status == 0 and answer.x is not None:
+            u, per_transfer, per_step = (float(value) for value in answer.x)
+            # Below every line's inverse, every point is capped: any rate above the lines is the same.
+            rate = 1e9 / max(u, inverse_lines[0])
+            return DcnTerm(rate, per_transfer / 1e3, per_step / 1e6)
+    return None
+
+
 @dataclass(frozen=True)
 class HeldOutError:
     """One point predicted by a term fitted without its model, and by the two baselines: a
@@ -189,20 +276,37 @@ class HeldOutError:
         return -self.point.published_slowdown_percent
 
 
+@dataclass(frozen=True)
+class HeldOut:
+    """One model's points and the points they are predicted from."""
+
+    model: str
+    points: list[ScalingPoint]
+    fitting: list[ScalingPoint]
+
+
+def held_out(points: Sequence[ScalingPoint], *, extra: Sequence[ScalingPoint] = ()) -> list[HeldOut]:
+    """Each model's points with every other model's to fit on; `extra` points (another
+    generation's), each model's with all of `points`."""
+    folds = [
+        HeldOut(model, [p for p in points if p.model == model], [p for p in points if p.model != model])
+        for model in dict.fromkeys(point.model for point in points)
+    ]
+    folds += [
+        HeldOut(model, [p for p in extra if p.model == model], list(points))
+        for model in dict.fromkeys(point.model for point in extra)
+    ]
+    return folds
+
+
 def held_out_errors(points: Sequence[ScalingPoint], *, extra: Sequence[ScalingPoint] = ()) -> list[HeldOutError]:
     """Each model's points predicted from a fit on every other model's; `extra` points (another
     generation's) are predicted from a fit on all of `points`."""
     errors = []
-    models = list(dict.fromkeys(point.model for point in points))
-    for model in models:
-        fitting = [point for point in points if point.model != model]
-        term = fit(fitting)
-        constant = math.fsum(p.published_slowdown_percent for p in fitting) / len(fitting)
-        errors += [HeldOutError(point, term, constant) for point in points if point.model == model]
-    if extra:
-        term = fit(points)
-        constant = math.fsum(p.published_slowdown_percent for p in points) / len(points)
-        errors += [HeldOutError(point, term, constant) for point in extra]
+    for fold in held_out(points, extra=extra):
+        term = fit(fold.fitting)
+        constant = math.fsum(p.published_slowdown_percent for p in fold.fitting) / len(fold.fitting)
+        errors += [HeldOutError(point, term, constant) for point in fold.points]
     return errors
 
 
