@@ -20,6 +20,9 @@ What is fitted (`fit`), what is assumed, and why:
   a limit, 2(N-1)/N of the shard), so the latencies carry them. Tried as a fourth number (each
   computation's sends hidden behind a fitted share of its compute), the share came out under 2%
   and no held-out model came within 3 points that was not already.
+- What no fit of this form can beat: `least_worst_error` finds the least worst error any choice of
+  the three numbers has on given points, a bound `python -m benchmarks.multislice` prints beside
+  the fit's errors.
 
 The slowdown is the per-chip throughput change against one slice: one-slice step over N-slice step,
 minus one (published MFU ratios measure the same).
@@ -216,7 +219,7 @@ def _term_within(groups: Sequence[tuple[Sequence[ScalingPoint], float]]) -> DcnT
     With u the inverse of the achieved rate, a point's seconds per byte are max(u, 1 / its line
     rate): linear in (u, both latencies) between consecutive line rates, so one linear program per
     interval. Units (s per GB, ms, us) keep the coefficients near 1 for the solver."""
-    from scipy.optimize import linprog  # 0.3 s to import: only where a bound is computed
+    from scipy.optimize import linprog  # about a second to import: only where a bound is computed
 
     inverse_lines = sorted({1e9 / p.line_bytes_per_second for group, _ in groups for p in group})
     highs: list[float | None] = [*inverse_lines, None]
