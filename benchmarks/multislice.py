@@ -269,6 +269,7 @@ def check_lines() -> list[str]:
     term = dcn_term()
     runs = multislice_runs()
     points = runs.points() + runs.trillium_points()
+    fit_off = worst_error(term, points) if term is not None else math.inf
     lines = []
     for check in runs.checks:
         found = next((a for a in (model.anchors if model else ()) if a.name == check.run().name), None)
@@ -290,7 +291,6 @@ def check_lines() -> list[str]:
         as_point = ScalingPoint(
             check.name, "v6e", found.slices, without, slowdown_percent(without, published - without), traffic, line
         )
-        fit_off = worst_error(term, points)
         reach = least_worst_error([as_point], keeping=points, within=fit_off)
         if reach is not None:
             closest = without + reach.term.seconds(traffic, line)
