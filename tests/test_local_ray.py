@@ -32,7 +32,6 @@ from workloads.local_ray import (
     WorkerSlices,
     dashboard_answers,
 )
-from workloads.ray_job import AGENT_WAIT_SECONDS
 
 pytestmark = pytest.mark.slow
 
@@ -81,16 +80,9 @@ def wait_until(condition, timeout: float, what: str) -> None:
 
 
 def submit(client: JobSubmissionClient, **job: Any) -> str:
-    """Submits as the RayJob provider does: a head that has just started answers "No available
-    agent" until its job agent registers (seconds, more on a busy machine), so that is retried."""
-    deadline = time.monotonic() + AGENT_WAIT_SECONDS
-    while True:
-        try:
-            return client.submit_job(**job)
-        except RuntimeError as error:
-            if "No available agent" not in str(error) or time.monotonic() > deadline:
-                raise
-            time.sleep(1)
+    """Submits once, never retried: start() returns only once the head's job agent listens, so
+    a started head takes a job at once (no "No available agent")."""
+    return client.submit_job(**job)
 
 
 def start_sleeping_job(head: LocalRayHead, pid_file: Path) -> tuple[int, int]:
@@ -238,9 +230,8 @@ FAIL_FAST_SECONDS = 10
 @pytest.mark.parametrize("which", ["dashboard", "GCS"])
 def test_a_taken_port_fails_at_once_naming_the_port_and_its_holder(which, mode):
     with PortHolder(mode) as holder:
-        head = LocalRayHead(dashboard_port=holder.port if which == "dashboard" else None)
-        if which == "GCS":
-            head.gcs_port = holder.port
+        port = {"dashboard_port" if which == "dashboard" else "gcs_port": holder.port}
+        head = LocalRayHead(**port)
         started = time.monotonic()
         with pytest.raises(LocalRayError) as error:
             head.start()
@@ -265,6 +256,50 @@ def test_a_dashboard_port_taken_after_the_check_fails_fast_from_rays_own_log(mon
     assert elapsed < 30, f"took {elapsed:.0f} s"
     assert f"127.0.0.1:{holder.port} is taken by pid {holder.pid} (" in message
     assert not local_ray.processes.group_alive(head.process.pid), "the failed head was left running"
+
+
+def _first_choice_includes(monkeypatch, port: int, times: int = 1) -> None:
+    """The first `times` choices of ports for `ray start`'s options begin with `port`: a port
+    another process takes between the choice and Ray's bind (CI saw the job agent's taken)."""
+    choose = local_ray.ray_start.free_ports
+    left = [times]
+
+    def chosen(count, avoid=frozenset()):
+        if left[0] == 0:
+            return choose(count, avoid)
+        left[0] -= 1
+        return [port, *choose(count - 1, avoid=set(avoid) | {port})]
+
+    monkeypatch.setattr(local_ray.ray_start, "free_ports", chosen)
+
+
+def test_a_port_taken_before_ray_binds_it_is_chosen_again_and_the_head_takes_a_job_at_once(monkeypatch, tmp_path):
+    """The first choice gives the job agent a port another process holds: Ray would start
+    without its job agent, and every job would get "No available agent". start() sees the
+    port held outside its session, ends that attempt and starts again on fresh ports."""
+    with PortHolder("silent") as holder:
+        _first_choice_includes(monkeypatch, holder.port)
+        with LocalRayHead() as head:
+            start_sleeping_job(head, tmp_path / "job.pid")
+            [retry] = head.port_retries
+            assert f"dashboard-agent-listen-port 127.0.0.1:{holder.port} is taken by pid {holder.pid} (" in retry
+            assert holder.port not in head.ports.values()
+
+
+def test_ports_taken_at_every_choice_fail_the_start_naming_them_and_leave_no_process(monkeypatch):
+    with PortHolder("silent") as holder:
+        _first_choice_includes(monkeypatch, holder.port, times=local_ray.ray_start.PORT_ATTEMPTS)
+        head = LocalRayHead()
+        started = time.monotonic()
+        with pytest.raises(LocalRayError) as error:
+            head.start()
+        elapsed = time.monotonic() - started
+    message = str(error.value)
+    assert f"dashboard-agent-listen-port 127.0.0.1:{holder.port} is taken by pid {holder.pid} (" in message
+    assert f"{local_ray.ray_start.PORT_ATTEMPTS} choices of free ports were each taken" in message
+    assert len(head.port_retries) == local_ray.ray_start.PORT_ATTEMPTS - 1
+    assert group_members(head.process.pid) == [], "processes of the failed head were left running"
+    assert elapsed < 3 * FAIL_FAST_SECONDS, f"took {elapsed:.0f} s"
 
 
 def test_the_holder_of_a_port_is_named_with_its_command_line():

@@ -18,7 +18,7 @@ from domain.ray.preemption import DRAIN_TIMEOUT_ENV, POLL_INTERVAL_ENV, PREEMPTI
 from workloads.local_ray.auth import dashboard_answers, refresh_ray_auth_caches, set_environ
 from workloads.local_ray.errors import LocalRayError
 from workloads.local_ray.ports import free_port, free_ports, port_holder, port_in_use
-from workloads.local_ray.ray_start import RayStart
+from workloads.local_ray.ray_start import PortsTaken, RayStart
 from workloads.local_ray.slices import AUTOSCALER_ENV, AUTOSCALER_METRIC_PORT_ENV, WorkerSlices
 
 TRAINER_VENV = PROJECT_ROOT / ".venv-trainer"
@@ -51,6 +51,7 @@ class LocalRayHead(RayStart):
         self,
         venv: Path = TRAINER_VENV,
         dashboard_port: int | None = None,
+        gcs_port: int | None = None,
         num_cpus: int | None = None,
         start_timeout: float = 120.0,
         multi_node: bool = False,
@@ -69,7 +70,11 @@ class LocalRayHead(RayStart):
         # The autoscaler listens there once it has read its config: how start() knows it runs.
         self.autoscaler_metric_port: int | None = None
         self.dashboard_port = dashboard_port or free_port()
-        self.gcs_port = free_ports(1, avoid={self.dashboard_port})[0]
+        self.gcs_port = gcs_port or free_ports(1, avoid={self.dashboard_port})[0]
+        # A taken port the caller chose is an error; one chosen here is chosen again.
+        self.given_ports = frozenset(
+            option for option, port in (("dashboard-port", dashboard_port), ("port", gcs_port)) if port
+        )
         self.token_path: Path | None = None
         self._token: str | None = None
         self._runtime_started_at: float | None = None  # when `ray start` said the runtime is up
@@ -174,9 +179,11 @@ class LocalRayHead(RayStart):
         cannot bind."""
         for what, port in ports.items():
             if port_in_use(port):
-                raise LocalRayError(
-                    f"cannot start a Ray head: its {what} port 127.0.0.1:{port} is taken by "
-                    f"{port_holder(port)}; stop that process or use another port"
+                given = {"dashboard": "dashboard-port", "GCS": "port"}.get(what) in self.given_ports
+                raise PortsTaken(
+                    f"cannot start a Ray head: its {what} port 127.0.0.1:{port} is taken by {port_holder(port)}"
+                    + ("; stop that process or use another port" if given else ""),
+                    ours=not given,
                 )
 
     def _start_failure(self, started_at: float) -> str | None:
@@ -203,7 +210,15 @@ class LocalRayHead(RayStart):
                 return f"the Ray head started, but its dashboard at {self.address} did not answer within {waited}"
         return None
 
-    def start(self) -> LocalRayHead:
+    def _choose_new_ports(self) -> None:
+        super()._choose_new_ports()
+        avoid = {self.dashboard_port, self.gcs_port}
+        if "dashboard-port" not in self.given_ports:
+            self.dashboard_port = free_ports(1, avoid=avoid)[0]
+        if "port" not in self.given_ports:
+            self.gcs_port = free_ports(1, avoid=avoid | {self.dashboard_port})[0]
+
+    def _start_once(self) -> None:
         client_server_port, autoscaler_metric_port = free_ports(2, avoid={self.dashboard_port, self.gcs_port})
         ports = {"dashboard": self.dashboard_port, "GCS": self.gcs_port, "Ray client server": client_server_port}
         if self.worker_slices is not None:
@@ -238,7 +253,6 @@ class LocalRayHead(RayStart):
             "the Ray head" if self.worker_slices is None else "the Ray head and its autoscaler",
             failed=lambda: self._start_failure(started_at),
         )
-        return self
 
     def slice_nodes(self) -> list[str]:
         """Ids of the worker group's nodes that the cluster lists alive (Ray's state API), for a

@@ -57,10 +57,9 @@ class LocalRayNode(RayStart):
         assert self.process is not None
         self.process.send_signal(signal.SIGTERM)
 
-    def start(self) -> LocalRayNode:
+    def _start_once(self) -> None:
         self._launch(
             [f"--address={self.head.gcs_address}", f"--resources={json.dumps({self.name: 1})}"],
             {**self.head.environment(), DRAIN_TIMEOUT_ENV: str(self.drain_seconds)},
         )
         self._wait_until(lambda: self.node_id() is not None, f"node {self.name}")
-        return self

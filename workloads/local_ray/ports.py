@@ -8,7 +8,9 @@ import errno
 import ipaddress
 import secrets
 import socket
+from collections.abc import Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 import psutil  # type: ignore[import-untyped]  # psutil ships no type information
 
@@ -75,6 +77,30 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
                 return True
             raise
     return False
+
+
+class OwnPorts(NamedTuple):
+    """The TCP ports some processes hold: bound (listening or not yet) and listening."""
+
+    bound: frozenset[int]
+    listening: frozenset[int]
+
+
+def ports_of(pids: Iterable[int]) -> OwnPorts:
+    """The TCP ports `pids` hold; a process that has ended holds none."""
+    bound: set[int] = set()
+    listening: set[int] = set()
+    for pid in pids:
+        try:
+            connections = psutil.Process(pid).net_connections(kind="tcp")
+        except psutil.Error:
+            continue
+        for connection in connections:
+            if connection.laddr:
+                bound.add(connection.laddr.port)
+                if connection.status == psutil.CONN_LISTEN:
+                    listening.add(connection.laddr.port)
+    return OwnPorts(frozenset(bound), frozenset(listening))
 
 
 def port_holder(port: int) -> str:

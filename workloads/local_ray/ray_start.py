@@ -11,10 +11,11 @@ import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Self
 
 from workloads.local_ray import processes
 from workloads.local_ray.errors import LocalRayError
-from workloads.local_ray.ports import free_ports
+from workloads.local_ray.ports import free_ports, port_holder, port_in_use, ports_of
 
 # Inherited by every process of the head's Ray session, so stop() finds those that left our
 # process group (_session_processes).
@@ -24,6 +25,20 @@ SESSION_MARKER_ENV = "MAXTEXT_LOCAL_RAY_HEAD"
 STOP_GRACE_SECONDS = 5.0
 # stop() returns within this, or raises: unbounded, a head with a job running took ~31 s.
 STOP_BOUND_SECONDS = 12.0
+# A port chosen free can be taken before Ray binds it (by another process choosing ports at that
+# moment); Ray then goes on without that part: a job agent that cannot listen leaves the head
+# answering "No available agent" to every job (CI saw it). start() then chooses ports again.
+PORT_ATTEMPTS = 3
+_PORT_OPTION = re.compile(r"--(?P<option>[a-z-]*port)=(?P<port>\d+)")
+
+
+class PortsTaken(LocalRayError):
+    """Ports given to `ray start` that another process holds; `ours` when this code chose them
+    all (a fresh choice may work), not when the caller gave one of them."""
+
+    def __init__(self, message: str, ours: bool):
+        super().__init__(message)
+        self.ours = ours
 
 
 class RayStart:
@@ -37,6 +52,11 @@ class RayStart:
         self.process: subprocess.Popen | None = None
         self.temp_dir: str | None = None
         self.log_path: Path | None = None
+        # Every port on `ray start`'s command line, by option; start() returns once each is
+        # listened on by this session. `given_ports`: the options whose port the caller chose.
+        self.ports: dict[str, int] = {}
+        self.given_ports: frozenset[str] = frozenset()
+        self.port_retries: list[str] = []  # why each earlier attempt of start() chose ports again
 
     def _launch(self, arguments: list[str], env: Mapping[str, str], reserved: frozenset[int] = frozenset()) -> None:
         """Starts `ray start --block` on loopback with `arguments`, every other port free and
@@ -72,6 +92,7 @@ class RayStart:
         if self.num_cpus is not None:
             command.append(f"--num-cpus={self.num_cpus}")
         command.append("--disable-usage-stats")
+        self.ports = {match["option"]: int(match["port"]) for match in map(_PORT_OPTION.fullmatch, command) if match}
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
                 command,
@@ -82,11 +103,23 @@ class RayStart:
             )
 
     def _wait_until(self, ready, what: str, failed=lambda: None) -> None:
-        """Waits for `ready()`; fails as soon as `ray start` exits or `failed()` names a reason
-        it will never be ready, else after start_timeout."""
+        """Waits for `ready()` and for every port in `ports` to be listened on by this session;
+        fails as soon as another process holds one of them (PortsTaken), `ray start` exits or
+        `failed()` names a reason it will never be ready, else after start_timeout."""
         assert self.process is not None
         deadline = time.monotonic() + self.start_timeout
-        while not ready():
+        while True:
+            waiting, taken = self._port_states()
+            if not waiting and ready():
+                return
+            if taken:
+                self.stop()
+                holders = "; ".join(
+                    f"its {option} 127.0.0.1:{port} is taken by {holder}" for option, port, holder in taken
+                )
+                ours = not {option for option, _, _ in taken} & self.given_ports
+                advice = "" if ours else "; stop that process or use another port"
+                raise PortsTaken(f"cannot start {what}: {holders}{advice}", ours=ours)
             if self._exited():
                 self.stop()  # whatever it left behind
                 raise LocalRayError(f"ray start exited with {self.process.returncode}:\n{self._log_tail()}")
@@ -96,8 +129,22 @@ class RayStart:
                 raise LocalRayError(f"{reason}\n--- ray start's log ---\n{self._log_tail()}")
             if time.monotonic() > deadline:
                 self.stop()
-                raise LocalRayError(f"{what} did not come up within {self.start_timeout:.0f} s:\n{self._log_tail()}")
+                unbound = ", ".join(f"{option} 127.0.0.1:{port}" for option, port in waiting.items())
+                not_listening = f" (nothing of it listens on {unbound})" if unbound else ""
+                raise LocalRayError(
+                    f"{what} did not come up within {self.start_timeout:.0f} s{not_listening}:\n{self._log_tail()}"
+                )
             time.sleep(0.5)
+
+    def _port_states(self) -> tuple[dict[str, int], list[tuple[str, int, str]]]:
+        """(the ports this session does not listen on yet, by option; those another process
+        holds, with who). In use is read before the session's own ports: a port of ours in use
+        then is bound by the time they are read, so it is never mistaken for another's."""
+        in_use = {option: port for option, port in self.ports.items() if port_in_use(port)}
+        own = ports_of(self._session_processes())
+        waiting = {option: port for option, port in self.ports.items() if port not in own.listening}
+        taken = [(option, port, port_holder(port)) for option, port in in_use.items() if port not in own.bound]
+        return waiting, taken
 
     def _exited(self) -> bool:
         """Whether `ray start` has exited, without reaping it. Unreaped, its pid, and so its
@@ -213,5 +260,27 @@ class RayStart:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-    def start(self):
+    def start(self) -> Self:
+        """Starts `ray start` and waits until it is ready, choosing its ports again (up to
+        PORT_ATTEMPTS choices) when another process takes one it chose before Ray binds it."""
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                self._start_once()
+                return self
+            except PortsTaken as taken:
+                if not taken.ours:
+                    raise
+                if attempt == PORT_ATTEMPTS:
+                    raise LocalRayError(
+                        f"{taken} ({PORT_ATTEMPTS} choices of free ports were each taken before Ray bound them)"
+                    ) from taken
+                self.port_retries.append(str(taken))
+                self._choose_new_ports()
+        raise AssertionError("unreachable")
+
+    def _start_once(self) -> None:
         raise NotImplementedError
+
+    def _choose_new_ports(self) -> None:
+        """Forgets the ports of a failed attempt; _launch chooses its own again."""
+        self.temp_dir = None
