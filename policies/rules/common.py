@@ -263,7 +263,12 @@ def requests_tpu(container: dict[str, Any]) -> bool | None:
 @dataclass(frozen=True)
 class StackResource:
     resource: PolicyResource
-    props: dict[str, Any]
+
+    @functools.cached_property
+    def props(self) -> dict[str, Any]:
+        """Plain props, made on first use: a stack rule reads a few types of the stack's
+        resources, and converting every resource for each rule was most of its time."""
+        return plain(self.resource.props)
 
     @property
     def name(self) -> str:
@@ -278,7 +283,7 @@ class StackView:
     """Every resource of a stack with plain props, and how their references resolve."""
 
     def __init__(self, resources: Sequence[PolicyResource]):
-        self.resources = [StackResource(r, plain(r.props)) for r in resources]
+        self.resources = [StackResource(r) for r in resources]
 
     def of_type(self, resource_type: str) -> list[StackResource]:
         return [r for r in self.resources if r.resource.resource_type == resource_type]
