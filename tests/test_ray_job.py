@@ -20,6 +20,7 @@ from domain.training.job_events import event_line
 from domain.training.job_log import JobLog, StepCollector
 from domain.training.run_scalars import LOSS, TOKENS_PER_SECOND_PER_DEVICE
 from tests.support.fake_jobs_api import TRACEBACK_500, FakeJobsApi
+from tests.support.fake_ray_head import FakeRayHead, good_events, steps_log, text
 from tests.support.pages import page_keys, shown_outputs
 from tests.support.ray_job_harness import (
     FAKE_TRAINER,
@@ -32,7 +33,7 @@ from tests.support.ray_job_harness import (
     timed_create,
     wait_for,
 )
-from workloads import jobs_api, smoke
+from workloads import jobs_api, ray_job, smoke
 from workloads.jobs_api import JobsApi
 from workloads.jobs_api.errors import ErrorKind, JobsApiError, classify
 from workloads.local_ray import LocalRayHead, free_port
@@ -456,6 +457,31 @@ def test_the_wait_applies_the_lost_contact_rule_to_a_503():
             )
         assert time.monotonic() - started >= job_wait.LOST_CONTACT_SECONDS
         assert len(fake.requests) > 3  # it kept asking
+
+
+def test_a_head_whose_job_agent_registers_late_gets_the_job_once_it_has():
+    """A head that has just started (a RayCluster's head pod, a local head) answers submissions
+    "No available agent" until its job agent registers: that answer is retried, and the job is
+    submitted once it is taken."""
+    with FakeRayHead(text(*good_events(), *steps_log()), agentless_submissions=2) as head:
+        outs = RayJobProvider().create(inputs(head, "python train.py")).outs
+    assert outs["status"] == "SUCCEEDED"
+    assert head.submissions == 3 and len(head.jobs) == 1
+
+
+def test_a_head_whose_job_agent_never_registers_fails_the_create_saying_so(monkeypatch):
+    monkeypatch.setattr(ray_job, "AGENT_WAIT_SECONDS", 2.0)
+    with FakeRayHead(text(*good_events()), agentless_submissions=10**6) as head:
+        started = time.monotonic()
+        with pytest.raises(JobsApiError) as caught:
+            RayJobProvider().create(inputs(head, "python train.py"))
+    assert time.monotonic() - started < 30
+    assert caught.value.kind is ErrorKind.SERVER_ERROR
+    message = str(caught.value)
+    assert f"at {head.address}" in message
+    assert "the Ray head answers, but its job agent did not register within 2 s" in message
+    assert "dashboard_agent.log" in message
+    assert head.jobs == {} and head.submissions >= 2
 
 
 def test_destroy_fails_when_a_local_head_accepts_connections_but_never_answers(monkeypatch):

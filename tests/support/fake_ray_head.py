@@ -30,8 +30,18 @@ class FakeRayHead:
     ended with `status` and `message`, having printed `log` (bytes); the log endpoint answers
     `lines=N` with the last N lines, as Ray's state API does."""
 
-    def __init__(self, log: bytes, status: str = "SUCCEEDED", message: str = "Job finished successfully."):
+    def __init__(
+        self,
+        log: bytes,
+        status: str = "SUCCEEDED",
+        message: str = "Job finished successfully.",
+        agentless_submissions: int = 0,
+    ):
+        """`agentless_submissions`: how many submissions are answered as Ray answers while the
+        head's job agent has not registered (500, "No available agent ..."), before one is taken."""
         self.log, self.status, self.message = log, status, message
+        self.agentless_submissions = agentless_submissions
+        self.submissions = 0
         self.jobs: dict[str, dict] = {}
         self.log_requests: list[dict] = []
         outer = self
@@ -62,6 +72,9 @@ class FakeRayHead:
 
             def do_POST(self):
                 request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.submissions += 1
+                if outer.submissions <= outer.agentless_submissions:
+                    return self._send(500, b"No available agent to submit job, please try again later.")
                 job_id = request["submission_id"]
                 now = int(time.time() * 1000)
                 outer.jobs[job_id] = {

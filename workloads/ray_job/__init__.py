@@ -72,8 +72,10 @@ from workloads.ray_job.teardown import stop_and_confirm, teardown
 from workloads.ray_job.tensorboard import ScalarWriter
 from workloads.ray_job.wait import Deadlines, RunClock, until_ended
 
-# How long a submission retries a head whose job agent has not registered yet.
+# How long a submission retries a head whose job agent has not registered yet; Ray answers
+# that with this text (ray/dashboard/modules/job/job_head.py, submit_job).
 AGENT_WAIT_SECONDS = 60.0
+NO_AGENT_ANSWER = "No available agent to submit job"
 
 
 def submitted_runtime_env(job: JobRequest) -> dict[str, Any] | None:
@@ -299,8 +301,17 @@ class RayJobProvider(ResourceProvider):
                 )
                 return
             except JobsApiError as error:
-                if "No available agent" not in str(error) or time.monotonic() > deadline:
+                if NO_AGENT_ANSWER not in str(error):
                     raise
+                if time.monotonic() > deadline:
+                    raise JobsApiError(
+                        error.kind,
+                        f"submitting {job_id} at {api.describe()}: the Ray head answers, but its job agent "
+                        f'did not register within {AGENT_WAIT_SECONDS:.0f} s ("{NO_AGENT_ANSWER}" to every try), '
+                        "so no job can start there; see the head's dashboard_agent.log "
+                        "(on GKE: the head pod's /tmp/ray/session_latest/logs/)",
+                        error.status,
+                    ) from None
                 time.sleep(1)
 
 
