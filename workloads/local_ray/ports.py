@@ -87,19 +87,17 @@ class OwnPorts(NamedTuple):
 
 
 def ports_of(pids: Iterable[int]) -> OwnPorts:
-    """The TCP ports `pids` hold; a process that has ended holds none."""
+    """The TCP ports `pids` hold; a process that has ended holds none. One read of the machine's
+    table: asking each process reads the whole table once per process (52 ms for a head's 20
+    processes here, against 3.5 ms)."""
+    wanted = set(pids)
     bound: set[int] = set()
     listening: set[int] = set()
-    for pid in pids:
-        try:
-            connections = psutil.Process(pid).net_connections(kind="tcp")
-        except psutil.Error:
-            continue
-        for connection in connections:
-            if connection.laddr:
-                bound.add(connection.laddr.port)
-                if connection.status == psutil.CONN_LISTEN:
-                    listening.add(connection.laddr.port)
+    for connection in psutil.net_connections(kind="tcp"):
+        if connection.pid in wanted and connection.laddr:
+            bound.add(connection.laddr.port)
+            if connection.status == psutil.CONN_LISTEN:
+                listening.add(connection.laddr.port)
     return OwnPorts(frozenset(bound), frozenset(listening))
 
 
