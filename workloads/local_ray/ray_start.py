@@ -86,13 +86,13 @@ class RayStart:
             "node-manager-port",
             "object-manager-port",
         )
-        given = {int(value) for value in re.findall(r"-port=(\d+)$", "\n".join(arguments), re.MULTILINE)} | reserved
-        for option, port in zip(options, free_ports(len(options), avoid=given), strict=True):
-            command.append(f"--{option}={port}")
+        given = {match["option"]: int(match["port"]) for match in map(_PORT_OPTION.fullmatch, arguments) if match}
+        chosen = dict(zip(options, free_ports(len(options), avoid=set(given.values()) | reserved), strict=True))
+        command += [f"--{option}={port}" for option, port in chosen.items()]
         if self.num_cpus is not None:
             command.append(f"--num-cpus={self.num_cpus}")
         command.append("--disable-usage-stats")
-        self.ports = {match["option"]: int(match["port"]) for match in map(_PORT_OPTION.fullmatch, command) if match}
+        self.ports = {**given, **chosen}
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
                 command,
